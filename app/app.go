@@ -1,0 +1,198 @@
+// Package app assembles a complete avtgym server from a Config: corpora,
+// oracles, the episode environment, the gRPC server and its metrics.
+// cmd/avtgym, the benchmarks and the end-to-end tests all start servers
+// through it, so that what is tested is what is served.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"avtgym/corpus"
+	"avtgym/env"
+	"avtgym/oracle"
+	pb "avtgym/proto/avtgym/v1"
+	"avtgym/server"
+	"avtgym/sqlexec"
+)
+
+// KeyFileEnv names the environment variable that may name the token key
+// file when no flag does.
+const KeyFileEnv = "AVTGYM_TOKEN_KEY_FILE"
+
+// Config is the configuration of one server process.
+type Config struct {
+	// Listen is the gRPC address; default 127.0.0.1:50051.
+	Listen string
+	// MetricsListen is the Prometheus HTTP address; empty disables it.
+	MetricsListen string
+	// Corpora are corpus directories; none means the embedded demo corpus.
+	Corpora []string
+	// TokenKeyFile names the token key file (see env.ReadKeyFile); empty
+	// means $AVTGYM_TOKEN_KEY_FILE, and failing that a random key with a
+	// warning.
+	TokenKeyFile string
+	// TokenTTL, when positive, expires episodes reset longer ago.
+	TokenTTL time.Duration
+	// Limits bound every submitted statement.
+	Limits sqlexec.Limits
+	// ShutdownGrace is how long shutdown waits for calls in flight.
+	ShutdownGrace time.Duration
+	// Logger receives logs; nil means none.
+	Logger *zap.Logger
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:50051"
+	}
+	if c.Limits == (sqlexec.Limits{}) {
+		c.Limits = sqlexec.DefaultLimits()
+	}
+	if c.Limits.Timeout <= 0 || c.Limits.MaxRows <= 0 || c.Limits.MaxBytes <= 0 {
+		return fmt.Errorf("statement timeout, row cap and byte cap must be positive")
+	}
+	if c.TokenTTL < 0 {
+		return fmt.Errorf("token TTL must not be negative")
+	}
+	if c.TokenKeyFile == "" {
+		c.TokenKeyFile = os.Getenv(KeyFileEnv)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// App is an assembled server, ready to serve.
+type App struct {
+	Env     *env.Env
+	Server  *server.Server
+	Metrics *server.Metrics
+	cfg     Config
+	corpora []*corpus.Corpus
+}
+
+// New loads the corpora and builds the server.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	key, err := loadKey(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	sealer, err := env.NewSealer(key)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg}
+	if len(cfg.Corpora) == 0 {
+		c, err := corpus.LoadDemo(ctx, corpus.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("demo corpus: %w", err)
+		}
+		a.corpora = append(a.corpora, c)
+	}
+	for _, dir := range cfg.Corpora {
+		start := time.Now()
+		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir)})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("corpus %s: %w", dir, err)
+		}
+		log.Info("corpus loaded", zap.String("dir", dir), zap.String("name", c.Name), zap.Int("tasks", len(c.Tasks)), zap.Duration("took", time.Since(start)))
+		a.corpora = append(a.corpora, c)
+	}
+	det := oracle.Deterministic()
+	a.Env, err = env.New(env.Config{
+		Corpora:  a.corpora,
+		Sealer:   sealer,
+		Oracles:  map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: det},
+		Limits:   cfg.Limits,
+		TokenTTL: cfg.TokenTTL,
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Metrics = server.NewMetrics()
+	a.Server = server.New(a.Env, server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace})
+	return a, nil
+}
+
+func progressLogger(log *zap.Logger, dir string) func(done, total int) {
+	last := time.Now()
+	return func(done, total int) {
+		if done == total || time.Since(last) > 2*time.Second {
+			last = time.Now()
+			log.Info("checking references", zap.String("dir", dir), zap.Int("done", done), zap.Int("total", total))
+		}
+	}
+}
+
+func loadKey(cfg Config, log *zap.Logger) ([]byte, error) {
+	if cfg.TokenKeyFile == "" {
+		log.Warn("no token key file (--token-key-file or " + KeyFileEnv + "): using a random key; episode tokens die with this process and replicas cannot share episodes")
+		return env.RandomKey(), nil
+	}
+	key, err := env.ReadKeyFile(cfg.TokenKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("token key: %w", err)
+	}
+	return key, nil
+}
+
+// Serve listens on cfg.Listen (and cfg.MetricsListen) and serves until ctx
+// ends. ready, when not nil, receives the bound gRPC address once
+// listening (useful with port 0).
+func (a *App) Serve(ctx context.Context, ready func(addr net.Addr)) error {
+	lis, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	log := a.cfg.Logger
+	if a.cfg.MetricsListen != "" {
+		mlis, err := net.Listen("tcp", a.cfg.MetricsListen)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", a.Metrics.Handler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", zap.Error(err))
+			}
+		}()
+		defer hs.Close()
+		log.Info("metrics", zap.String("addr", "http://"+mlis.Addr().String()+"/metrics"))
+	}
+	for _, c := range a.corpora {
+		log.Info("serving corpus", zap.String("name", c.Name), zap.Int("tasks", len(c.Tasks)), zap.Int("avts", c.AVTCount()))
+	}
+	log.Info("serving", zap.String("addr", lis.Addr().String()))
+	if ready != nil {
+		ready(lis.Addr())
+	}
+	return a.Server.Serve(ctx, lis)
+}
+
+// Close closes the corpora.
+func (a *App) Close() error {
+	var errs []error
+	for _, c := range a.corpora {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}

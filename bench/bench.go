@@ -1,0 +1,191 @@
+// Package bench measures an avtgym server over loopback gRPC: the health
+// Check rate (the floor of what an RPC costs on this machine), the unary
+// Step rate for deterministic asks, and StepBatch throughput per episode,
+// all in one run against one server. `avtgym bench` and the Go benchmarks
+// use it; results are recorded in bench/RESULTS.md.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"avtgym/client"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// Config says how long and how hard to measure.
+type Config struct {
+	// Duration of each phase; 0 means 3 seconds.
+	Duration time.Duration
+	// Concurrency is the number of calls in flight; 0 means 32.
+	Concurrency int
+	// BatchSize is the StepBatch size; 0 means 256.
+	BatchSize int
+	// Corpus is the corpus to draw the task from ("" = the default).
+	Corpus string
+}
+
+// Result is one run's figures.
+type Result struct {
+	Concurrency      int     `json:"concurrency"`
+	BatchSize        int     `json:"batch_size"`
+	DurationSeconds  float64 `json:"phase_seconds"`
+	HealthPerS       float64 `json:"health_per_s"`
+	StepPerS         float64 `json:"step_per_s"`
+	StepP50Micros    float64 `json:"step_p50_us"`
+	StepP99Micros    float64 `json:"step_p99_us"`
+	StepRatio        float64 `json:"step_ratio"`
+	BatchPerS        float64 `json:"batch_per_s"`
+	BatchEpisodePerS float64 `json:"batch_episode_per_s"`
+	BatchRatio       float64 `json:"batch_ratio"`
+	TaskID           string  `json:"task_id"`
+	Question         string  `json:"question"`
+}
+
+// Run measures the server behind c.
+func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
+	if cfg.Duration == 0 {
+		cfg.Duration = 3 * time.Second
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 32
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 256
+	}
+	step, taskID, question, err := AskStep(ctx, c, cfg.Corpus)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, DurationSeconds: cfg.Duration.Seconds(), TaskID: taskID, Question: question}
+
+	health := &healthpb.HealthCheckRequest{}
+	n, _, err := measure(ctx, cfg, func(ctx context.Context) error {
+		_, err := c.Health.Check(ctx, health)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	r.HealthPerS = n
+
+	n, lat, err := measure(ctx, cfg, func(ctx context.Context) error {
+		_, err := c.Env.Step(ctx, step)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("step: %w", err)
+	}
+	r.StepPerS = n
+	r.StepP50Micros, r.StepP99Micros = percentile(lat, 0.50), percentile(lat, 0.99)
+
+	batch := &pb.StepBatchRequest{Steps: make([]*pb.StepRequest, cfg.BatchSize)}
+	for i := range batch.Steps {
+		batch.Steps[i] = step
+	}
+	n, _, err = measure(ctx, cfg, func(ctx context.Context) error {
+		resp, err := c.Env.StepBatch(ctx, batch)
+		if err == nil && resp.GetResults()[0].GetStatus().GetCode() != 0 {
+			err = fmt.Errorf("batch item failed: %s", resp.GetResults()[0].GetStatus().GetMessage())
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("step batch: %w", err)
+	}
+	r.BatchPerS = n
+	r.BatchEpisodePerS = n * float64(cfg.BatchSize)
+	if r.HealthPerS > 0 {
+		r.StepRatio = r.StepPerS / r.HealthPerS
+	}
+	if r.StepPerS > 0 {
+		r.BatchRatio = r.BatchEpisodePerS / r.StepPerS
+	}
+	return r, nil
+}
+
+// AskStep prepares the measured step: a fresh episode on the first task
+// with a counted ambiguity, and a full-policy question naming its first
+// term, so that every step runs the matcher and the responder and earns a
+// credit. Stepping one token again and again is legitimate (forks) and
+// keeps the work per step constant.
+func AskStep(ctx context.Context, c *client.Client, corpusName string) (*pb.StepRequest, string, string, error) {
+	list, err := c.Env.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpusName, PageSize: 1000})
+	if err != nil {
+		return nil, "", "", err
+	}
+	for _, t := range list.GetTasks() {
+		rr, err := c.Env.Reset(ctx, &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), IncludePrivileged: true})
+		if err != nil {
+			return nil, "", "", err
+		}
+		ep := rr.GetEpisodes()[0]
+		for _, a := range ep.GetPrivileged().GetAmbiguities() {
+			if a.GetCounted() {
+				q := "Could you clarify what exactly you mean by " + a.GetTerm() + "?"
+				return &pb.StepRequest{Token: ep.GetToken(), Action: &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}}, t.GetTaskId(), q, nil
+			}
+		}
+	}
+	return nil, "", "", fmt.Errorf("no task with a counted ambiguity to benchmark")
+}
+
+// measure runs call on cfg.Concurrency goroutines for cfg.Duration and
+// returns calls per second and the latencies. The loop is bounded by the
+// duration and stops at the first error.
+func measure(ctx context.Context, cfg Config, call func(context.Context) error) (float64, []time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		count    atomic.Int64
+		mu       sync.Mutex
+		lat      []time.Duration
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	deadline := time.Now().Add(cfg.Duration)
+	start := time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 1024)
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := call(ctx); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				local = append(local, time.Since(t0))
+				count.Add(1)
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, nil, firstErr
+	}
+	return float64(count.Load()) / time.Since(start).Seconds(), lat, nil
+}
+
+func percentile(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[int(p*float64(len(d)-1))].Microseconds())
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"avtgym/app"
+	"avtgym/sqlexec"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return fmt.Sprint(*l) }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg app.Config
+	var corpora stringList
+	lim := sqlexec.DefaultLimits()
+	logLevel := zapcore.InfoLevel
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
+	fs.Var(&corpora, "corpus", "corpus directory to serve (repeatable; default: the embedded demo corpus)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus metrics address (empty disables)")
+	fs.StringVar(&cfg.TokenKeyFile, "token-key-file", "", "file holding the episode-token key (default $"+app.KeyFileEnv+"; else a random key, with a warning)")
+	fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "reject tokens of episodes reset longer ago than this (0: never)")
+	fs.DurationVar(&lim.Timeout, "statement-timeout", lim.Timeout, "deadline of each submitted SQL statement")
+	fs.IntVar(&lim.MaxRows, "max-rows", lim.MaxRows, "row cap of a submitted query's result")
+	fs.Int64Var(&lim.MaxBytes, "max-bytes", lim.MaxBytes, "byte cap of a submitted query's result")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 0, "how long shutdown waits for calls in flight (0: 10s)")
+	fs.TextVar(&logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.Corpora, cfg.Limits = corpora, lim
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(logLevel)
+	zc.Encoding = "console"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	log, err := zc.Build()
+	if err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	defer log.Sync()
+	cfg.Logger = log
+	a, err := app.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	defer a.Close()
+	if err := a.Serve(ctx, nil); err != nil {
+		fmt.Fprintln(stderr, "serve:", err)
+		return 1
+	}
+	return 0
+}

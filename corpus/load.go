@@ -1,0 +1,576 @@
+package corpus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"avtgym/corpus/demo"
+	"avtgym/sqlexec"
+	"avtgym/sqlexec/sqlite"
+)
+
+// Options configure loading.
+type Options struct {
+	// Limits bound each reference query at load time; zero means
+	// sqlexec.DefaultLimits(). A reference that exceeds them makes its
+	// record invalid.
+	Limits sqlexec.Limits
+	// WorkDir is where databases built from scripts are written; empty
+	// means a fresh temporary directory, removed by Corpus.Close.
+	WorkDir string
+	// Progress, when set, is called after each reference check with the
+	// number checked and the total.
+	Progress func(done, total int)
+}
+
+// LoadDemo loads the embedded demo corpus.
+func LoadDemo(ctx context.Context, opt Options) (*Corpus, error) {
+	return load(ctx, demo.FS, "demo", "", opt)
+}
+
+// LoadDir loads and validates the corpus in directory dir.
+func LoadDir(ctx context.Context, dir string, opt Options) (*Corpus, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	return load(ctx, os.DirFS(abs), dir, abs, opt)
+}
+
+// loader carries the state of one load.
+type loader struct {
+	fsys     fs.FS
+	label    string // how problems name the corpus directory
+	realDir  string // the directory on disk; "" for an embedded corpus
+	opt      Options
+	problems []Problem
+	mu       sync.Mutex
+}
+
+func (l *loader) problem(file string, line int, field, format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.problems = append(l.problems, Problem{File: file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (l *loader) file(name string) string { return path.Join(l.label, name) }
+
+func load(ctx context.Context, fsys fs.FS, label, realDir string, opt Options) (c *Corpus, err error) {
+	if opt.Limits == (sqlexec.Limits{}) {
+		opt.Limits = sqlexec.DefaultLimits()
+	}
+	l := &loader{fsys: fsys, label: label, realDir: realDir, opt: opt}
+	c = &Corpus{Cache: sqlexec.NewCache(), byID: map[string]*Task{}, avts: map[string][]*Task{}, dbs: map[string]*DB{}}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+
+	m, ok := l.manifest()
+	if !ok {
+		return nil, &ValidationError{Problems: l.problems}
+	}
+	c.Name, c.Description = m.Name, m.Description
+
+	if err := l.openDatabases(ctx, c, m); err != nil {
+		return nil, err
+	}
+	defaults := m.Defaults.Comparison
+	defaultsJSON, _ := json.Marshal(defaults)
+	for _, name := range m.Records {
+		l.records(c, m, name, defaultsJSON)
+	}
+	l.checkAVTs(c)
+	if len(l.problems) == 0 {
+		l.checkReferences(ctx, c)
+	}
+	if len(l.problems) > 0 {
+		sortProblems(l.problems)
+		return nil, &ValidationError{Problems: l.problems}
+	}
+	return c, nil
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+func (l *loader) manifest() (*Manifest, bool) {
+	file := l.file(ManifestFile)
+	b, err := fs.ReadFile(l.fsys, ManifestFile)
+	if err != nil {
+		l.problem(file, 0, "", "cannot read the corpus manifest: %v", err)
+		return nil, false
+	}
+	var m Manifest
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		line, field, msg := describeJSONError(b, err)
+		l.problem(file, line, field, "%s", msg)
+		return nil, false
+	}
+	if m.Name == "" {
+		l.problem(file, 0, "name", "is required")
+	} else if !idPattern.MatchString(m.Name) {
+		l.problem(file, 0, "name", "%q must be letters, digits, '.', '_', ':' or '-'", m.Name)
+	}
+	if len(m.Records) == 0 {
+		m.Records = []string{"records.jsonl"}
+	}
+	if len(m.Databases) == 0 {
+		l.problem(file, 0, "databases", "at least one database is required")
+	}
+	seen := map[string]bool{}
+	for i, d := range m.Databases {
+		f := fmt.Sprintf("databases[%d]", i)
+		switch {
+		case d.ID == "":
+			l.problem(file, 0, f+".id", "is required")
+		case seen[d.ID]:
+			l.problem(file, 0, f+".id", "%q is used twice", d.ID)
+		}
+		seen[d.ID] = true
+		if d.Engine != "sqlite" {
+			l.problem(file, 0, f+".engine", "%q is not supported (want \"sqlite\")", d.Engine)
+		}
+		if (d.Path == "") == (d.Script == "") {
+			l.problem(file, 0, f, "exactly one of path and script must be set")
+		}
+		kseen := map[string]bool{}
+		for j, k := range d.Knowledge {
+			kf := fmt.Sprintf("%s.knowledge[%d]", f, j)
+			if k.ID == "" || kseen[k.ID] {
+				l.problem(file, 0, kf+".id", "is missing or used twice (%q)", k.ID)
+			}
+			kseen[k.ID] = true
+			if k.Name == "" || k.Definition == "" {
+				l.problem(file, 0, kf, "name and definition are required")
+			}
+		}
+	}
+	if m.Defaults.Comparison != nil {
+		if _, err := resolvePolicy(nil, m.Defaults.Comparison); err != nil {
+			l.problem(file, 0, "defaults.comparison", "%v", err)
+		}
+	}
+	return &m, len(l.problems) == 0
+}
+
+func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) error {
+	var workDir string
+	ensureWorkDir := func() (string, error) {
+		if workDir != "" {
+			return workDir, nil
+		}
+		if l.opt.WorkDir != "" {
+			workDir = filepath.Join(l.opt.WorkDir, m.Name)
+			if err := os.MkdirAll(workDir, 0o755); err != nil {
+				return "", err
+			}
+			return workDir, nil
+		}
+		d, err := os.MkdirTemp("", "avtgym-"+m.Name+"-*")
+		if err != nil {
+			return "", err
+		}
+		workDir = d
+		c.cleanup = func() error { return os.RemoveAll(d) }
+		return d, nil
+	}
+	file := l.file(ManifestFile)
+	for i, spec := range m.Databases {
+		field := fmt.Sprintf("databases[%d]", i)
+		var (
+			dbPath    string
+			immutable bool
+		)
+		switch {
+		case spec.Script != "":
+			script, err := fs.ReadFile(l.fsys, spec.Script)
+			if err != nil {
+				l.problem(file, 0, field+".script", "cannot read %s: %v", spec.Script, err)
+				continue
+			}
+			dir, err := ensureWorkDir()
+			if err != nil {
+				return fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
+			}
+			dbPath = filepath.Join(dir, spec.ID+".sqlite")
+			os.Remove(dbPath) // a stale build from an earlier run in the same WorkDir
+			if err := sqlite.BuildFromScript(ctx, string(script), dbPath); err != nil {
+				l.problem(l.file(spec.Script), 0, "", "building database %q: %v", spec.ID, err)
+				continue
+			}
+			immutable = true // private to this process: it cannot change under us
+		case l.realDir != "":
+			dbPath = filepath.Join(l.realDir, filepath.FromSlash(spec.Path))
+			if _, err := os.Stat(dbPath); err != nil {
+				l.problem(file, 0, field+".path", "%v", err)
+				continue
+			}
+		default: // an embedded corpus with a database file: copy it out
+			b, err := fs.ReadFile(l.fsys, spec.Path)
+			if err != nil {
+				l.problem(file, 0, field+".path", "%v", err)
+				continue
+			}
+			dir, err := ensureWorkDir()
+			if err != nil {
+				return fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
+			}
+			dbPath = filepath.Join(dir, spec.ID+".sqlite")
+			if err := os.WriteFile(dbPath, b, 0o444); err != nil {
+				return fmt.Errorf("corpus %s: %w", m.Name, err)
+			}
+			immutable = true
+		}
+		eng, err := sqlite.Open(dbPath, sqlite.Options{Immutable: immutable})
+		if err != nil {
+			l.problem(file, 0, field, "opening database %q: %v", spec.ID, err)
+			continue
+		}
+		db := &DB{Spec: spec, Engine: eng, Schema: spec.Schema}
+		c.dbs[spec.ID] = db
+		c.dbOrder = append(c.dbOrder, spec.ID)
+		if db.Schema == "" {
+			s, err := eng.Schema(ctx, 3)
+			if err != nil {
+				l.problem(file, 0, field, "deriving the schema of %q: %v", spec.ID, err)
+				continue
+			}
+			db.Schema = s
+		}
+	}
+	return nil
+}
+
+// maxLine bounds one record line (a record with a long schema-free request
+// and several statements fits easily).
+const maxLine = 16 << 20
+
+func (l *loader) records(c *Corpus, m *Manifest, name string, defaultsJSON []byte) {
+	file := l.file(name)
+	f, err := l.fsys.Open(name)
+	if err != nil {
+		l.problem(file, 0, "", "cannot open records file: %v", err)
+		return
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, err := r.ReadBytes('\n')
+		if len(line) > maxLine {
+			l.problem(file, lineNo, "", "line is longer than %d bytes", maxLine)
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			l.record(c, m, file, lineNo, line, defaultsJSON)
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			l.problem(file, lineNo, "", "read error: %v", err)
+			return
+		}
+	}
+}
+
+func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, defaultsJSON []byte) {
+	var rec Record
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		_, field, msg := describeJSONError(line, err)
+		l.problem(file, lineNo, field, "%s", msg)
+		return
+	}
+	if dec.More() {
+		l.problem(file, lineNo, "", "more than one JSON value on the line")
+		return
+	}
+	bad := func(field, format string, args ...any) { l.problem(file, lineNo, field, format, args...) }
+	before := len(l.problems)
+
+	switch {
+	case rec.ID == "":
+		bad("id", "is required")
+	case !idPattern.MatchString(rec.ID):
+		bad("id", "%q must be letters, digits, '.', '_', ':' or '-'", rec.ID)
+	default:
+		if prev, dup := c.byID[rec.ID]; dup {
+			bad("id", "%q is already used at %s:%d", rec.ID, prev.File, prev.Line)
+		}
+	}
+	if rec.AVTID == "" {
+		rec.AVTID = rec.ID
+	}
+	if strings.TrimSpace(rec.Request) == "" {
+		bad("request", "is required")
+	}
+	db, ok := c.dbs[rec.DB]
+	if !ok {
+		bad("db", "%q is not a database of the manifest", rec.DB)
+	}
+	terms := map[string]bool{}
+	for _, a := range rec.Ambiguities {
+		terms[a.Term] = true
+	}
+	if len(rec.Ambiguities) > MaxAmbiguities {
+		bad("ambiguities", "has %d entries, more than %d", len(rec.Ambiguities), MaxAmbiguities)
+	}
+	masked := map[string]bool{}
+	for i, a := range rec.Ambiguities {
+		f := fmt.Sprintf("ambiguities[%d]", i)
+		if strings.TrimSpace(a.Term) == "" {
+			bad(f+".term", "is required")
+		} else if !hasWord(a.Term) {
+			bad(f+".term", "%q has no letter or digit, so no question can name it", a.Term)
+		}
+		if !a.Kind.valid() {
+			bad(f+".kind", "%q is not one of critical, knowledge, non_critical", a.Kind)
+		}
+		if strings.TrimSpace(a.Resolution) == "" {
+			bad(f+".resolution", "is required")
+		}
+		for j, al := range a.Aliases {
+			if !hasWord(al) {
+				bad(fmt.Sprintf("%s.aliases[%d]", f, j), "%q has no letter or digit", al)
+			}
+		}
+		if a.DependsOn != "" && !terms[a.DependsOn] {
+			bad(f+".depends_on", "%q is not the term of another ambiguity of this record", a.DependsOn)
+		}
+		switch {
+		case a.Kind == Knowledge && a.KnowledgeID != "":
+			if db != nil && !hasKnowledge(db.Spec.Knowledge, a.KnowledgeID) {
+				bad(f+".knowledge_id", "%q is not a knowledge entry of database %q", a.KnowledgeID, rec.DB)
+			}
+			masked[a.KnowledgeID] = true
+		case a.Kind != Knowledge && a.KnowledgeID != "":
+			bad(f+".knowledge_id", "is only allowed on knowledge ambiguities")
+		}
+	}
+	if len(rec.Reference.SQL) == 0 {
+		bad("reference.sql", "is required")
+	}
+	for i, s := range rec.Reference.SQL {
+		if strings.TrimSpace(s) == "" {
+			bad(fmt.Sprintf("reference.sql[%d]", i), "is empty")
+		}
+	}
+	ref := strings.Join(rec.Reference.SQL, ";\n")
+	policy, err := resolvePolicy(m.Defaults.Comparison, rec.Reference.Comparison)
+	if err != nil {
+		bad("reference.comparison", "%v", err)
+	}
+	if len(l.problems) > before {
+		return
+	}
+
+	h := sha256.New()
+	h.Write(bytes.TrimSpace(line))
+	h.Write(defaultsJSON)
+	t := &Task{
+		Record:       &rec,
+		Corpus:       c,
+		DB:           db,
+		Policy:       policy.Resolve(ref),
+		ReferenceSQL: ref,
+		RefKey:       c.Name + "\x00" + rec.ID,
+		File:         file,
+		Line:         lineNo,
+	}
+	copy(t.Hash[:], h.Sum(nil))
+	for _, k := range db.Spec.Knowledge {
+		if !masked[k.ID] {
+			t.PublicKnowledge = append(t.PublicKnowledge, k)
+		}
+	}
+	c.Tasks = append(c.Tasks, t)
+	c.byID[rec.ID] = t
+	c.avts[rec.AVTID] = append(c.avts[rec.AVTID], t)
+}
+
+// checkAVTs checks that the records of each AVT share what an AVT shares:
+// the request, the database and the ambiguity terms and kinds.
+func (l *loader) checkAVTs(c *Corpus) {
+	for _, ts := range c.avts {
+		first := ts[0]
+		for _, t := range ts[1:] {
+			bad := func(field, format string, args ...any) { l.problem(t.File, t.Line, field, format, args...) }
+			if t.Request != first.Request {
+				bad("request", "differs from the request of %s (%s:%d), which shares avt_id %q", first.ID, first.File, first.Line, t.AVTID)
+			}
+			if t.Record.DB != first.Record.DB {
+				bad("db", "differs from the db of %s, which shares avt_id %q", first.ID, t.AVTID)
+			}
+			if !sameTerms(t.Ambiguities, first.Ambiguities) {
+				bad("ambiguities", "terms and kinds differ from those of %s, which shares avt_id %q", first.ID, t.AVTID)
+			}
+		}
+	}
+}
+
+func sameTerms(a, b []Ambiguity) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Term != b[i].Term || a[i].Kind != b[i].Kind {
+			return false
+		}
+	}
+	return true
+}
+
+// checkReferences runs every reference once, concurrently, which also
+// fills the corpus's reference cache.
+func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done int
+		sem  = make(chan struct{}, runtime.GOMAXPROCS(0))
+	)
+	for _, t := range c.Tasks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res, err := c.Cache.Get(ctx, t.RefKey, func(ctx context.Context) (*sqlexec.Result, error) {
+				return t.DB.Engine.Query(ctx, t.Policy.Rewrite(t.ReferenceSQL), l.opt.Limits)
+			})
+			switch {
+			case err != nil:
+				l.problem(t.File, t.Line, "reference.sql", "%v", err)
+			case t.Policy.EmptyFails && len(res.Rows) == 0:
+				l.problem(t.File, t.Line, "reference.sql", "returns no rows, but the comparison policy fails empty results")
+			}
+			if l.opt.Progress != nil {
+				mu.Lock()
+				done++
+				l.opt.Progress(done, len(c.Tasks))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// resolvePolicy applies a record's comparison fields over the corpus
+// defaults over the built-in default.
+func resolvePolicy(defaults, own *Comparison) (sqlexec.Policy, error) {
+	p := sqlexec.DefaultPolicy()
+	for _, c := range []*Comparison{defaults, own} {
+		if c == nil {
+			continue
+		}
+		if c.Order != "" {
+			o, err := sqlexec.ParseOrder(c.Order)
+			if err != nil {
+				return p, fmt.Errorf("order: %v", err)
+			}
+			p.Order = o
+		}
+		if c.Decimals != nil {
+			if *c.Decimals < 0 || *c.Decimals > 12 {
+				return p, fmt.Errorf("decimals: %d is outside 0..12", *c.Decimals)
+			}
+			p.Decimals = *c.Decimals
+		}
+		set := func(dst *bool, src *bool) {
+			if src != nil {
+				*dst = *src
+			}
+		}
+		set(&p.StripComments, c.StripComments)
+		set(&p.StripDistinct, c.StripDistinct)
+		set(&p.StripRound, c.StripRound)
+		set(&p.EmptyFails, c.EmptyFails)
+	}
+	return p, nil
+}
+
+func hasKnowledge(ks []KnowledgeEntry, id string) bool {
+	for _, k := range ks {
+		if k.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func hasWord(s string) bool {
+	for _, r := range s {
+		if isWordRune(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// describeJSONError turns a decoding error into a line (relative to the
+// start of b, 0 when unknown), a field and a message.
+func describeJSONError(b []byte, err error) (line int, field, msg string) {
+	var (
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &syn):
+		return lineOf(b, syn.Offset), "", "invalid JSON: " + syn.Error()
+	case errors.As(err, &typ):
+		return lineOf(b, typ.Offset), typ.Field, fmt.Sprintf("want %s, got JSON %s", typ.Type, typ.Value)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return 0, "", "invalid JSON: unexpected end of input"
+	}
+	s := err.Error()
+	if f, ok := strings.CutPrefix(s, "json: unknown field "); ok {
+		return 0, strings.Trim(f, `"`), "unknown field (misspelt?)"
+	}
+	if i := strings.Index(s, "Go struct field "); i >= 0 {
+		// "json: cannot unmarshal ... into Go struct field Record.reference.sql of type ...: want ..."
+		rest := s[i+len("Go struct field "):]
+		if j := strings.Index(rest, " "); j > 0 {
+			f := rest[:j]
+			if k := strings.Index(f, "."); k >= 0 {
+				f = f[k+1:]
+			}
+			if k := strings.LastIndex(s, ": "); k >= 0 {
+				return 0, f, s[k+2:]
+			}
+			return 0, f, s
+		}
+	}
+	return 0, "", s
+}
+
+func lineOf(b []byte, off int64) int {
+	if off > int64(len(b)) {
+		off = int64(len(b))
+	}
+	return 1 + bytes.Count(b[:off], []byte("\n"))
+}
+
+func sortProblems(ps []Problem) {
+	sort.SliceStable(ps, func(i, j int) bool {
+		if ps[i].File != ps[j].File {
+			return ps[i].File < ps[j].File
+		}
+		return ps[i].Line < ps[j].Line
+	})
+}

@@ -1,0 +1,177 @@
+package corpus
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Kind is the kind of an ambiguity (PROTOCOL.md §1).
+type Kind string
+
+// The ambiguity kinds. Only Critical and Knowledge ambiguities are counted in
+// recall, precision and rewards; NonCritical ones may still be answered.
+const (
+	// Critical is an intent-level ambiguity of the request itself.
+	Critical Kind = "critical"
+	// Knowledge is an ambiguity created by masking a knowledge entry: the
+	// entry is removed from the public view of the record.
+	Knowledge Kind = "knowledge"
+	// NonCritical is an implementation-level ambiguity (rounding, ordering,
+	// null handling): answered when asked, never counted.
+	NonCritical Kind = "non_critical"
+)
+
+// Counted reports whether ambiguities of this kind count in metrics and rewards.
+func (k Kind) Counted() bool { return k == Critical || k == Knowledge }
+
+func (k Kind) valid() bool { return k == Critical || k == Knowledge || k == NonCritical }
+
+// Record is one task record: an AVT with one interpretation θ fixed
+// (PROTOCOL.md §1). Its fields fall into the three parts of the access
+// boundary: the public specification (Request, DB, Evidence and the
+// database's public context), the resolutions (Ambiguities, Interpretation)
+// and the verification assets (Reference, FollowUps).
+//
+// The JSON form is one object per line of a records file; see
+// docs/corpus-format.md.
+type Record struct {
+	// ID names the record, unique within its corpus.
+	ID string `json:"id"`
+	// AVTID groups the records that share the request and the ambiguities
+	// and differ in the interpretation. Defaults to ID (an AVT with one
+	// interpretation).
+	AVTID string `json:"avt_id,omitempty"`
+	// Split is a free-form partition label ("train", "dev", "test").
+	Split string `json:"split,omitempty"`
+	// DB is the id of a database in the corpus manifest.
+	DB string `json:"db"`
+
+	// Request is the underspecified natural-language request shown to the
+	// asking policy (public).
+	Request string `json:"request"`
+	// Evidence is optional public hint text (BIRD's "evidence").
+	Evidence string `json:"evidence,omitempty"`
+
+	// Ambiguities are the registered ambiguities, in annotation order
+	// (privileged: the oracle's).
+	Ambiguities []Ambiguity `json:"ambiguities"`
+	// Interpretation is a short privileged label of θ, such as
+	// "by revenue" (privileged: for logs and reports only).
+	Interpretation string `json:"interpretation,omitempty"`
+
+	// Reference holds the verification assets (privileged: the verifier's).
+	Reference Reference `json:"reference"`
+	// FollowUps are later sub-tasks (PROTOCOL.md §8), kept verbatim for the
+	// multi-phase extension; they are not served yet.
+	FollowUps []json.RawMessage `json:"follow_ups,omitempty"`
+}
+
+// Ambiguity is one registered ambiguity and its resolution under the
+// record's interpretation.
+type Ambiguity struct {
+	// Term is the span of the request (or of a knowledge name) that is
+	// ambiguous. The deterministic matcher credits the ambiguity when the
+	// term or an alias occurs in a question as whole words.
+	Term string `json:"term"`
+	// Kind is critical, knowledge or non_critical.
+	Kind Kind `json:"kind"`
+	// Resolution is the oracle's natural-language answer for this record's
+	// interpretation.
+	Resolution string `json:"resolution"`
+	// Aliases are other phrasings the matcher accepts for Term.
+	Aliases []string `json:"aliases,omitempty"`
+	// SQLSnippet is the part of the reference SQL this ambiguity decides
+	// (optional; used by LLM oracles and importers).
+	SQLSnippet string `json:"sql_snippet,omitempty"`
+	// DependsOn names the term of another ambiguity that must be resolved
+	// first (chain ambiguity, PROTOCOL.md §9; not used yet).
+	DependsOn string `json:"depends_on,omitempty"`
+	// KnowledgeID names the knowledge entry of the database that this
+	// ambiguity masks (kind knowledge only): it is removed from the
+	// record's public view.
+	KnowledgeID string `json:"knowledge_id,omitempty"`
+}
+
+// Reference is the verification assets of a record.
+type Reference struct {
+	// SQL is one or more statements; the last statement's result is the
+	// reference result. In JSON either a string or an array of strings.
+	SQL SQLList `json:"sql"`
+	// Comparison overrides the corpus's default comparison policy field
+	// by field.
+	Comparison *Comparison `json:"comparison,omitempty"`
+}
+
+// Comparison is the JSON form of a result-comparison policy
+// (PROTOCOL.md §4). Unset fields inherit the corpus default, then the
+// built-in default (bag semantics, numeric tolerance, no switches).
+type Comparison struct {
+	// Order is "auto" (ordered iff the reference's outermost query has
+	// ORDER BY), "bag" (multiset, the default), "ordered" or "set".
+	Order string `json:"order,omitempty"`
+	// Decimals, when set, rounds numbers half-up to that many places on
+	// both sides before comparing.
+	Decimals *int `json:"decimals,omitempty"`
+	// StripComments removes SQL comments from both sides before executing
+	// (BIRD-Interact switch).
+	StripComments *bool `json:"strip_comments,omitempty"`
+	// StripDistinct removes DISTINCT from both sides before executing
+	// (BIRD-Interact switch).
+	StripDistinct *bool `json:"strip_distinct,omitempty"`
+	// StripRound replaces ROUND(x, n) by x on both sides before executing
+	// (BIRD-Interact switch).
+	StripRound *bool `json:"strip_round,omitempty"`
+	// EmptyFails makes an empty result on either side a failure
+	// (BIRD-Interact switch).
+	EmptyFails *bool `json:"empty_fails,omitempty"`
+}
+
+// SQLList is a list of SQL statements that unmarshals from a JSON string or
+// an array of strings.
+type SQLList []string
+
+// UnmarshalJSON accepts "SELECT 1" as well as ["SELECT 1", "SELECT 2"].
+func (l *SQLList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*l = SQLList{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return fmt.Errorf("want a string or an array of strings")
+	}
+	*l = many
+	return nil
+}
+
+// MaxAmbiguities bounds the ambiguities of one record: episode tokens keep
+// each question's credits as a 64-bit mask.
+const MaxAmbiguities = 64
+
+// Counted returns the indexes of the counted (critical and knowledge)
+// ambiguities, in annotation order.
+func (r *Record) Counted() []int {
+	var idx []int
+	for i, a := range r.Ambiguities {
+		if a.Kind.Counted() {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// CountedTerms returns the distinct terms of the counted ambiguities, in
+// annotation order.
+func (r *Record) CountedTerms() []string {
+	seen := map[string]bool{}
+	var terms []string
+	for _, i := range r.Counted() {
+		t := r.Ambiguities[i].Term
+		if !seen[t] {
+			seen[t] = true
+			terms = append(terms, t)
+		}
+	}
+	return terms
+}

@@ -1,0 +1,333 @@
+// Package env owns the episode state machine of the ask-then-solve protocol
+// (PROTOCOL.md §2): task selection, budgets, phases and terminal statuses,
+// the fixed solvers, rewards, and the sealed tokens that carry each
+// episode's whole state between calls, so that the server holds none.
+package env
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"avtgym/corpus"
+	"avtgym/env/internal/statepb"
+	"avtgym/oracle"
+	pb "avtgym/proto/avtgym/v1"
+	"avtgym/sqlexec"
+)
+
+// Oracle answers a question about a record: the matcher's credits and the
+// responder's reply. oracle.Oracle implements it.
+type Oracle interface {
+	Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string) (oracle.Reply, error)
+}
+
+// Defaults of the episode options (PROTOCOL.md §2).
+const (
+	DefaultExtraQuestions      = 2
+	DefaultZeroAmbiguityBudget = 0
+	// MaxGroupSize bounds one reset's GRPO group.
+	MaxGroupSize = 1024
+	// maxExtraQuestions bounds C and the zero-ambiguity budget.
+	maxExtraQuestions = 64
+	// maxQuestionBytes bounds a question and maxSQLBytes a submission.
+	maxQuestionBytes = 16 << 10
+	maxSQLBytes      = 256 << 10
+)
+
+// Config is what an Env needs.
+type Config struct {
+	// Corpora are the served corpora; the first is the default.
+	Corpora []*corpus.Corpus
+	// Sealer seals episode tokens.
+	Sealer *Sealer
+	// Oracles maps each selectable oracle type to its implementation.
+	// ORACLE_TYPE_DETERMINISTIC must be present.
+	Oracles map[pb.OracleType]Oracle
+	// Limits bound every submitted statement.
+	Limits sqlexec.Limits
+	// TokenTTL, when positive, rejects tokens of episodes reset longer ago.
+	TokenTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Env runs episodes. It holds no per-episode state and is safe for
+// concurrent use.
+type Env struct {
+	cfg     Config
+	corpora map[string]*corpus.Corpus
+	views   map[*corpus.Task]*pb.TaskView
+	splits  map[*corpus.Corpus]map[string][]*corpus.Task
+}
+
+// New checks the configuration and prepares the public views of all tasks.
+func New(cfg Config) (*Env, error) {
+	if len(cfg.Corpora) == 0 {
+		return nil, errorf(Internal, ReasonInternal, "", "env: no corpus to serve")
+	}
+	if cfg.Sealer == nil {
+		return nil, errorf(Internal, ReasonInternal, "", "env: no token sealer")
+	}
+	if cfg.Oracles[pb.OracleType_ORACLE_TYPE_DETERMINISTIC] == nil {
+		return nil, errorf(Internal, ReasonInternal, "", "env: the deterministic oracle is required")
+	}
+	if cfg.Limits == (sqlexec.Limits{}) {
+		cfg.Limits = sqlexec.DefaultLimits()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	e := &Env{
+		cfg:     cfg,
+		corpora: map[string]*corpus.Corpus{},
+		views:   map[*corpus.Task]*pb.TaskView{},
+		splits:  map[*corpus.Corpus]map[string][]*corpus.Task{},
+	}
+	for _, c := range cfg.Corpora {
+		if _, dup := e.corpora[c.Name]; dup {
+			return nil, errorf(Internal, ReasonInternal, "", "env: two corpora are named %q", c.Name)
+		}
+		e.corpora[c.Name] = c
+		bySplit := map[string][]*corpus.Task{"": c.Tasks}
+		for _, t := range c.Tasks {
+			e.views[t] = PublicView(t)
+			if t.Split != "" {
+				bySplit[t.Split] = append(bySplit[t.Split], t)
+			}
+		}
+		e.splits[c] = bySplit
+	}
+	return e, nil
+}
+
+// Corpora returns the served corpora, the default first.
+func (e *Env) Corpora() []*corpus.Corpus { return e.cfg.Corpora }
+
+// Corpus returns the named corpus; "" names the default.
+func (e *Env) Corpus(name string) (*corpus.Corpus, error) {
+	if name == "" {
+		return e.cfg.Corpora[0], nil
+	}
+	c, ok := e.corpora[name]
+	if !ok {
+		return nil, errorf(NotFound, ReasonUnknownCorpus, "corpus", "no corpus named %q is served", name)
+	}
+	return c, nil
+}
+
+// Task returns a task by corpus and id.
+func (e *Env) Task(corpusName, id string) (*corpus.Task, error) {
+	c, err := e.Corpus(corpusName)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := c.Task(id)
+	if !ok {
+		return nil, errorf(NotFound, ReasonUnknownTask, "task_id", "corpus %q has no task %q", c.Name, id)
+	}
+	return t, nil
+}
+
+// View returns the public view of a task.
+func (e *Env) View(t *corpus.Task) *pb.TaskView { return e.views[t] }
+
+// Reset starts one episode or a GRPO group on one task.
+func (e *Env) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
+	c, err := e.Corpus(req.GetCorpus())
+	if err != nil {
+		return nil, err
+	}
+	seed := rand.Uint64()
+	if req.Seed != nil {
+		seed = req.GetSeed()
+	}
+	var task *corpus.Task
+	if id := req.GetTaskId(); id != "" {
+		if task, err = e.Task(c.Name, id); err != nil {
+			return nil, err
+		}
+	} else {
+		pool := e.splits[c][req.GetSplit()]
+		if len(pool) == 0 {
+			return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task in split %q", c.Name, req.GetSplit())
+		}
+		task = pool[mix(seed)%uint64(len(pool))]
+	}
+	n := int(req.GetGroupSize())
+	if n == 0 {
+		n = 1
+	}
+	if n < 0 || n > MaxGroupSize {
+		return nil, errorf(InvalidArgument, ReasonInvalidOption, "group_size", "%d is outside 0..%d", n, MaxGroupSize)
+	}
+	base, err := e.newState(task, req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ResetResponse{Episodes: make([]*pb.Episode, n)}
+	for i := range n {
+		st := proto.Clone(base).(*statepb.EpisodeState)
+		st.Seed = seed + uint64(i)
+		st.GroupIndex = int32(i)
+		tok, err := e.seal(st)
+		if err != nil {
+			return nil, err
+		}
+		ep := &pb.Episode{
+			Token:      tok,
+			Seed:       st.Seed,
+			GroupIndex: int32(i),
+			EpisodeId:  episodeID(task, st.Seed),
+			Observation: &pb.Observation{
+				Task:               e.views[task],
+				Turns:              []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
+				Phase:              pb.Phase_PHASE_ASKING,
+				QuestionBudget:     st.Budget,
+				QuestionsRemaining: st.Budget,
+			},
+		}
+		if req.GetIncludePrivileged() {
+			ep.Privileged = resetPrivileged(task)
+		}
+		resp.Episodes[i] = ep
+	}
+	return resp, nil
+}
+
+func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeState, error) {
+	st := &statepb.EpisodeState{
+		Version:    stateVersion,
+		Corpus:     t.Corpus.Name,
+		RecordId:   t.ID,
+		RecordHash: t.Hash[:],
+		Reward:     pb.RewardType_REWARD_TYPE_QUESTION_F1,
+		Solver:     pb.Solver_SOLVER_CLIENT,
+		Oracle:     pb.OracleType_ORACLE_TYPE_DETERMINISTIC,
+		Phase:      pb.Phase_PHASE_ASKING,
+		Status:     pb.EpisodeStatus_EPISODE_STATUS_RUNNING,
+		IssuedUnix: e.cfg.Now().Unix(),
+	}
+	if r := o.GetReward(); r != pb.RewardType_REWARD_TYPE_UNSPECIFIED {
+		if _, ok := pb.RewardType_name[int32(r)]; !ok {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "unknown reward type %d", r)
+		}
+		st.Reward = r
+	}
+	if s := o.GetSolver(); s != pb.Solver_SOLVER_UNSPECIFIED {
+		if _, ok := pb.Solver_name[int32(s)]; !ok {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "unknown solver %d", s)
+		}
+		st.Solver = s
+	}
+	if k := o.GetOracle(); k != pb.OracleType_ORACLE_TYPE_UNSPECIFIED {
+		if e.cfg.Oracles[k] == nil {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.oracle", "oracle %s is not available on this server", k)
+		}
+		st.Oracle = k
+	}
+	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
+	if o != nil && o.ExtraQuestions != nil {
+		extra = o.GetExtraQuestions()
+		if extra < 0 || extra > maxExtraQuestions {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "%d is outside 0..%d", extra, maxExtraQuestions)
+		}
+	}
+	if o != nil && o.ZeroAmbiguityBudget != nil {
+		zero = o.GetZeroAmbiguityBudget()
+		if zero < 0 || zero > maxExtraQuestions {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.zero_ambiguity_budget", "%d is outside 0..%d", zero, maxExtraQuestions)
+		}
+	}
+	if m := int32(len(t.Counted())); m > 0 {
+		st.Budget = m + extra
+	} else {
+		st.Budget = zero
+	}
+	return st, nil
+}
+
+// Step applies one action. The old token stays valid: stepping it again
+// with the same action gives the same result, and with another action
+// forks the episode.
+func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
+	st, task, err := e.open(req.GetToken())
+	if err != nil {
+		return nil, err
+	}
+	ep := &episode{env: e, st: st, task: task, priv: req.GetIncludePrivileged(), out: &pb.StepResponse{Observation: &pb.Observation{}}}
+	if ep.priv {
+		ep.out.Privileged = &pb.Privileged{AvtId: task.AVTID, Interpretation: task.Interpretation}
+	}
+	if err := ep.apply(ctx, req.GetAction()); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// The call's own deadline passed mid-step: what ran may have been
+		// cut short, so nothing is scored; the client retries the token.
+		return nil, err
+	}
+	ep.finish()
+	if ep.out.Token, err = e.seal(st); err != nil {
+		return nil, err
+	}
+	return ep.out, nil
+}
+
+const stateVersion = 1
+
+func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
+	b, err := proto.Marshal(st)
+	if err != nil {
+		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
+	}
+	return e.cfg.Sealer.Seal(b), nil
+}
+
+func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
+	if len(token) == 0 {
+		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "the episode token is missing")
+	}
+	plain, err := e.cfg.Sealer.Open(token)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &statepb.EpisodeState{}
+	if err := proto.Unmarshal(plain, st); err != nil {
+		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode state does not decode: %v", err)
+	}
+	if st.Version != stateVersion {
+		return nil, nil, errorf(FailedPrecondition, ReasonTokenMalformed, "token", "episode state version %d is not supported (want %d)", st.Version, stateVersion)
+	}
+	if ttl := e.cfg.TokenTTL; ttl > 0 && e.cfg.Now().Sub(time.Unix(st.IssuedUnix, 0)) > ttl {
+		return nil, nil, errorf(FailedPrecondition, ReasonTokenExpired, "token", "the episode was reset more than %s ago", ttl)
+	}
+	c, ok := e.corpora[st.Corpus]
+	if !ok {
+		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "corpus %q is no longer served", st.Corpus)
+	}
+	t, ok := c.Task(st.RecordId)
+	if !ok {
+		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q is no longer in corpus %q", st.RecordId, st.Corpus)
+	}
+	if string(t.Hash[:]) != string(st.RecordHash) {
+		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q changed since the episode was reset", st.RecordId)
+	}
+	return st, t, nil
+}
+
+// mix is SplitMix64's finaliser: it spreads consecutive seeds over the
+// whole range before they pick a task or break a tie.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func episodeID(t *corpus.Task, seed uint64) string {
+	return t.Corpus.Name + "/" + t.ID + "/" + strconv.FormatUint(seed, 10)
+}

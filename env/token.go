@@ -1,0 +1,133 @@
+package env
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Episode tokens are the sealed episode state (ARCHITECTURE.md, fixed
+// decision 1). Layout:
+//
+//	version (1 byte) | key id (4 bytes) | nonce (12 bytes) | AES-GCM ciphertext
+//
+// The header is authenticated as associated data. The plaintext is a 4-byte
+// length, the serialised state, and zero padding up to a size bucket (a
+// power of two, at least 256 bytes), so that a token's length does not
+// reveal how many credits its episode earned.
+const (
+	tokenVersion = 1
+	keyIDSize    = 4
+	headerSize   = 1 + keyIDSize
+	minBucket    = 256
+)
+
+// KeySize is the size of a token key: AES-256.
+const KeySize = 32
+
+// Sealer seals and opens episode tokens under one key. It is safe for
+// concurrent use.
+type Sealer struct {
+	aead  cipher.AEAD
+	keyID [keyIDSize]byte
+}
+
+// NewSealer returns a sealer for a 32-byte key.
+func NewSealer(key []byte) (*Sealer, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("token key is %d bytes, want %d", len(key), KeySize)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sealer{aead: aead}
+	sum := sha256.Sum256(append([]byte("avtgym episode token key id\x00"), key...))
+	copy(s.keyID[:], sum[:])
+	return s, nil
+}
+
+// RandomKey returns a fresh random key. Tokens sealed under it die with the
+// process, so servers behind a load balancer must share a key file instead.
+func RandomKey() []byte {
+	k := make([]byte, KeySize)
+	if _, err := rand.Read(k); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return k
+}
+
+// ReadKeyFile reads a token key from a file holding 64 hexadecimal digits,
+// the standard base64 of 32 bytes, or the 32 raw bytes.
+func ReadKeyFile(name string) ([]byte, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == KeySize {
+		return b, nil
+	}
+	text := strings.TrimSpace(string(b))
+	if k, err := hex.DecodeString(text); err == nil && len(k) == KeySize {
+		return k, nil
+	}
+	if k, err := base64.StdEncoding.DecodeString(text); err == nil && len(k) == KeySize {
+		return k, nil
+	}
+	return nil, fmt.Errorf("%s: want 64 hex digits, base64 of 32 bytes, or 32 raw bytes", name)
+}
+
+// Seal encrypts plain into a token.
+func (s *Sealer) Seal(plain []byte) []byte {
+	size := 4 + len(plain)
+	bucket := minBucket
+	for bucket < size+s.aead.Overhead() {
+		bucket *= 2
+	}
+	padded := bucket - s.aead.Overhead()
+	nonceSize := s.aead.NonceSize()
+	out := make([]byte, headerSize+nonceSize, headerSize+nonceSize+bucket)
+	out[0] = tokenVersion
+	copy(out[1:headerSize], s.keyID[:])
+	if _, err := rand.Read(out[headerSize:]); err != nil {
+		panic(err)
+	}
+	buf := make([]byte, padded)
+	binary.BigEndian.PutUint32(buf, uint32(len(plain)))
+	copy(buf[4:], plain)
+	return s.aead.Seal(out, out[headerSize:], buf, out[:headerSize])
+}
+
+// Open authenticates and decrypts a token.
+func (s *Sealer) Open(token []byte) ([]byte, error) {
+	nonceSize := s.aead.NonceSize()
+	if len(token) < headerSize+nonceSize+s.aead.Overhead()+4 {
+		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token is %d bytes, too short to be a token", len(token))
+	}
+	if token[0] != tokenVersion {
+		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token has format version %d, want %d", token[0], tokenVersion)
+	}
+	if string(token[1:headerSize]) != string(s.keyID[:]) {
+		return nil, errorf(InvalidArgument, ReasonTokenForeign, "token", "episode token was sealed under another server key (replicas must share --token-key-file)")
+	}
+	buf, err := s.aead.Open(nil, token[headerSize:headerSize+nonceSize], token[headerSize+nonceSize:], token[:headerSize])
+	if err != nil {
+		return nil, errorf(InvalidArgument, ReasonTokenTampered, "token", "episode token failed authentication: it was altered or truncated")
+	}
+	n := binary.BigEndian.Uint32(buf)
+	if int(n) > len(buf)-4 {
+		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token's length prefix is out of range")
+	}
+	return buf[4 : 4+n], nil
+}

@@ -1,0 +1,64 @@
+package env
+
+import (
+	"avtgym/corpus"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// PublicView builds a task's public specification: the request, the
+// evidence and the database's public context, with the knowledge entries
+// the task masks removed. Nothing from the resolutions or the verification
+// assets is copied into it.
+func PublicView(t *corpus.Task) *pb.TaskView {
+	db := &pb.DatabaseView{
+		Id:             t.DB.Spec.ID,
+		Dialect:        t.DB.Engine.Dialect(),
+		Schema:         t.DB.Schema,
+		ColumnMeanings: t.DB.Spec.ColumnMeanings,
+	}
+	for _, k := range t.PublicKnowledge {
+		db.Knowledge = append(db.Knowledge, &pb.KnowledgeEntry{Id: k.ID, Name: k.Name, Definition: k.Definition})
+	}
+	return &pb.TaskView{
+		Corpus:   t.Corpus.Name,
+		TaskId:   t.ID,
+		Split:    t.Split,
+		Request:  t.Request,
+		Evidence: t.Evidence,
+		Database: db,
+	}
+}
+
+// Summary builds a task's listing entry.
+func Summary(t *corpus.Task) *pb.TaskSummary {
+	return &pb.TaskSummary{Corpus: t.Corpus.Name, TaskId: t.ID, Split: t.Split, Database: t.DB.Spec.ID, Request: t.Request}
+}
+
+// resetPrivileged is the privileged data of a reset: the ambiguities with
+// their resolutions and the reference.
+func resetPrivileged(t *corpus.Task) *pb.Privileged {
+	p := &pb.Privileged{AvtId: t.AVTID, Interpretation: t.Interpretation, ReferenceSql: t.Reference.SQL}
+	for i, a := range t.Ambiguities {
+		p.Ambiguities = append(p.Ambiguities, &pb.AmbiguityInfo{
+			Index:      int32(i),
+			Term:       a.Term,
+			Kind:       kindToProto(a.Kind),
+			Counted:    a.Kind.Counted(),
+			Resolution: a.Resolution,
+			Aliases:    a.Aliases,
+		})
+	}
+	return p
+}
+
+func kindToProto(k corpus.Kind) pb.AmbiguityKind {
+	switch k {
+	case corpus.Critical:
+		return pb.AmbiguityKind_AMBIGUITY_KIND_CRITICAL
+	case corpus.Knowledge:
+		return pb.AmbiguityKind_AMBIGUITY_KIND_KNOWLEDGE
+	case corpus.NonCritical:
+		return pb.AmbiguityKind_AMBIGUITY_KIND_NON_CRITICAL
+	}
+	return pb.AmbiguityKind_AMBIGUITY_KIND_UNSPECIFIED
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
+
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// Metrics are the server's Prometheus metrics, on a registry of their own.
+type Metrics struct {
+	registry        *prometheus.Registry
+	rpcs            *prometheus.CounterVec
+	latency         *prometheus.HistogramVec
+	steps           *prometheus.CounterVec
+	episodesStarted prometheus.Counter
+	episodesEnded   *prometheus.CounterVec
+	rewards         *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics (and the Go and process collectors) on
+// a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_rpcs_total", Help: "Unary RPCs handled, by method and status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "avtgym_rpc_seconds", Help: "Unary RPC handling time, by method.",
+			Buckets: prometheus.ExponentialBuckets(20e-6, 4, 10),
+		}, []string{"method"}),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_steps_total", Help: "Episode steps applied, by action.",
+		}, []string{"action"}),
+		episodesStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "avtgym_episodes_started_total", Help: "Episodes started by Reset and ResetBatch.",
+		}),
+		episodesEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_episodes_ended_total", Help: "Episodes that reached a terminal status, by status. A forked token counts each time it ends.",
+		}, []string{"status"}),
+		rewards: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "avtgym_episode_reward", Help: "Terminal rewards, by reward type.",
+			Buckets: []float64{0, 0.2, 0.4, 0.6, 0.8, 0.999, 1},
+		}, []string{"type"}),
+	}
+	m.registry.MustRegister(m.rpcs, m.latency, m.steps, m.episodesStarted, m.episodesEnded, m.rewards,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+func (m *Metrics) observeRPC(method string, err error, took time.Duration) {
+	m.rpcs.WithLabelValues(method, status.Code(err).String()).Inc()
+	m.latency.WithLabelValues(method).Observe(took.Seconds())
+}
+
+func (m *Metrics) observeStep(req *pb.StepRequest, resp *pb.StepResponse) {
+	action := "none"
+	switch req.GetAction().GetKind().(type) {
+	case *pb.Action_Ask_:
+		action = "ask"
+	case *pb.Action_Stop_:
+		action = "stop"
+	case *pb.Action_SubmitSql_:
+		action = "submit_sql"
+	}
+	m.steps.WithLabelValues(action).Inc()
+	if resp.GetDone() {
+		m.episodesEnded.WithLabelValues(resp.GetStatus().String()).Inc()
+		if r := resp.GetReward(); r != nil {
+			m.rewards.WithLabelValues(r.GetType().String()).Observe(r.GetValue())
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package sqlexec
+
+import (
+	"context"
+	"fmt"
+)
+
+// Verdict is the outcome of checking one predicted SQL.
+type Verdict struct {
+	// Success is true when the prediction's result agrees with the reference's.
+	Success bool
+	// Reason explains a failure (a comparison mismatch or the prediction's error); empty
+	// on success.
+	Reason string
+	// Err is the prediction's *Error when it failed to run (syntax, denied, timeout, caps,
+	// execution); nil otherwise.
+	Err error
+}
+
+// CacheKey returns the cache key Check uses for the reference result of refKey under p:
+// refKey itself when p rewrites nothing, else refKey with the rewrite switches appended
+// (the rewritten reference is a different query).
+func CacheKey(refKey string, p Policy) string {
+	if !p.rewrites() {
+		return refKey
+	}
+	b := func(v bool) byte {
+		if v {
+			return '1'
+		}
+		return '0'
+	}
+	return refKey + "\x00rewrite:" + string([]byte{b(p.StripComments), b(p.StripDistinct), b(p.StripRound)})
+}
+
+// Check verifies predicted SQL against the reference SQL (PROTOCOL §4). It applies
+// p.Rewrite to both texts, gets the reference result through cache (key CacheKey(refKey,
+// p)), runs the prediction on eng, resolves OrderAuto against the reference and compares.
+// When the rewritten prediction is the rewritten reference up to comments, whitespace
+// and the case of unquoted words (NormalizeSQL), the cached reference result is reused
+// and the prediction is not executed.
+//
+// A prediction that fails to run is a failed Verdict with Err set and a nil error. The
+// returned error is reserved for failures that are not the prediction's: the reference
+// failed (the record is invalid, e.g. it exceeds a cap), the database is unavailable, or
+// ctx ended.
+func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Policy, predicted string, reference string, lim Limits) (Verdict, error) {
+	predSQL := p.Rewrite(predicted)
+	refSQL := p.Rewrite(reference)
+	ref, err := cache.Get(ctx, CacheKey(refKey, p), func(ctx context.Context) (*Result, error) {
+		return eng.Query(ctx, refSQL, lim)
+	})
+	if err != nil {
+		return Verdict{}, fmt.Errorf("sqlexec: reference %q failed: %w", refKey, err)
+	}
+	rp := p.Resolve(refSQL)
+	pred := ref
+	if NormalizeSQL(predSQL) != NormalizeSQL(refSQL) {
+		pred, err = eng.Query(ctx, predSQL, lim)
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return Verdict{}, fmt.Errorf("sqlexec: checking prediction: %w", cerr)
+			}
+			switch KindOf(err) {
+			case 0, KindUnavailable:
+				return Verdict{}, fmt.Errorf("sqlexec: running prediction: %w", err)
+			}
+			return Verdict{Success: false, Reason: err.Error(), Err: err}, nil
+		}
+	}
+	ok, reason := Compare(rp, pred, ref)
+	return Verdict{Success: ok, Reason: reason}, nil
+}

@@ -1,0 +1,259 @@
+package sqlexec
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Order says how the rows of two results are matched.
+type Order int
+
+const (
+	// OrderBag compares rows as multisets (the default).
+	OrderBag Order = iota
+	// OrderOrdered compares rows as lists, position by position.
+	OrderOrdered
+	// OrderSet compares the sets of distinct rows (BIRD's classic set(rows)).
+	OrderSet
+	// OrderAuto is OrderOrdered when the reference's outermost query has ORDER BY,
+	// else OrderBag; see Policy.Resolve.
+	OrderAuto
+)
+
+var orderNames = [...]string{"bag", "ordered", "set", "auto"}
+
+// String returns the order's name as ParseOrder accepts it.
+func (o Order) String() string {
+	if o >= 0 && int(o) < len(orderNames) {
+		return orderNames[o]
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
+// ParseOrder parses "bag", "ordered", "set" or "auto" (case-insensitive); "" is bag.
+func ParseOrder(s string) (Order, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "bag":
+		return OrderBag, nil
+	case "ordered":
+		return OrderOrdered, nil
+	case "set":
+		return OrderSet, nil
+	case "auto":
+		return OrderAuto, nil
+	}
+	return 0, fmt.Errorf("sqlexec: unknown order %q (want bag, ordered, set or auto)", s)
+}
+
+// Policy is a record's comparison policy (PROTOCOL §4).
+type Policy struct {
+	// Order says how rows are matched.
+	Order Order
+	// Decimals is -1 for no rounding; k >= 0 rounds every number half-up (away from
+	// zero) to k decimal places on both sides before comparing.
+	Decimals int
+	// StripComments removes comments from both SQL texts before executing (BIRD-Interact).
+	StripComments bool
+	// StripDistinct removes every DISTINCT keyword from both SQL texts (BIRD-Interact).
+	StripDistinct bool
+	// StripRound replaces ROUND(x, n) and ROUND(x) by x in both SQL texts (BIRD-Interact).
+	StripRound bool
+	// EmptyFails makes an empty result on either side a failure (BIRD-Interact).
+	EmptyFails bool
+}
+
+// DefaultPolicy returns the default policy: bag semantics, no rounding, no switches.
+func DefaultPolicy() Policy { return Policy{Order: OrderBag, Decimals: -1} }
+
+// Resolve returns p with OrderAuto replaced: OrderOrdered when the outermost query of
+// referenceSQL's last statement has ORDER BY (HasOuterOrderBy), else OrderBag.
+func (p Policy) Resolve(referenceSQL string) Policy {
+	if p.Order == OrderAuto {
+		if HasOuterOrderBy(referenceSQL) {
+			p.Order = OrderOrdered
+		} else {
+			p.Order = OrderBag
+		}
+	}
+	return p
+}
+
+// rewrites reports whether Rewrite can change a text under p.
+func (p Policy) rewrites() bool { return p.StripComments || p.StripDistinct || p.StripRound }
+
+// Rewrite applies the policy's BIRD-Interact switches to sql: StripComments removes
+// "--" and "/* */" comments (a block comment becomes one space); StripDistinct removes
+// every DISTINCT keyword; StripRound replaces each ROUND(x, n) or ROUND(x) call by x,
+// matching parentheses and innermost calls first, and keeps x parenthesised unless it is
+// a single term (a name, a literal, a call or a parenthesised expression), so that
+// ROUND(a+b, 2)*3 becomes (a+b)*3. String literals, quoted identifiers and (when kept)
+// comments are never changed. With every switch off sql is returned unchanged.
+func (p Policy) Rewrite(sql string) string {
+	if !p.rewrites() {
+		return sql
+	}
+	toks := lex(sql)
+	if p.StripComments {
+		out := toks[:0:0]
+		for _, t := range toks {
+			switch t.kind {
+			case tkLineCmt:
+				continue
+			case tkBlkCmt:
+				t = token{kind: tkSpace, text: " "}
+			}
+			out = append(out, t)
+		}
+		toks = out
+	}
+	if p.StripDistinct {
+		out := toks[:0:0]
+		for i := 0; i < len(toks); i++ {
+			if toks[i].isWord("DISTINCT") {
+				// Drop the keyword and the whitespace after it.
+				if i+1 < len(toks) && toks[i+1].kind == tkSpace {
+					i++
+				}
+				continue
+			}
+			out = append(out, toks[i])
+		}
+		toks = out
+	}
+	if p.StripRound {
+		toks = stripRound(toks)
+	}
+	var b strings.Builder
+	b.Grow(len(sql))
+	for _, t := range toks {
+		b.WriteString(t.text)
+	}
+	return b.String()
+}
+
+// stripRound replaces ROUND(...) calls in toks by their first argument.
+func stripRound(toks []token) []token {
+	out := make([]token, 0, len(toks))
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if !t.isWord("ROUND") || prevSignificant(toks, i).isPunct('.') {
+			out = append(out, t)
+			continue
+		}
+		open := nextSignificant(toks, i+1)
+		if open < 0 || !toks[open].isPunct('(') {
+			out = append(out, t)
+			continue
+		}
+		closeAt := matchParen(toks, open)
+		if closeAt < 0 {
+			out = append(out, t)
+			continue
+		}
+		args := toks[open+1 : closeAt]
+		first := args
+		depth := 0
+		for j, a := range args {
+			if a.isPunct('(') {
+				depth++
+			} else if a.isPunct(')') {
+				depth--
+			} else if depth == 0 && a.isPunct(',') {
+				first = args[:j]
+				break
+			}
+		}
+		x := trimTrivia(stripRound(first))
+		if len(x) == 0 { // ROUND() stays as it is: it is an error either way.
+			out = append(out, toks[i:closeAt+1]...)
+		} else if isTerm(x) {
+			out = append(out, x...)
+		} else {
+			out = append(out, token{kind: tkPunct, text: "("})
+			out = append(out, x...)
+			out = append(out, token{kind: tkPunct, text: ")"})
+		}
+		i = closeAt
+	}
+	return out
+}
+
+func prevSignificant(toks []token, i int) token {
+	for j := i - 1; j >= 0; j-- {
+		if !toks[j].trivia() {
+			return toks[j]
+		}
+	}
+	return token{kind: tkSpace, text: " "}
+}
+
+func nextSignificant(toks []token, i int) int {
+	for ; i < len(toks); i++ {
+		if !toks[i].trivia() {
+			return i
+		}
+	}
+	return -1
+}
+
+// matchParen returns the index of the ')' matching the '(' at toks[open], or -1.
+func matchParen(toks []token, open int) int {
+	depth := 0
+	for j := open; j < len(toks); j++ {
+		if toks[j].isPunct('(') {
+			depth++
+		} else if toks[j].isPunct(')') {
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+func trimTrivia(toks []token) []token {
+	for len(toks) > 0 && toks[0].trivia() {
+		toks = toks[1:]
+	}
+	for len(toks) > 0 && toks[len(toks)-1].trivia() {
+		toks = toks[:len(toks)-1]
+	}
+	return toks
+}
+
+// isTerm reports whether toks (trimmed) is a single term that needs no parentheses: a
+// literal, a possibly qualified name, a call name(...) or a parenthesised expression.
+func isTerm(toks []token) bool {
+	sig := significant(toks)
+	if len(sig) == 0 {
+		return false
+	}
+	if len(sig) == 1 {
+		return sig[0].kind != tkPunct
+	}
+	// name(...) or (...): the first '(' must match the last token.
+	first := 0
+	for first < len(toks) && !toks[first].isPunct('(') {
+		first++
+	}
+	if first < len(toks) && matchParen(toks, first) == len(toks)-1 {
+		head := significant(toks[:first])
+		return len(head) == 0 || isName(head)
+	}
+	return isName(sig)
+}
+
+// isName reports whether sig is name(.name)*.
+func isName(sig []token) bool {
+	for j, t := range sig {
+		if j%2 == 0 {
+			if t.kind != tkWord && t.kind != tkQuoted {
+				return false
+			}
+		} else if !t.isPunct('.') {
+			return false
+		}
+	}
+	return len(sig)%2 == 1
+}
