@@ -70,12 +70,12 @@ func (l *loader) problem(file string, line int, field, format string, args ...an
 
 func (l *loader) file(name string) string { return path.Join(l.label, name) }
 
-func load(ctx context.Context, fsys fs.FS, label, realDir string, opt Options) (c *Corpus, err error) {
+func load(ctx context.Context, fsys fs.FS, label, realDir string, opt Options) (_ *Corpus, err error) {
 	if opt.Limits == (sqlexec.Limits{}) {
 		opt.Limits = sqlexec.DefaultLimits()
 	}
 	l := &loader{fsys: fsys, label: label, realDir: realDir, opt: opt}
-	c = &Corpus{Cache: sqlexec.NewCache(), byID: map[string]*Task{}, avts: map[string][]*Task{}, dbs: map[string]*DB{}}
+	c := &Corpus{Cache: sqlexec.NewCache(), byID: map[string]*Task{}, avts: map[string][]*Task{}, dbs: map[string]*DB{}}
 	defer func() {
 		if err != nil {
 			c.Close()

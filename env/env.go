@@ -203,7 +203,7 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 		Version:    stateVersion,
 		Corpus:     t.Corpus.Name,
 		RecordId:   t.ID,
-		RecordHash: t.Hash[:],
+		RecordHash: t.Hash[:recordHashSize],
 		Reward:     pb.RewardType_REWARD_TYPE_QUESTION_F1,
 		Solver:     pb.Solver_SOLVER_CLIENT,
 		Oracle:     pb.OracleType_ORACLE_TYPE_DETERMINISTIC,
@@ -279,12 +279,21 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 
 const stateVersion = 1
 
+// recordHashSize is how much of a task's content hash a token keeps:
+// 128 bits tell a changed record apart, and every byte is sent twice per
+// step.
+const recordHashSize = 16
+
 func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
-	b, err := proto.Marshal(st)
+	n := proto.Size(st)
+	var err error
+	tok := e.cfg.Sealer.SealFunc(n, func(buf []byte) {
+		_, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf[:0], st)
+	})
 	if err != nil {
 		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
 	}
-	return e.cfg.Sealer.Seal(b), nil
+	return tok, nil
 }
 
 func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
@@ -313,7 +322,7 @@ func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	if !ok {
 		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q is no longer in corpus %q", st.RecordId, st.Corpus)
 	}
-	if string(t.Hash[:]) != string(st.RecordHash) {
+	if string(t.Hash[:recordHashSize]) != string(st.RecordHash) {
 		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q changed since the episode was reset", st.RecordId)
 	}
 	return st, t, nil

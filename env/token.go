@@ -20,13 +20,17 @@ import (
 //
 // The header is authenticated as associated data. The plaintext is a 4-byte
 // length, the serialised state, and zero padding up to a size bucket (a
-// power of two, at least 256 bytes), so that a token's length does not
-// reveal how many credits its episode earned.
+// multiple of 64 bytes, at least 128), so that small differences in the
+// state do not show in the token's length. The state itself keeps secret
+// quantities in fixed-width fields (credits are 64-bit masks), so the
+// length never depends on how many credits the episode earned; the buckets
+// are a second line of defence and keep tokens small.
 const (
 	tokenVersion = 1
 	keyIDSize    = 4
 	headerSize   = 1 + keyIDSize
-	minBucket    = 256
+	minBucket    = 128
+	bucketStep   = 64
 )
 
 // KeySize is the size of a token key: AES-256.
@@ -90,23 +94,43 @@ func ReadKeyFile(name string) ([]byte, error) {
 
 // Seal encrypts plain into a token.
 func (s *Sealer) Seal(plain []byte) []byte {
-	size := 4 + len(plain)
-	bucket := minBucket
-	for bucket < size+s.aead.Overhead() {
-		bucket *= 2
+	tok, buf := s.prepare(len(plain))
+	copy(buf, plain)
+	return s.seal(tok)
+}
+
+// SealFunc seals the n bytes that fill writes into the buffer it is
+// given, sparing a copy of the plaintext: the token is built in place.
+func (s *Sealer) SealFunc(n int, fill func(buf []byte)) []byte {
+	tok, buf := s.prepare(n)
+	fill(buf[:n])
+	return s.seal(tok)
+}
+
+// prepare allocates a whole token for a plaintext of n bytes, writes the
+// header, nonce and length prefix, and returns the token and the slice the
+// plaintext goes into. The padding is already zero.
+func (s *Sealer) prepare(n int) (tok, buf []byte) {
+	overhead, nonceSize := s.aead.Overhead(), s.aead.NonceSize()
+	bucket := max(minBucket, (4+n+overhead+bucketStep-1)/bucketStep*bucketStep)
+	tok = make([]byte, headerSize+nonceSize+bucket)
+	tok[0] = tokenVersion
+	copy(tok[1:headerSize], s.keyID[:])
+	if _, err := rand.Read(tok[headerSize : headerSize+nonceSize]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
 	}
-	padded := bucket - s.aead.Overhead()
-	nonceSize := s.aead.NonceSize()
-	out := make([]byte, headerSize+nonceSize, headerSize+nonceSize+bucket)
-	out[0] = tokenVersion
-	copy(out[1:headerSize], s.keyID[:])
-	if _, err := rand.Read(out[headerSize:]); err != nil {
-		panic(err)
-	}
-	buf := make([]byte, padded)
-	binary.BigEndian.PutUint32(buf, uint32(len(plain)))
-	copy(buf[4:], plain)
-	return s.aead.Seal(out, out[headerSize:], buf, out[:headerSize])
+	body := tok[headerSize+nonceSize:]
+	binary.BigEndian.PutUint32(body, uint32(n))
+	return tok, body[4 : 4+n]
+}
+
+// seal encrypts a prepared token in place.
+func (s *Sealer) seal(tok []byte) []byte {
+	nonceSize, overhead := s.aead.NonceSize(), s.aead.Overhead()
+	start := headerSize + nonceSize
+	plain := tok[start : len(tok)-overhead]
+	s.aead.Seal(plain[:0], tok[headerSize:start], plain, tok[:headerSize])
+	return tok
 }
 
 // Open authenticates and decrypts a token.

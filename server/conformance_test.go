@@ -407,8 +407,8 @@ func TestTokens(t *testing.T) {
 	_, err := c.Step(ctxT(t), &pb.StepRequest{Token: oep.Token, Action: stop()})
 	wantError(t, err, codes.InvalidArgument, "TOKEN_FOREIGN")
 	// Tokens are padded to size buckets.
-	if n := len(ep.Token) - 17; n%256 != 0 {
-		t.Errorf("sealed part of the token is %d bytes, not a multiple of 256", n)
+	if n := len(ep.Token) - 17; n%64 != 0 {
+		t.Errorf("sealed part of the token is %d bytes, not a multiple of 64", n)
 	}
 	// The server still serves after all of that.
 	if _, err := s.Client.Health.Check(ctxT(t), &healthpb.HealthCheckRequest{}); err != nil {

@@ -5,9 +5,11 @@ package testutil
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -127,4 +129,26 @@ func (s *Server) Stop(t testing.TB) {
 		t.Error("server did not stop in 20s")
 	}
 	s.App.Close()
+}
+
+// LeakCheck runs a package's tests and then fails the run if goroutines
+// started during the tests are still alive after a grace period (servers
+// not stopped, streams not closed). Call it from TestMain.
+func LeakCheck(m *testing.M) int {
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		fmt.Fprintf(os.Stderr, "goroutine leak: %d goroutines before the tests, %d after\n%s\n", before, n, buf)
+		return 1
+	}
+	return 0
 }

@@ -252,8 +252,8 @@ func firstWords(text string) string {
 		f = f[:3]
 	}
 	s := strings.Join(f, " ")
-	if len(s) > 60 {
-		s, more = s[:60], true
+	if r := []rune(s); len(r) > 60 {
+		s, more = string(r[:60]), true
 	}
 	if more {
 		s += " ..."

@@ -155,6 +155,13 @@ func TestQuery(t *testing.T) {
 				[][]any{{"id"}, {"customer_id"}, {"amount"}, {"note"}}},
 			{"recursive CTE", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) SELECT sum(x) FROM c",
 				[]string{"sum(x)"}, [][]any{{int64(15)}}},
+			{"date with trailing comment", "SELECT joined FROM customers WHERE id = 2 -- the date", []string{"joined"},
+				[][]any{{"2020-12-31T10:11:12"}}},
+			{"date after another statement", "SELECT 1; SELECT joined AS j FROM customers WHERE id = 3", []string{"j"},
+				[][]any{{"not a date"}}},
+			{"compound with dates", "SELECT joined FROM customers WHERE id = 1 UNION ALL SELECT joined FROM customers WHERE id = 3 ORDER BY 1 DESC",
+				[]string{"joined"}, [][]any{{"not a date"}, {"2021-03-04"}}},
+			{"json_each", "SELECT value FROM json_each('[1,2]')", []string{"value"}, [][]any{{int64(1)}, {int64(2)}}},
 			{"json function", "SELECT json_extract('{\"a\":2}', '$.a') AS a", []string{"a"}, [][]any{{int64(2)}}},
 		}
 		for _, tc := range cases {
