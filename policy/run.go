@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"avtgym/client"
@@ -19,6 +20,8 @@ type Episode struct {
 	Seed      uint64   `json:"seed"`
 	Status    string   `json:"status"`
 	Questions []string `json:"questions"`
+	// Status is TERMINATED, TRUNCATED or ERROR (the server's terminal
+	// status), or RPC_FAILED when the episode could not be played.
 	// CreditedTerms are the distinct counted terms credited over the
 	// episode, in annotation order.
 	CreditedTerms []string `json:"credited_terms"`
@@ -55,6 +58,8 @@ func Play(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest, 
 		EpisodeID: ep.GetEpisodeId(),
 		Seed:      ep.GetSeed(),
 		Questions: []string{},
+		// An empty list, not null, when nothing was credited.
+		CreditedTerms: []string{},
 	}
 	for _, a := range priv.GetAmbiguities() {
 		if a.GetCounted() {
@@ -91,7 +96,7 @@ func Play(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest, 
 	if !last.GetDone() {
 		return nil, fmt.Errorf("the episode waits for SQL, which a scripted policy cannot write: use the lookup solver or the question_f1 reward")
 	}
-	out.Status = last.GetStatus().String()
+	out.Status = strings.TrimPrefix(last.GetStatus().String(), "EPISODE_STATUS_")
 	for _, c := range last.GetPrivileged().GetEpisodeCredits() {
 		if c.GetCounted() && !slices.Contains(out.CreditedTerms, c.GetTerm()) {
 			out.CreditedTerms = append(out.CreditedTerms, c.GetTerm())
@@ -236,7 +241,7 @@ func Summarize(eps []*Episode) *Summary {
 			continue
 		}
 		s.Episodes++
-		if e.Status == pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED.String() {
+		if e.Status == "TRUNCATED" {
 			s.Truncated++
 		}
 		prec.add(e.Precision)

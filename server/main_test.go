@@ -1,13 +1,16 @@
 package server_test
 
 import (
+	"net/http/httptest"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"avtgym/internal/testutil"
+	pb "avtgym/proto/avtgym/v1"
 )
 
 func TestMain(m *testing.M) { os.Exit(testutil.LeakCheck(m)) }
@@ -47,4 +50,28 @@ func TestReflectionListsServices(t *testing.T) {
 		t.Fatalf("describe EnvService: %v %v", r2, err)
 	}
 	stream2.CloseSend()
+}
+
+func TestMetrics(t *testing.T) {
+	s, c := startTiny(t)
+	ep := reset(t, c, &pb.ResetRequest{TaskId: "big"})
+	r := step(t, c, ep.Token, ask(fullQ("big sales")), false)
+	step(t, c, r.Token, stop(), false)
+	_, _ = c.Step(ctxT(t), &pb.StepRequest{Token: []byte("garbage-garbage-garbage-garbage-garbage"), Action: stop()})
+	rec := httptest.NewRecorder()
+	s.App.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`avtgym_steps_total{action="ask"} 1`,
+		`avtgym_steps_total{action="stop"} 1`,
+		`avtgym_episodes_started_total 1`,
+		`avtgym_episodes_ended_total{status="EPISODE_STATUS_TERMINATED"} 1`,
+		`avtgym_rpcs_total{code="InvalidArgument",method="/avtgym.v1.EnvService/Step"} 1`,
+		`avtgym_rpcs_total{code="OK",method="/avtgym.v1.EnvService/Step"} 2`,
+		`avtgym_episode_reward_count{type="REWARD_TYPE_QUESTION_F1"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
