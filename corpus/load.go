@@ -60,6 +60,10 @@ type loader struct {
 	opt      Options
 	problems []Problem
 	mu       sync.Mutex
+	// failedDBs are databases of the manifest that could not be opened: a
+	// problem was reported for each, and their records are not checked
+	// further (so that one missing file does not bury the report).
+	failedDBs map[string]bool
 }
 
 func (l *loader) problem(file string, line int, field, format string, args ...any) {
@@ -193,8 +197,10 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 		return d, nil
 	}
 	file := l.file(ManifestFile)
+	l.failedDBs = map[string]bool{}
 	for i, spec := range m.Databases {
 		field := fmt.Sprintf("databases[%d]", i)
+		l.failedDBs[spec.ID] = true // until it opens
 		var (
 			dbPath    string
 			immutable bool
@@ -245,6 +251,7 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 			continue
 		}
 		db := &DB{Spec: spec, Engine: eng, Schema: spec.Schema}
+		delete(l.failedDBs, spec.ID)
 		c.dbs[spec.ID] = db
 		c.dbOrder = append(c.dbOrder, spec.ID)
 		if db.Schema == "" {
@@ -322,7 +329,10 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 		bad("request", "is required")
 	}
 	db, ok := c.dbs[rec.DB]
-	if !ok {
+	switch {
+	case !ok && l.failedDBs[rec.DB]:
+		return // its database failed to open; that problem is reported
+	case !ok:
 		bad("db", "%q is not a database of the manifest", rec.DB)
 	}
 	terms := map[string]bool{}
