@@ -109,15 +109,29 @@ func ForEach(ctx context.Context, n, concurrency int, fn func(ctx context.Contex
 	errs := make([]error, n)
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
+	cancelFrom := func(i int) {
+		for j := i; j < n; j++ {
+			errs[j] = ctx.Err()
+		}
+	}
+loop:
 	for i := range n {
+		// Check before and after waiting for a slot: a select with both
+		// cases ready picks at random.
+		if ctx.Err() != nil {
+			cancelFrom(i)
+			break
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			for j := i; j < n; j++ {
-				errs[j] = ctx.Err()
-			}
-			wg.Wait()
-			return errs
+			cancelFrom(i)
+			break loop
+		}
+		if ctx.Err() != nil {
+			<-sem // the slot this loop just took
+			cancelFrom(i)
+			break
 		}
 		wg.Add(1)
 		go func() {

@@ -107,7 +107,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	}
 	var mask uint64
 	for _, c := range reply.Credits {
-		if c < 0 || c >= corpus.MaxAmbiguities {
+		if c < 0 || c >= min(len(ep.task.Ambiguities), corpus.MaxAmbiguities) {
 			ep.fail(fmt.Sprintf("the oracle credited ambiguity %d, which does not exist", c))
 			return nil
 		}

@@ -11,7 +11,8 @@ import (
 // submits that interpretation's reference SQL:
 //
 //  1. an interpretation whose reference SQL appears verbatim in an oracle
-//     reply (after whitespace normalisation) is chosen outright;
+//     reply (after whitespace normalisation) is chosen outright (the
+//     longest, when several do);
 //  2. otherwise the interpretations whose resolution texts appear most
 //     often in the replies remain (all of them when nothing was revealed);
 //  3. among those that remain, one is chosen uniformly with the episode's
@@ -32,9 +33,20 @@ func (ep *episode) lookup() string {
 }
 
 func chooseInterpretation(interps []*corpus.Task, said string, seed uint64) *corpus.Task {
+	// When one reference is a prefix of another ("... FROM t" and
+	// "... FROM t WHERE x"), quoting the longer one contains both: the
+	// longest quoted reference is the one that was quoted.
 	var verbatim []*corpus.Task
+	longest := 0
 	for _, t := range interps {
-		if strings.Contains(said, normalizeSpace(t.ReferenceSQL)) {
+		ref := normalizeSpace(t.ReferenceSQL)
+		if !strings.Contains(said, ref) {
+			continue
+		}
+		switch {
+		case len(ref) > longest:
+			longest, verbatim = len(ref), []*corpus.Task{t}
+		case len(ref) == longest:
 			verbatim = append(verbatim, t)
 		}
 	}

@@ -79,10 +79,14 @@ func ReadKeyFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	text := strings.TrimSpace(string(b))
 	if len(b) == KeySize {
+		if _, err := hex.DecodeString(text); err == nil {
+			// 32 hex digits are a 16-byte key written as text, not 32 raw bytes.
+			return nil, fmt.Errorf("%s: holds 32 hex digits (a 16-byte key); want 64 hex digits", name)
+		}
 		return b, nil
 	}
-	text := strings.TrimSpace(string(b))
 	if k, err := hex.DecodeString(text); err == nil && len(k) == KeySize {
 		return k, nil
 	}

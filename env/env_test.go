@@ -1,0 +1,680 @@
+package env_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"avtgym/corpus"
+	. "avtgym/env"
+	"avtgym/env/internal/statepb"
+	"avtgym/internal/testutil"
+	"avtgym/oracle"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// fakeClock is a settable clock for Config.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// fakeOracle answers every question with a fixed reply or error.
+type fakeOracle struct {
+	reply oracle.Reply
+	err   error
+	calls atomic.Int32
+}
+
+func (f *fakeOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+	f.calls.Add(1)
+	return f.reply, f.err
+}
+
+var testEpoch = time.Unix(1_700_000_000, 0)
+
+// loadTiny loads the tiny corpus once per test.
+func loadTiny(t *testing.T) *corpus.Corpus {
+	t.Helper()
+	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{})
+	if err != nil {
+		t.Fatalf("LoadDir: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// newEnv builds an Env over c with the deterministic oracle (unless the
+// edit replaces it), a fresh random key (unless one is given) and a fake
+// clock.
+func mustSealer(t *testing.T, key []byte) *Sealer {
+	t.Helper()
+	s, err := NewSealer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newEnv(t *testing.T, c *corpus.Corpus, key []byte, edit ...func(*Config)) (*Env, *fakeClock) {
+	t.Helper()
+	if key == nil {
+		key = RandomKey()
+	}
+	s, err := NewSealer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: testEpoch}
+	cfg := Config{
+		Corpora: []*corpus.Corpus{c},
+		Sealer:  s,
+		Oracles: map[pb.OracleType]Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
+		Now:     clock.Now,
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return e, clock
+}
+
+func withOracle(o Oracle) func(*Config) {
+	return func(c *Config) { c.Oracles = map[pb.OracleType]Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: o} }
+}
+
+func askAction(text string) *pb.Action {
+	return &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: text}}}
+}
+
+func stopAction() *pb.Action { return &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}} }
+
+func submitAction(sql string) *pb.Action {
+	return &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}}
+}
+
+func u64(n uint64) *uint64 { return &n }
+
+func resetOne(t *testing.T, e *Env, taskID string, opts *pb.EpisodeOptions) *pb.Episode {
+	t.Helper()
+	resp, err := e.Reset(context.Background(), &pb.ResetRequest{TaskId: taskID, Seed: u64(7), Options: opts})
+	if err != nil {
+		t.Fatalf("Reset %s: %v", taskID, err)
+	}
+	if len(resp.Episodes) != 1 {
+		t.Fatalf("Reset %s: %d episodes", taskID, len(resp.Episodes))
+	}
+	return resp.Episodes[0]
+}
+
+func mustStep(t *testing.T, e *Env, tok []byte, a *pb.Action, priv bool) *pb.StepResponse {
+	t.Helper()
+	resp, err := e.Step(context.Background(), &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: priv})
+	if err != nil {
+		t.Fatalf("Step %v: %v", a, err)
+	}
+	return resp
+}
+
+func wantEnvError(t *testing.T, err error, code Code, reason string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not an *env.Error", err, err)
+	}
+	if e.Code != code || e.Reason != reason {
+		t.Fatalf("error %q: code %d reason %s, want code %d reason %s", e, e.Code, e.Reason, code, reason)
+	}
+}
+
+func outcomeOpts() *pb.EpisodeOptions {
+	return &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	c := loadTiny(t)
+	s, _ := NewSealer(RandomKey())
+	det := map[pb.OracleType]Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()}
+	for name, cfg := range map[string]Config{
+		"no corpus":    {Sealer: s, Oracles: det},
+		"no sealer":    {Corpora: []*corpus.Corpus{c}, Oracles: det},
+		"no oracle":    {Corpora: []*corpus.Corpus{c}, Sealer: s},
+		"two corpora":  {Corpora: []*corpus.Corpus{c, c}, Sealer: s, Oracles: det},
+		"nil det orac": {Corpora: []*corpus.Corpus{c}, Sealer: s, Oracles: map[pb.OracleType]Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: nil}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted the configuration", name)
+		}
+	}
+}
+
+func TestTokenTTL(t *testing.T) {
+	const ttl = 10 * time.Minute
+	e, clock := newEnv(t, loadTiny(t), nil, func(c *Config) { c.TokenTTL = ttl })
+	ep := resetOne(t, e, "top-a", nil)
+
+	clock.Set(testEpoch.Add(ttl - time.Second))
+	resp := mustStep(t, e, ep.Token, askAction("What do you mean by top region?"), false)
+	if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING {
+		t.Fatalf("step before the TTL: status %s", resp.Status)
+	}
+
+	clock.Set(testEpoch.Add(ttl + time.Second))
+	for name, tok := range map[string][]byte{"reset token": ep.Token, "token of a later step": resp.Token} {
+		_, err := e.Step(context.Background(), &pb.StepRequest{Token: tok, Action: stopAction()})
+		if err == nil {
+			t.Fatalf("%s accepted after the TTL", name)
+		}
+		wantEnvError(t, err, FailedPrecondition, ReasonTokenExpired)
+	}
+
+	// Without a TTL tokens never expire.
+	e2, clock2 := newEnv(t, loadTiny(t), nil)
+	ep2 := resetOne(t, e2, "top-a", nil)
+	clock2.Set(testEpoch.Add(100 * 365 * 24 * time.Hour))
+	mustStep(t, e2, ep2.Token, stopAction(), false)
+}
+
+// openState decodes a token's episode state with the env's sealer.
+func openState(t *testing.T, s *Sealer, tok []byte) *statepb.EpisodeState {
+	t.Helper()
+	plain, err := s.Open(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &statepb.EpisodeState{}
+	if err := proto.Unmarshal(plain, st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// reseal opens a token with the env's own sealer, edits its state and seals
+// it again: a token the server could have issued, but with other content.
+func reseal(t *testing.T, s *Sealer, tok []byte, edit func(st *statepb.EpisodeState)) []byte {
+	t.Helper()
+	st := openState(t, s, tok)
+	edit(st)
+	b, err := proto.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Seal(b)
+}
+
+func TestTokenStateChecks(t *testing.T) {
+	key := RandomKey()
+	e, _ := newEnv(t, loadTiny(t), key)
+	s := mustSealer(t, key)
+	ep := resetOne(t, e, "top-a", nil)
+	step := func(tok []byte) error {
+		_, err := e.Step(context.Background(), &pb.StepRequest{Token: tok, Action: stopAction()})
+		return err
+	}
+	// The untouched token works.
+	if err := step(reseal(t, s, ep.Token, func(*statepb.EpisodeState) {})); err != nil {
+		t.Fatalf("resealed unchanged state: %v", err)
+	}
+	for _, v := range []uint32{0, 2, 1 << 31} {
+		err := step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Version = v }))
+		wantEnvError(t, err, FailedPrecondition, ReasonTokenMalformed)
+	}
+	err := step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Corpus = "other" }))
+	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordId = "gone" }))
+	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHash = bytes.Repeat([]byte{1}, len(st.RecordHash)) }))
+	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHash = nil }))
+	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
+
+	// A sealed plaintext that is not an episode state.
+	err = step(s.Seal([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}))
+	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+	// No token at all.
+	err = step(nil)
+	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+}
+
+func TestResetSeeds(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	ctx := context.Background()
+	seen := map[uint64]bool{}
+	for range 32 {
+		resp, err := e.Reset(ctx, &pb.ResetRequest{TaskId: "top-a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[resp.Episodes[0].Seed] = true
+	}
+	if len(seen) < 31 {
+		t.Errorf("32 resets without a seed drew only %d distinct seeds", len(seen))
+	}
+
+	// A given seed picks the same task every time; different seeds spread
+	// over the corpus.
+	tasks := map[string]bool{}
+	for s := range uint64(64) {
+		var first string
+		for range 2 {
+			resp, err := e.Reset(ctx, &pb.ResetRequest{Seed: u64(s)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := resp.Episodes[0].Observation.Task.TaskId
+			if first != "" && id != first {
+				t.Fatalf("seed %d picked %s, then %s", s, first, id)
+			}
+			first = id
+		}
+		tasks[first] = true
+	}
+	if len(tasks) < 3 {
+		t.Errorf("64 seeds picked only %d distinct tasks: %v", len(tasks), tasks)
+	}
+}
+
+func TestResetGroupSize(t *testing.T) {
+	key := RandomKey()
+	e, _ := newEnv(t, loadTiny(t), key)
+	s := mustSealer(t, key)
+	ctx := context.Background()
+	resp, err := e.Reset(ctx, &pb.ResetRequest{TaskId: "big", Seed: u64(100), GroupSize: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Episodes) != 1 || resp.Episodes[0].GroupIndex != 0 || resp.Episodes[0].Seed != 100 {
+		t.Fatalf("group_size 0: %d episodes, first %v", len(resp.Episodes), resp.Episodes[0])
+	}
+	resp, err = e.Reset(ctx, &pb.ResetRequest{Seed: u64(100), GroupSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Episodes) != 4 {
+		t.Fatalf("group_size 4: %d episodes", len(resp.Episodes))
+	}
+	for i, ep := range resp.Episodes {
+		if ep.GroupIndex != int32(i) || ep.Seed != 100+uint64(i) {
+			t.Errorf("member %d: group index %d seed %d", i, ep.GroupIndex, ep.Seed)
+		}
+		if ep.Observation.Task.TaskId != resp.Episodes[0].Observation.Task.TaskId {
+			t.Errorf("member %d is on task %s, member 0 on %s", i, ep.Observation.Task.TaskId, resp.Episodes[0].Observation.Task.TaskId)
+		}
+		st := openState(t, s, ep.Token)
+		if st.Seed != ep.Seed || st.GroupIndex != int32(i) {
+			t.Errorf("member %d: sealed seed %d group index %d", i, st.Seed, st.GroupIndex)
+		}
+	}
+	for _, n := range []int32{-1, MaxGroupSize + 1} {
+		_, err := e.Reset(ctx, &pb.ResetRequest{TaskId: "big", GroupSize: n})
+		wantEnvError(t, err, InvalidArgument, ReasonInvalidOption)
+	}
+}
+
+func TestStepWithEndedContext(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	ep := resetOne(t, e, "big", outcomeOpts())
+	// Equivalent to the reference but not textually equal, so the verifier
+	// has to run it.
+	const sql = "SELECT id, amount FROM sales WHERE year = 2024 AND amount >= 100 ORDER BY amount DESC"
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	resp, err := e.Step(cancelled, &pb.StepRequest{Token: ep.Token, Action: submitAction(sql)})
+	if err == nil || !errors.Is(err, context.Canceled) || resp != nil {
+		t.Fatalf("cancelled submit: resp %v, err %v; want no response and context.Canceled", resp, err)
+	}
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	resp, err = e.Step(expired, &pb.StepRequest{Token: ep.Token, Action: submitAction(sql)})
+	if !errors.Is(err, context.DeadlineExceeded) || resp != nil {
+		t.Fatalf("expired submit: resp %v, err %v; want no response and DeadlineExceeded", resp, err)
+	}
+	// The oracle is cut short too; the step is not turned into an ERROR
+	// episode.
+	resp, err = e.Step(cancelled, &pb.StepRequest{Token: ep.Token, Action: askAction("What are big sales?")})
+	if !errors.Is(err, context.Canceled) || resp != nil {
+		t.Fatalf("cancelled ask: resp %v, err %v", resp, err)
+	}
+
+	// The token is still good: the retry with a live context is scored.
+	resp = mustStep(t, e, ep.Token, submitAction(sql), false)
+	if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || resp.Reward.GetValue() != 1 {
+		t.Fatalf("retry: done %v status %s reward %v", resp.Done, resp.Status, resp.Reward)
+	}
+}
+
+func TestOracleFailureEndsInError(t *testing.T) {
+	c := loadTiny(t)
+	key := RandomKey()
+	broken := &fakeOracle{err: errors.New("endpoint down")}
+	e, _ := newEnv(t, c, key, withOracle(broken))
+	ep := resetOne(t, e, "top-a", nil)
+
+	resp := mustStep(t, e, ep.Token, askAction("What do you mean by top region?"), true)
+	if broken.calls.Load() != 1 {
+		t.Fatalf("oracle called %d times", broken.calls.Load())
+	}
+	if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_ERROR || resp.Observation.Phase != pb.Phase_PHASE_DONE {
+		t.Fatalf("done %v status %s phase %s, want a done ERROR episode", resp.Done, resp.Status, resp.Observation.Phase)
+	}
+	if resp.Reward != nil {
+		t.Fatalf("an ERROR episode was scored: %v", resp.Reward)
+	}
+	if !strings.Contains(resp.Privileged.GetVerifierReason(), "endpoint down") {
+		t.Errorf("privileged reason %q does not carry the oracle's error", resp.Privileged.GetVerifierReason())
+	}
+	for _, turn := range resp.Observation.Turns {
+		if strings.Contains(turn.Text, "endpoint down") {
+			t.Errorf("the oracle's error reached the policy: %q", turn.Text)
+		}
+	}
+	// The ERROR token is done.
+	_, err := e.Step(context.Background(), &pb.StepRequest{Token: resp.Token, Action: stopAction()})
+	wantEnvError(t, err, FailedPrecondition, ReasonEpisodeDone)
+
+	// A replica with the same key and a working oracle continues the
+	// episode from the token before the failure.
+	good, _ := newEnv(t, c, key)
+	resp = mustStep(t, good, ep.Token, askAction("What do you mean by top region?"), false)
+	if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || resp.Observation.QuestionsAsked != 1 {
+		t.Fatalf("retry on a working oracle: status %s asked %d", resp.Status, resp.Observation.QuestionsAsked)
+	}
+	if got := resp.Observation.Turns[len(resp.Observation.Turns)-1].Text; got != c.Interpretations("top")[0].Ambiguities[0].Resolution {
+		t.Errorf("retry reply %q", got)
+	}
+}
+
+func TestOracleBadCreditEndsInError(t *testing.T) {
+	c := loadTiny(t)
+	cases := []struct {
+		task    string
+		credits []int
+		ok      bool
+	}{
+		{"top-a", []int{0}, true},
+		{"big", []int{0, 1, 2}, true},
+		{"top-a", []int{-1}, false},
+		{"top-a", []int{corpus.MaxAmbiguities}, false},
+		{"top-a", []int{1 << 20}, false},
+		{"top-a", []int{0, 64}, false},
+		// Inside the 64-bit mask, but the record has no such ambiguity.
+		{"top-a", []int{1}, false},
+		{"big", []int{3}, false},
+		{"big", []int{63}, false},
+	}
+	for _, tc := range cases {
+		o := &fakeOracle{reply: oracle.Reply{Text: "a reply", Credits: tc.credits}}
+		e, _ := newEnv(t, c, nil, withOracle(o))
+		ep := resetOne(t, e, tc.task, nil)
+		var resp *pb.StepResponse
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("%s credits %v: panic %v", tc.task, tc.credits, r)
+				}
+			}()
+			resp = mustStep(t, e, ep.Token, askAction("anything at all?"), true)
+		}()
+		if tc.ok {
+			if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || len(resp.Privileged.GetCredits()) != len(tc.credits) {
+				t.Errorf("%s credits %v: status %s credits %v", tc.task, tc.credits, resp.Status, resp.Privileged.GetCredits())
+			}
+			continue
+		}
+		if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_ERROR || !resp.Done || resp.Reward != nil {
+			t.Errorf("%s credits %v: status %s done %v reward %v, want an unscored ERROR episode", tc.task, tc.credits, resp.Status, resp.Done, resp.Reward)
+		}
+	}
+}
+
+func TestActionTextLimits(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	ep := resetOne(t, e, "big", outcomeOpts())
+	base := "What are big sales?"
+	exact := base + strings.Repeat(" ", 16<<10-len(base))
+	if len(exact) != 16<<10 {
+		t.Fatalf("test bug: %d", len(exact))
+	}
+	resp := mustStep(t, e, ep.Token, askAction(exact), false)
+	if resp.Observation.QuestionsAsked != 1 {
+		t.Fatalf("a 16 KiB question was not answered")
+	}
+	bad := map[string]*pb.Action{
+		"question over 16 KiB":      askAction(exact + "x"),
+		"question invalid UTF-8":    askAction("What are big sales? \xff\xfe"),
+		"question truncated rune":   askAction("What are big sales \xe2\x82"),
+		"question empty":            askAction(""),
+		"question blank":            askAction(" \n\t"),
+		"sql invalid UTF-8":         submitAction("SELECT '\xc3\x28'"),
+		"sql over the limit":        submitAction("SELECT 1" + strings.Repeat(" ", 256<<10)),
+		"sql empty":                 submitAction(""),
+		"no action kind":            {},
+		"nil action":                nil,
+		"ask with nil ask":          {Kind: &pb.Action_Ask_{}},
+		"submit with nil submit_sq": {Kind: &pb.Action_SubmitSql_{}},
+	}
+	for name, a := range bad {
+		resp, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.Token, Action: a})
+		if err == nil {
+			t.Errorf("%s: accepted (status %s)", name, resp.Status)
+			continue
+		}
+		var ee *Error
+		if !errors.As(err, &ee) || ee.Code != InvalidArgument || ee.Reason != ReasonInvalidAction {
+			t.Errorf("%s: %v, want INVALID_ACTION", name, err)
+		}
+	}
+}
+
+func TestStrongMultiStatementReference(t *testing.T) {
+	c := loadTiny(t)
+	e, _ := newEnv(t, c, nil)
+	strong, _ := c.Task("strong")
+	if !strings.Contains(strong.ReferenceSQL, ";") {
+		t.Fatalf("test assumption: strong's reference %q is not multi-statement", strong.ReferenceSQL)
+	}
+	for _, tc := range []struct {
+		sql  string
+		want float64
+	}{
+		{"SELECT region FROM sales WHERE year = 2024 GROUP BY region HAVING SUM(amount) > 200", 1},
+		{"SELECT region FROM sales WHERE year = 2024 GROUP BY region HAVING SUM(amount) >= 200 ORDER BY region", 1},
+		{strong.ReferenceSQL, 1},
+		{"SELECT region FROM sales GROUP BY region HAVING SUM(amount) > 200", 0},
+		{"SELECT 1", 0},
+	} {
+		ep := resetOne(t, e, "strong", outcomeOpts())
+		resp := mustStep(t, e, ep.Token, submitAction(tc.sql), true)
+		if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || resp.Reward.GetValue() != tc.want {
+			t.Errorf("%q: done %v status %s reward %v (%s), want %v", tc.sql, resp.Done, resp.Status, resp.Reward, resp.Privileged.GetVerifierReason(), tc.want)
+		}
+	}
+	// The lookup solver submits the joined reference and succeeds once
+	// the dialogue revealed the knowledge.
+	ep := resetOne(t, e, "strong", &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_LOOKUP})
+	resp := mustStep(t, e, ep.Token, askAction("What is a strong market?"), false)
+	resp = mustStep(t, e, resp.Token, stopAction(), true)
+	if !resp.Done || resp.Reward.GetValue() != 1 || resp.Privileged.GetSolverSql() != strong.ReferenceSQL {
+		t.Errorf("lookup on strong: done %v reward %v solver SQL %q (%s)", resp.Done, resp.Reward, resp.Privileged.GetSolverSql(), resp.Privileged.GetVerifierReason())
+	}
+}
+
+func TestQuantitiesMirrorsState(t *testing.T) {
+	c := loadTiny(t)
+	big, _ := c.Task("big")
+	mask := func(m uint64) *uint64 { return &m }
+	st := &statepb.EpisodeState{
+		Attempted: 4,
+		Questions: []*statepb.AnsweredQuestion{
+			{CreditMask: mask(0b011)}, {CreditMask: mask(0)}, {CreditMask: mask(0b100)}, {},
+		},
+	}
+	q := Quantities(big, st)
+	if !slices.Equal(q.Counted, []int{0, 1}) {
+		t.Errorf("Counted %v", q.Counted)
+	}
+	if q.Attempted != 4 {
+		t.Errorf("Attempted %d", q.Attempted)
+	}
+	want := [][]int{{0, 1}, {}, {2}, {}}
+	if len(q.Credits) != len(want) {
+		t.Fatalf("Credits %v", q.Credits)
+	}
+	for i := range want {
+		if !slices.Equal(q.Credits[i], want[i]) {
+			t.Errorf("Credits[%d] = %v, want %v", i, q.Credits[i], want[i])
+		}
+	}
+	if q.Outcome != nil {
+		t.Errorf("unverified state has outcome %v", *q.Outcome)
+	}
+	for _, ok := range []bool{false, true} {
+		st.Verified, st.Outcome = true, ok
+		if q := Quantities(big, st); q.Outcome == nil || *q.Outcome != ok {
+			t.Errorf("verified %v: outcome %v", ok, q.Outcome)
+		}
+	}
+
+	// Through real steps: the sealed state and Quantities agree with the
+	// observation.
+	key := RandomKey()
+	e, _ := newEnv(t, c, key)
+	ep := resetOne(t, e, "big", nil)
+	r := mustStep(t, e, ep.Token, askAction("Which big sales, and which recent year?"), false)
+	r = mustStep(t, e, r.Token, askAction("How are they sorted?"), false)
+	r = mustStep(t, e, r.Token, askAction("What is the weather like?"), false)
+	q = Quantities(big, openState(t, mustSealer(t, key), r.Token))
+	if q.Attempted != 3 || len(q.Credits) != 3 || int(r.Observation.QuestionsAsked) != len(q.Credits) {
+		t.Fatalf("after 3 asks: %+v, observation asked %d", q, r.Observation.QuestionsAsked)
+	}
+	for i, w := range [][]int{{0, 1}, {2}, {}} {
+		if !slices.Equal(q.Credits[i], w) {
+			t.Errorf("question %d credits %v, want %v", i, q.Credits[i], w)
+		}
+	}
+}
+
+func TestPublicViewHasNoPrivilegedText(t *testing.T) {
+	c := loadTiny(t)
+	e, _ := newEnv(t, c, nil)
+	if len(c.Tasks) != 5 {
+		t.Fatalf("tiny corpus has %d tasks", len(c.Tasks))
+	}
+	for _, task := range c.Tasks {
+		view := PublicView(task)
+		if !proto.Equal(view, e.View(task)) {
+			t.Errorf("%s: Env.View differs from PublicView", task.ID)
+		}
+		viewBytes, err := proto.Marshal(view)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := e.Reset(context.Background(), &pb.ResetRequest{TaskId: task.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obsBytes, err := proto.Marshal(resp.Episodes[0].Observation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Episodes[0].Privileged != nil {
+			t.Errorf("%s: reset without include_privileged has privileged data", task.ID)
+		}
+		var secrets []string
+		for _, a := range task.Ambiguities {
+			secrets = append(secrets, a.Resolution, a.SQLSnippet)
+		}
+		secrets = append(secrets, task.Reference.SQL...)
+		secrets = append(secrets, task.ReferenceSQL, task.Interpretation)
+		masked := map[string]bool{}
+		for _, a := range task.Ambiguities {
+			if a.KnowledgeID != "" {
+				masked[a.KnowledgeID] = true
+			}
+		}
+		for _, k := range task.DB.Spec.Knowledge {
+			if masked[k.ID] {
+				secrets = append(secrets, k.Definition)
+			}
+		}
+		for _, s := range secrets {
+			if strings.TrimSpace(s) == "" {
+				continue
+			}
+			if bytes.Contains(viewBytes, []byte(s)) {
+				t.Errorf("%s: the public view contains %q", task.ID, s)
+			}
+			if bytes.Contains(obsBytes, []byte(s)) {
+				t.Errorf("%s: the reset observation contains %q", task.ID, s)
+			}
+		}
+		if view.Request != task.Request || view.TaskId != task.ID {
+			t.Errorf("%s: view request %q", task.ID, view.Request)
+		}
+	}
+}
+
+func TestResetOptions(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	i32 := func(n int32) *int32 { return &n }
+	for name, o := range map[string]*pb.EpisodeOptions{
+		"unknown reward":    {Reward: pb.RewardType(99)},
+		"unknown solver":    {Solver: pb.Solver(99)},
+		"missing oracle":    {Oracle: pb.OracleType(99)},
+		"extra -1":          {ExtraQuestions: i32(-1)},
+		"extra 65":          {ExtraQuestions: i32(65)},
+		"zero budget -1":    {ZeroAmbiguityBudget: i32(-1)},
+		"zero budget 65":    {ZeroAmbiguityBudget: i32(65)},
+		"extra huge":        {ExtraQuestions: i32(1 << 30)},
+		"zero budget huge":  {ZeroAmbiguityBudget: i32(-1 << 30)},
+		"bad after a valid": {Reward: pb.RewardType_REWARD_TYPE_OUTCOME, ExtraQuestions: i32(-5)},
+	} {
+		_, err := e.Reset(context.Background(), &pb.ResetRequest{TaskId: "big", Options: o})
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+			continue
+		}
+		wantEnvError(t, err, InvalidArgument, ReasonInvalidOption)
+	}
+	for _, tc := range []struct {
+		task string
+		o    *pb.EpisodeOptions
+		want int32
+	}{
+		{"big", nil, 2 + DefaultExtraQuestions}, // two counted ambiguities, the non-critical one is not
+		{"big", &pb.EpisodeOptions{ExtraQuestions: i32(0)}, 2},
+		{"big", &pb.EpisodeOptions{ExtraQuestions: i32(64)}, 66},
+		{"big", &pb.EpisodeOptions{ZeroAmbiguityBudget: i32(5)}, 2 + DefaultExtraQuestions},
+		{"count", nil, DefaultZeroAmbiguityBudget},
+		{"count", &pb.EpisodeOptions{ZeroAmbiguityBudget: i32(3), ExtraQuestions: i32(9)}, 3},
+	} {
+		ep := resetOne(t, e, tc.task, tc.o)
+		if ep.Observation.QuestionBudget != tc.want || ep.Observation.QuestionsRemaining != tc.want {
+			t.Errorf("%s %v: budget %d remaining %d, want %d", tc.task, tc.o, ep.Observation.QuestionBudget, ep.Observation.QuestionsRemaining, tc.want)
+		}
+	}
+}
