@@ -8,6 +8,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,10 @@ type Config struct {
 	Concurrency int
 	// BatchSize is the StepBatch size; 0 means 256.
 	BatchSize int
+	// BatchConcurrency is the number of batches in flight; 0 means
+	// 2×GOMAXPROCS (each batch already carries BatchSize episodes, which
+	// the server spreads over its cores).
+	BatchConcurrency int
 	// Corpus is the corpus to draw the task from ("" = the default).
 	Corpus string
 }
@@ -34,6 +39,7 @@ type Config struct {
 // Result is one run's figures.
 type Result struct {
 	Concurrency      int     `json:"concurrency"`
+	BatchConcurrency int     `json:"batch_concurrency"`
 	BatchSize        int     `json:"batch_size"`
 	DurationSeconds  float64 `json:"phase_seconds"`
 	HealthPerS       float64 `json:"health_per_s"`
@@ -59,11 +65,14 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 256
 	}
+	if cfg.BatchConcurrency == 0 {
+		cfg.BatchConcurrency = 2 * runtime.GOMAXPROCS(0)
+	}
 	step, taskID, question, err := AskStep(ctx, c, cfg.Corpus)
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Concurrency: cfg.Concurrency, BatchSize: cfg.BatchSize, DurationSeconds: cfg.Duration.Seconds(), TaskID: taskID, Question: question}
+	r := &Result{Concurrency: cfg.Concurrency, BatchConcurrency: cfg.BatchConcurrency, BatchSize: cfg.BatchSize, DurationSeconds: cfg.Duration.Seconds(), TaskID: taskID, Question: question}
 
 	health := &healthpb.HealthCheckRequest{}
 	n, _, err := measure(ctx, cfg, func(ctx context.Context) error {
@@ -89,7 +98,9 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 	for i := range batch.Steps {
 		batch.Steps[i] = step
 	}
-	n, _, err = measure(ctx, cfg, func(ctx context.Context) error {
+	batchCfg := cfg
+	batchCfg.Concurrency = cfg.BatchConcurrency
+	n, _, err = measure(ctx, batchCfg, func(ctx context.Context) error {
 		resp, err := c.Env.StepBatch(ctx, batch)
 		if err == nil && resp.GetResults()[0].GetStatus().GetCode() != 0 {
 			err = fmt.Errorf("batch item failed: %s", resp.GetResults()[0].GetStatus().GetMessage())

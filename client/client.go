@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"avtgym/internal/grpcpool"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -58,6 +60,7 @@ func Dial(addr string, opt Options) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(retry(opt)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		experimental.WithBufferPool(grpcpool.Shared),
 	}, opt.DialOptions...)
 	conn, err := grpc.NewClient(addr, dopts...)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -258,7 +259,12 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 	if err != nil {
 		return nil, err
 	}
-	ep := &episode{env: e, st: st, task: task, priv: req.GetIncludePrivileged(), out: &pb.StepResponse{Observation: &pb.Observation{}}}
+	// One allocation holds the episode, the response, its observation and
+	// the turns a step can add (a step is the hot path; see bench/).
+	ep := &episode{env: e, st: st, task: task, priv: req.GetIncludePrivileged()}
+	ep.out = &ep.resp
+	ep.out.Observation = &ep.obs
+	ep.obs.Turns = ep.turnPtrs[:0]
 	if ep.priv {
 		ep.out.Privileged = &pb.Privileged{AvtId: task.AVTID, Interpretation: task.Interpretation}
 	}
@@ -279,33 +285,38 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 
 const stateVersion = 1
 
+// buffers recycles the plaintext buffers of sealing and opening tokens:
+// every step does both.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
 // recordHashSize is how much of a task's content hash a token keeps:
 // 128 bits tell a changed record apart, and every byte is sent twice per
 // step.
 const recordHashSize = 16
 
 func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
-	n := proto.Size(st)
-	var err error
-	tok := e.cfg.Sealer.SealFunc(n, func(buf []byte) {
-		_, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(buf[:0], st)
-	})
-	if err != nil {
-		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
-	}
-	return tok, nil
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	b := appendState((*bp)[:0], st)
+	*bp = b
+	return e.cfg.Sealer.SealFunc(len(b), func(buf []byte) { copy(buf, b) }), nil
 }
 
 func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	if len(token) == 0 {
 		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "the episode token is missing")
 	}
-	plain, err := e.cfg.Sealer.Open(token)
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	plain, err := e.cfg.Sealer.OpenAppend(*bp, token)
 	if err != nil {
 		return nil, nil, err
 	}
+	*bp = plain[:0]
 	st := &statepb.EpisodeState{}
-	if err := proto.Unmarshal(plain, st); err != nil {
+	// readState copies strings and bytes out of plain, so the buffer can
+	// go back to the pool.
+	if err := readState(plain, st); err != nil {
 		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode state does not decode: %v", err)
 	}
 	if st.Version != stateVersion {

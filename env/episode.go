@@ -27,10 +27,28 @@ type episode struct {
 	task *corpus.Task
 	priv bool
 	out  *pb.StepResponse
+
+	// Storage for out, its observation and up to maxStepTurns turns.
+	resp     pb.StepResponse
+	obs      pb.Observation
+	turns    [maxStepTurns]pb.Turn
+	turnPtrs [maxStepTurns]*pb.Turn
 }
 
+// maxStepTurns is the most turns one step adds (a submission while asking:
+// SQL, feedback, and a notice if verification fails).
+const maxStepTurns = 3
+
 func (ep *episode) turn(role pb.Role, kind pb.TurnKind, text string) {
-	ep.out.Observation.Turns = append(ep.out.Observation.Turns, &pb.Turn{Role: role, Kind: kind, Text: text})
+	o := ep.out.Observation
+	var t *pb.Turn
+	if n := len(o.Turns); n < maxStepTurns {
+		t = &ep.turns[n]
+	} else {
+		t = new(pb.Turn)
+	}
+	t.Role, t.Kind, t.Text = role, kind, text
+	o.Turns = append(o.Turns, t)
 }
 
 func (ep *episode) apply(ctx context.Context, a *pb.Action) error {

@@ -139,6 +139,12 @@ func (s *Sealer) seal(tok []byte) []byte {
 
 // Open authenticates and decrypts a token.
 func (s *Sealer) Open(token []byte) ([]byte, error) {
+	return s.OpenAppend(nil, token)
+}
+
+// OpenAppend is Open decrypting into dst's storage (from dst[:0]), so that
+// callers on a hot path can reuse a buffer.
+func (s *Sealer) OpenAppend(dst, token []byte) ([]byte, error) {
 	nonceSize := s.aead.NonceSize()
 	if len(token) < headerSize+nonceSize+s.aead.Overhead()+4 {
 		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token is %d bytes, too short to be a token", len(token))
@@ -149,7 +155,7 @@ func (s *Sealer) Open(token []byte) ([]byte, error) {
 	if string(token[1:headerSize]) != string(s.keyID[:]) {
 		return nil, errorf(InvalidArgument, ReasonTokenForeign, "token", "episode token was sealed under another server key (replicas must share --token-key-file)")
 	}
-	buf, err := s.aead.Open(nil, token[headerSize:headerSize+nonceSize], token[headerSize+nonceSize:], token[:headerSize])
+	buf, err := s.aead.Open(dst[:0], token[headerSize:headerSize+nonceSize], token[headerSize+nonceSize:], token[:headerSize])
 	if err != nil {
 		return nil, errorf(InvalidArgument, ReasonTokenTampered, "token", "episode token failed authentication: it was altered or truncated")
 	}

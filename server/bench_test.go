@@ -8,6 +8,7 @@ import (
 
 	"avtgym/app"
 	"avtgym/bench"
+	"avtgym/client"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -18,13 +19,21 @@ import (
 // floor of what an RPC costs here; compare BenchmarkStepAsk with it, and
 // BenchmarkStepBatch256's per-episode cost with BenchmarkStepAsk.
 
-func benchServer(b *testing.B) (*testutil.Server, *pb.StepRequest) {
+// benchServer starts a server and returns a client with the same options
+// as `avtgym bench` (no per-call timeout, whose timer would add to the cost
+// of every unary call) and the measured step.
+func benchServer(b *testing.B) (*client.Client, *pb.StepRequest) {
 	s := testutil.StartServer(b, app.Config{})
-	req, _, _, err := bench.AskStep(context.Background(), s.Client, "")
+	c, err := client.Dial(s.Addr, client.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, req
+	b.Cleanup(func() { c.Close() })
+	req, _, _, err := bench.AskStep(context.Background(), c, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, req
 }
 
 func BenchmarkHealthCheck(b *testing.B) {
@@ -34,7 +43,7 @@ func BenchmarkHealthCheck(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Client.Health.Check(context.Background(), req); err != nil {
+			if _, err := s.Health.Check(context.Background(), req); err != nil {
 				b.Error(err)
 				return
 			}
@@ -48,7 +57,7 @@ func BenchmarkStepAsk(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Client.Env.Step(context.Background(), req); err != nil {
+			if _, err := s.Env.Step(context.Background(), req); err != nil {
 				b.Error(err)
 				return
 			}
@@ -67,7 +76,7 @@ func BenchmarkStepBatch256(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := s.Client.Env.StepBatch(context.Background(), batch); err != nil {
+			if _, err := s.Env.StepBatch(context.Background(), batch); err != nil {
 				b.Error(err)
 				return
 			}

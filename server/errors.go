@@ -67,11 +67,15 @@ func toStatus(err error) *status.Status {
 	return st
 }
 
+// okStatus is shared by every successful batch item: it is never
+// modified, and concurrent marshalling of one message is safe.
+var okStatus = &spb.Status{}
+
 // itemStatus is the status of one batch item: OK, or what the unary call
 // would have returned.
 func itemStatus(err error) *spb.Status {
 	if err == nil {
-		return &spb.Status{}
+		return okStatus
 	}
 	return toStatus(err).Proto()
 }

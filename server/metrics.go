@@ -21,6 +21,7 @@ type Metrics struct {
 	episodesStarted prometheus.Counter
 	episodesEnded   *prometheus.CounterVec
 	rewards         *prometheus.HistogramVec
+	children        stepChildren
 }
 
 // NewMetrics registers the metrics (and the Go and process collectors) on
@@ -51,6 +52,7 @@ func NewMetrics() *Metrics {
 	}
 	m.registry.MustRegister(m.rpcs, m.latency, m.steps, m.episodesStarted, m.episodesEnded, m.rewards,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.resolveChildren()
 	return m
 }
 
@@ -64,21 +66,48 @@ func (m *Metrics) observeRPC(method string, err error, took time.Duration) {
 	m.latency.WithLabelValues(method).Observe(took.Seconds())
 }
 
+// observeStep counts a step. It runs on every step, so the children of the
+// labelled vectors are looked up once, in stepChildren, not per call.
 func (m *Metrics) observeStep(req *pb.StepRequest, resp *pb.StepResponse) {
-	action := "none"
+	c := &m.children
 	switch req.GetAction().GetKind().(type) {
 	case *pb.Action_Ask_:
-		action = "ask"
+		c.ask.Inc()
 	case *pb.Action_Stop_:
-		action = "stop"
+		c.stop.Inc()
 	case *pb.Action_SubmitSql_:
-		action = "submit_sql"
+		c.submit.Inc()
 	}
-	m.steps.WithLabelValues(action).Inc()
 	if resp.GetDone() {
-		m.episodesEnded.WithLabelValues(resp.GetStatus().String()).Inc()
-		if r := resp.GetReward(); r != nil {
-			m.rewards.WithLabelValues(r.GetType().String()).Observe(r.GetValue())
+		if e, ok := c.ended[resp.GetStatus()]; ok {
+			e.Inc()
 		}
+		if r := resp.GetReward(); r != nil {
+			if o, ok := c.rewards[r.GetType()]; ok {
+				o.Observe(r.GetValue())
+			}
+		}
+	}
+}
+
+// stepChildren are the pre-resolved children of the step metrics.
+type stepChildren struct {
+	ask, stop, submit prometheus.Counter
+	ended             map[pb.EpisodeStatus]prometheus.Counter
+	rewards           map[pb.RewardType]prometheus.Observer
+}
+
+func (m *Metrics) resolveChildren() {
+	c := &m.children
+	c.ask = m.steps.WithLabelValues("ask")
+	c.stop = m.steps.WithLabelValues("stop")
+	c.submit = m.steps.WithLabelValues("submit_sql")
+	c.ended = map[pb.EpisodeStatus]prometheus.Counter{}
+	for _, s := range []pb.EpisodeStatus{pb.EpisodeStatus_EPISODE_STATUS_TERMINATED, pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED, pb.EpisodeStatus_EPISODE_STATUS_ERROR} {
+		c.ended[s] = m.episodesEnded.WithLabelValues(s.String())
+	}
+	c.rewards = map[pb.RewardType]prometheus.Observer{}
+	for _, t := range []pb.RewardType{pb.RewardType_REWARD_TYPE_QUESTION_F1, pb.RewardType_REWARD_TYPE_OUTCOME} {
+		c.rewards[t] = m.rewards.WithLabelValues(t.String())
 	}
 }

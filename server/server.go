@@ -15,12 +15,14 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/env"
+	"avtgym/internal/grpcpool"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -67,6 +69,7 @@ func New(e *env.Env, opt Options) *Server {
 		grpc.ChainUnaryInterceptor(s.intercept),
 		grpc.MaxRecvMsgSize(opt.MaxRecvBytes),
 		grpc.MaxSendMsgSize(opt.MaxRecvBytes),
+		experimental.BufferPool(grpcpool.Shared),
 	)
 	pb.RegisterEnvServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

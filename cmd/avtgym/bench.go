@@ -23,6 +23,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Duration, "duration", 3*time.Second, "length of each measured phase")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 32, "calls in flight")
 	fs.IntVar(&cfg.BatchSize, "batch", 256, "StepBatch size")
+	fs.IntVar(&cfg.BatchConcurrency, "batch-concurrency", 0, "batches in flight (0: 2×GOMAXPROCS)")
 	fs.StringVar(&cfg.Corpus, "corpus", "", "corpus to draw the task from")
 	if err := fs.Parse(args); err != nil {
 		return 2
