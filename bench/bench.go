@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -50,8 +51,15 @@ type Result struct {
 	BatchPerS        float64 `json:"batch_per_s"`
 	BatchEpisodePerS float64 `json:"batch_episode_per_s"`
 	BatchRatio       float64 `json:"batch_ratio"`
-	TaskID           string  `json:"task_id"`
-	Question         string  `json:"question"`
+	// CPU microseconds of this process per call (health, step) and per
+	// batched episode: meaningful when the server runs in process, where
+	// they count client and server together. They vary less than rates on
+	// a shared machine.
+	HealthCPUMicros       float64 `json:"health_cpu_us"`
+	StepCPUMicros         float64 `json:"step_cpu_us"`
+	BatchEpisodeCPUMicros float64 `json:"batch_episode_cpu_us"`
+	TaskID                string  `json:"task_id"`
+	Question              string  `json:"question"`
 }
 
 // Run measures the server behind c.
@@ -75,6 +83,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 	r := &Result{Concurrency: cfg.Concurrency, BatchConcurrency: cfg.BatchConcurrency, BatchSize: cfg.BatchSize, DurationSeconds: cfg.Duration.Seconds(), TaskID: taskID, Question: question}
 
 	health := &healthpb.HealthCheckRequest{}
+	cpu0 := cpuTime()
 	n, _, err := measure(ctx, cfg, func(ctx context.Context) error {
 		_, err := c.Health.Check(ctx, health)
 		return err
@@ -83,7 +92,9 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("health: %w", err)
 	}
 	r.HealthPerS = n
+	r.HealthCPUMicros = perCall(cpu0, n*cfg.Duration.Seconds())
 
+	cpu0 = cpuTime()
 	n, lat, err := measure(ctx, cfg, func(ctx context.Context) error {
 		_, err := c.Env.Step(ctx, step)
 		return err
@@ -92,12 +103,14 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("step: %w", err)
 	}
 	r.StepPerS = n
+	r.StepCPUMicros = perCall(cpu0, n*cfg.Duration.Seconds())
 	r.StepP50Micros, r.StepP99Micros = percentile(lat, 0.50), percentile(lat, 0.99)
 
 	batch := &pb.StepBatchRequest{Steps: make([]*pb.StepRequest, cfg.BatchSize)}
 	for i := range batch.Steps {
 		batch.Steps[i] = step
 	}
+	cpu0 = cpuTime()
 	batchCfg := cfg
 	batchCfg.Concurrency = cfg.BatchConcurrency
 	n, _, err = measure(ctx, batchCfg, func(ctx context.Context) error {
@@ -112,6 +125,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 	}
 	r.BatchPerS = n
 	r.BatchEpisodePerS = n * float64(cfg.BatchSize)
+	r.BatchEpisodeCPUMicros = perCall(cpu0, r.BatchEpisodePerS*cfg.Duration.Seconds())
 	if r.HealthPerS > 0 {
 		r.StepRatio = r.StepPerS / r.HealthPerS
 	}
@@ -191,6 +205,23 @@ func measure(ctx context.Context, cfg Config, call func(context.Context) error) 
 		return 0, nil, firstErr
 	}
 	return float64(count.Load()) / time.Since(start).Seconds(), lat, nil
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// perCall spreads the CPU time used since start over about calls calls.
+func perCall(start time.Duration, calls float64) float64 {
+	if calls <= 0 {
+		return 0
+	}
+	return float64((cpuTime() - start).Microseconds()) / calls
 }
 
 func percentile(d []time.Duration, p float64) float64 {

@@ -59,7 +59,7 @@ func Dial(addr string, opt Options) (*Client, error) {
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(retry(opt)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20), grpc.ForceCodecV2(grpcpool.Codec{})),
 		experimental.WithBufferPool(grpcpool.Shared),
 	}, opt.DialOptions...)
 	conn, err := grpc.NewClient(addr, dopts...)

@@ -70,6 +70,7 @@ func New(e *env.Env, opt Options) *Server {
 		grpc.MaxRecvMsgSize(opt.MaxRecvBytes),
 		grpc.MaxSendMsgSize(opt.MaxRecvBytes),
 		experimental.BufferPool(grpcpool.Shared),
+		grpc.ForceServerCodecV2(grpcpool.Codec{}),
 	)
 	pb.RegisterEnvServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -468,10 +468,11 @@ func (x *ResetBatchRequest) GetRequests() []*ResetRequest {
 // ResetBatchResult is one reset's outcome inside a batch.
 type ResetBatchResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// OK, or the error the unary call would have returned (with its
-	// ErrorInfo in details).
+	// Unset when the item succeeded (read as code 0 = OK); otherwise the
+	// error the unary call would have returned, with its ErrorInfo in
+	// details.
 	Status *status.Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	// The reset's response when status is OK.
+	// The reset's response when the item succeeded.
 	Response      *ResetResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -617,10 +618,11 @@ func (x *StepBatchRequest) GetSteps() []*StepRequest {
 // StepBatchResult is one step's outcome inside a batch.
 type StepBatchResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// OK, or the error the unary call would have returned (with its
-	// ErrorInfo in details).
+	// Unset when the item succeeded (read as code 0 = OK); otherwise the
+	// error the unary call would have returned, with its ErrorInfo in
+	// details.
 	Status *status.Status `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	// The step's response when status is OK.
+	// The step's response when the item succeeded.
 	Response      *StepResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
