@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 	"testing"
 
 	"avtgym/app"
+	"avtgym/client"
 	"avtgym/internal/testutil"
 	"avtgym/policy"
+	pb "avtgym/proto/avtgym/v1"
 )
 
 // runCmd runs the CLI in process and returns its exit code and outputs.
@@ -311,4 +314,58 @@ func TestRollout(t *testing.T) {
 			t.Errorf("batch_episode_per_s %v, want 16 × batch_per_s = %v", r.BatchEpisodePerS, 16*r.BatchPerS)
 		}
 	})
+}
+
+func TestServeCommand(t *testing.T) {
+	// Bad flags and a bad corpus fail at once, naming the problem.
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--no-such-flag"}, &out, &errb); code != 2 {
+		t.Fatalf("bad flag: exit %d", code)
+	}
+	bad := testutil.WriteTiny(t, func(f map[string]string) {
+		f["records.jsonl"] = strings.Replace(f["records.jsonl"], `"db":"mini"`, `"db":"nope"`, 1)
+	})
+	errb.Reset()
+	if code := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--corpus", bad}, &out, &errb); code != 1 {
+		t.Fatalf("bad corpus: exit %d, stderr %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "records.jsonl:1: db:") {
+		t.Fatalf("bad corpus: stderr lacks the file:line: field: problem:\n%s", errb.String())
+	}
+
+	// The default corpus is served until the context ends; then serve exits 0.
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, io.Discard, pw)
+		pw.Close()
+	}()
+	addr := ""
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, `"addr": "`); i >= 0 && strings.Contains(line, "\tserving\t") {
+			addr = strings.SplitN(line[i+len(`"addr": "`):], `"`, 2)[0]
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if addr == "" {
+		cancel()
+		t.Fatalf("serve never logged its address (exit %d)", <-done)
+	}
+	c, err := client.Dial(addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpora, err := c.Env.ListCorpora(ctx, &pb.ListCorporaRequest{})
+	c.Close()
+	if err != nil || len(corpora.GetCorpora()) != 1 || corpora.Corpora[0].Name != "demo" {
+		t.Fatalf("ListCorpora = %v, %v", corpora, err)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d after its context ended", code)
+	}
 }

@@ -44,15 +44,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	cfg.Corpora, cfg.Limits = corpora, lim
-	zc := zap.NewProductionConfig()
-	zc.Level = zap.NewAtomicLevelAt(logLevel)
-	zc.Encoding = "console"
-	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	log, err := zc.Build()
-	if err != nil {
-		fmt.Fprintln(stderr, "serve:", err)
-		return 1
-	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), logLevel))
 	defer log.Sync()
 	cfg.Logger = log
 	a, err := app.New(ctx, cfg)
