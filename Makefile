@@ -8,6 +8,8 @@ export PATH := $(BIN):$(PATH)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
+# The version grpc v1.85.0 itself requires, so that go.mod needs no other.
+VTPROTO_VERSION            := v0.6.1-0.20240319094008-0393e58bdf10
 
 PROTO_FILES := $(shell find proto -name '*.proto')
 
@@ -41,10 +43,12 @@ lint: $(BIN)/buf ## gofmt, go vet, buf lint and buf format
 	$(BIN)/buf format --diff --exit-code proto
 
 .PHONY: proto
-proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc ## regenerate the Go code of proto/ (needs protoc)
+proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## regenerate the Go code of proto/ (needs protoc)
 	protoc -I proto -I third_party/proto \
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --go_out=. --go_opt=module=avtgym \
 		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc --go-grpc_out=. --go-grpc_opt=module=avtgym \
+		--plugin=protoc-gen-go-vtproto=$(BIN)/protoc-gen-go-vtproto --go-vtproto_out=. \
+		--go-vtproto_opt=module=avtgym,features=marshal+unmarshal+size \
 		$(PROTO_FILES)
 
 .PHONY: checkgenerate
@@ -58,13 +62,16 @@ bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.
 	$(GO) run ./cmd/avtgym bench
 
 .PHONY: tools
-tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf ## install the pinned tools into ./bin
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf ## install the pinned tools into ./bin
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 
 $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+$(BIN)/protoc-gen-go-vtproto:
+	GOBIN=$(BIN) $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(VTPROTO_VERSION)
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

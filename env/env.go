@@ -285,8 +285,8 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 
 const stateVersion = 1
 
-// buffers recycles the plaintext buffers of sealing and opening tokens:
-// every step does both.
+// buffers recycles the plaintext buffers of opening tokens: every step
+// opens one.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // recordHashSize is how much of a task's content hash a token keeps:
@@ -295,11 +295,17 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b 
 const recordHashSize = 16
 
 func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
-	bp := buffers.Get().(*[]byte)
-	defer buffers.Put(bp)
-	b := appendState((*bp)[:0], st)
-	*bp = b
-	return e.cfg.Sealer.SealFunc(len(b), func(buf []byte) { copy(buf, b) }), nil
+	// The generated (non-reflective) vtprotobuf codec writes the state
+	// straight into the token: reflection-based proto.Marshal was one of
+	// the largest costs of a step (bench/RESULTS.md).
+	var err error
+	tok := e.cfg.Sealer.SealFunc(st.SizeVT(), func(buf []byte) {
+		_, err = st.MarshalToSizedBufferVT(buf)
+	})
+	if err != nil {
+		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
+	}
+	return tok, nil
 }
 
 func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
@@ -314,9 +320,9 @@ func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	}
 	*bp = plain[:0]
 	st := &statepb.EpisodeState{}
-	// readState copies strings and bytes out of plain, so the buffer can
+	// UnmarshalVT copies strings and bytes out of plain, so the buffer can
 	// go back to the pool.
-	if err := readState(plain, st); err != nil {
+	if err := st.UnmarshalVT(plain); err != nil {
 		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode state does not decode: %v", err)
 	}
 	if st.Version != stateVersion {
