@@ -314,11 +314,15 @@ func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
+	if cap(*bp) < len(token) {
+		// Big enough for any plaintext of this token, so that Open never
+		// reallocates and the pooled slice keeps its whole capacity.
+		*bp = make([]byte, 0, 2*len(token))
+	}
 	plain, err := e.cfg.Sealer.OpenAppend(*bp, token)
 	if err != nil {
 		return nil, nil, err
 	}
-	*bp = plain[:0]
 	st := &statepb.EpisodeState{}
 	// UnmarshalVT copies strings and bytes out of plain, so the buffer can
 	// go back to the pool.

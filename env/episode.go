@@ -131,7 +131,13 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		}
 		mask |= 1 << c
 	}
-	st.Questions = append(st.Questions, &statepb.AnsweredQuestion{Question: q, Reply: reply.Text, CreditMask: &mask})
+	// One allocation for the question and its mask.
+	a := &struct {
+		q    statepb.AnsweredQuestion
+		mask uint64
+	}{mask: mask}
+	a.q.Question, a.q.Reply, a.q.CreditMask = q, reply.Text, &a.mask
+	st.Questions = append(st.Questions, &a.q)
 	ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, reply.Text)
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
