@@ -15,10 +15,12 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/env"
@@ -122,7 +124,10 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if s.opt.Metrics != nil {
 		s.opt.Metrics.observeRPC(info.FullMethod, err, time.Since(start))
 	}
-	if ce := s.log.Check(zap.DebugLevel, "rpc"); ce != nil {
+	if code := status.Code(err); code == codes.Internal || code == codes.Unknown {
+		// The environment's own failures are worth an operator's look.
+		s.log.Error("rpc failed", zap.String("method", info.FullMethod), zap.Error(err))
+	} else if ce := s.log.Check(zap.DebugLevel, "rpc"); ce != nil {
 		ce.Write(zap.String("method", info.FullMethod), zap.Duration("took", time.Since(start)), zap.Error(err))
 	}
 	return resp, err
