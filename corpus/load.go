@@ -448,7 +448,9 @@ func sameTerms(a, b []Ambiguity) bool {
 }
 
 // checkReferences runs every reference once, concurrently, which also
-// fills the corpus's reference cache.
+// fills the corpus's reference cache under the key sqlexec.Check uses, so
+// that episodes never run a reference again (nor under their own, possibly
+// smaller, limits).
 func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 	var (
 		wg   sync.WaitGroup
@@ -461,7 +463,7 @@ func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			res, err := c.Cache.Get(ctx, t.RefKey, func(ctx context.Context) (*sqlexec.Result, error) {
+			res, err := c.Cache.Get(ctx, sqlexec.CacheKey(t.RefKey, t.Policy), func(ctx context.Context) (*sqlexec.Result, error) {
 				return t.DB.Engine.Query(ctx, t.Policy.Rewrite(t.ReferenceSQL), l.opt.Limits)
 			})
 			switch {

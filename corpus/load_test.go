@@ -871,3 +871,32 @@ func TestLoadDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceCacheKeyMatchesCheck checks that loading caches each
+// reference under the key sqlexec.Check looks up, also for a record whose
+// policy rewrites SQL, so that verifying never runs a reference again.
+func TestReferenceCacheKeyMatchesCheck(t *testing.T) {
+	dir := testutil.WriteTiny(t, func(f map[string]string) {
+		f["records.jsonl"] = strings.Replace(f["records.jsonl"],
+			`"reference":{"sql":"SELECT COUNT(*) FROM sales"}`,
+			`"reference":{"sql":"SELECT COUNT(DISTINCT id) FROM sales","comparison":{"strip_distinct":true}}`, 1)
+	})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := c.Cache.Len()
+	if before != len(c.Tasks) {
+		t.Fatalf("cache holds %d results for %d tasks", before, len(c.Tasks))
+	}
+	for _, task := range c.Tasks {
+		v, err := sqlexec.Check(context.Background(), task.DB.Engine, c.Cache, task.RefKey, task.Policy, task.ReferenceSQL, task.ReferenceSQL, sqlexec.DefaultLimits())
+		if err != nil || !v.Success {
+			t.Fatalf("%s: reference does not verify against itself: %v %v", task.ID, v, err)
+		}
+	}
+	if after := c.Cache.Len(); after != before {
+		t.Fatalf("verifying added %d cache entries: a reference was run again", after-before)
+	}
+}
