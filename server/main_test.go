@@ -1,16 +1,24 @@
 package server_test
 
 import (
+	"context"
 	"net/http/httptest"
 	"os"
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"avtgym/app"
+	"avtgym/client"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
+	"avtgym/sqlexec"
 )
 
 func TestMain(m *testing.M) { os.Exit(testutil.LeakCheck(m)) }
@@ -73,5 +81,43 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestGracefulShutdown checks that a call in flight when the server is told
+// to stop still gets its answer, and that the server then stops.
+func TestGracefulShutdown(t *testing.T) {
+	s, _ := startTiny(t, func(cfg *app.Config) {
+		cfg.Limits = sqlexec.Limits{Timeout: time.Second, MaxRows: 100, MaxBytes: 1 << 20}
+	})
+	// A client of its own: stopping the test server closes the shared one.
+	own, err := client.Dial(s.Addr, client.Options{Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	c := own.Env
+	ep := reset(t, c, &pb.ResetRequest{TaskId: "count", Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
+	type result struct {
+		resp *pb.StepResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// A runaway query: it holds the call for the 1s statement deadline.
+		resp, err := c.Step(context.Background(), &pb.StepRequest{Token: ep.Token, Action: submit("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c")})
+		done <- result{resp, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // let the call reach the server
+	s.Stop(t)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the call in flight was cut: %v", r.err)
+	}
+	if !r.resp.Done || r.resp.Reward.GetValue() != 0 {
+		t.Fatalf("the call in flight answered %v", r.resp)
+	}
+	if _, err := c.Step(ctxT(t), &pb.StepRequest{Token: ep.Token, Action: stop()}); status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+		t.Fatalf("after shutdown a call got %v, want UNAVAILABLE", err)
 	}
 }
