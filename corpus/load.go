@@ -374,6 +374,14 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 			bad(f+".knowledge_id", "is only allowed on knowledge ambiguities")
 		}
 	}
+	switch rec.ResolutionFormat {
+	case "", "text", "sql":
+	default:
+		bad("resolution_format", "%q is not text or sql", rec.ResolutionFormat)
+	}
+	if rec.Source != nil && rec.Source.Dataset == "" {
+		bad("source.dataset", "is required when source is set")
+	}
 	if len(rec.Reference.SQL) == 0 {
 		bad("reference.sql", "is required")
 	}

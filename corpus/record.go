@@ -64,6 +64,26 @@ type Record struct {
 	// FollowUps are later sub-tasks (PROTOCOL.md §8), kept verbatim for the
 	// multi-phase extension; they are not served yet.
 	FollowUps []json.RawMessage `json:"follow_ups,omitempty"`
+
+	// ResolutionFormat says what the resolutions are: "text" (the default,
+	// natural-language answers) or "sql" (SQL snippets, when an importer
+	// had nothing else, as BIRD-Interact without a response catalog): the
+	// deterministic oracle then answers with SQL, which evaluations must
+	// report.
+	ResolutionFormat string `json:"resolution_format,omitempty"`
+	// Source records where an imported record came from (privileged: for
+	// reports and audits).
+	Source *Source `json:"source,omitempty"`
+}
+
+// Source is the provenance of an imported record.
+type Source struct {
+	// Dataset names the benchmark, such as "ambrosia" or "birdinteract".
+	Dataset string `json:"dataset"`
+	// ID is the record's id in the benchmark.
+	ID string `json:"id"`
+	// Notes are free-form remarks of the importer (for example "db_rebuild_clean=false").
+	Notes string `json:"notes,omitempty"`
 }
 
 // Ambiguity is one registered ambiguity and its resolution under the
@@ -100,6 +120,10 @@ type Reference struct {
 	// Comparison overrides the corpus's default comparison policy field
 	// by field.
 	Comparison *Comparison `json:"comparison,omitempty"`
+	// Tests are task-specific test cases kept verbatim as opaque text (for
+	// example BIRD-Interact's Python test_cases, which Go cannot run); the
+	// verifier does not use them yet.
+	Tests []string `json:"tests,omitempty"`
 }
 
 // Comparison is the JSON form of a result-comparison policy
