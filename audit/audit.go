@@ -1,0 +1,469 @@
+// Package audit checks a loaded corpus for internal consistency: every
+// record's reference passes its own verifier when submitted through the
+// environment; within an AVT, one interpretation's reference fails on
+// another interpretation's record whenever their raw results differ; the
+// deterministic oracle gives the scripted probes of PROTOCOL.md §5 their
+// required recall and precision; and no public field of a record contains
+// its reference SQL or any resolution text of the corpus. It is what
+// `avtgym corpus check` runs; see docs/corpus-check.md.
+package audit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"avtgym/corpus"
+	"avtgym/env"
+	"avtgym/oracle"
+	"avtgym/policy"
+	pb "avtgym/proto/avtgym/v1"
+	"avtgym/sqlexec"
+)
+
+// Check names one of the audit's checks.
+type Check string
+
+// The checks, in the order of the summary table.
+const (
+	// Reference: the record's reference SQL, submitted through the
+	// environment, succeeds (outcome 1). Unit: a record.
+	Reference Check = "reference"
+	// Cross: for an ordered pair (i, j) of interpretations of one AVT whose
+	// raw results differ, j's reference submitted to i's record fails
+	// (outcome 0). Pairs with equal raw results are skipped. Unit: a pair.
+	Cross Check = "cross_interpretation"
+	// Oracle: on a record with counted ambiguities, the full and full_adv
+	// policies reach recall = precision = 1 and none_adv recall 0 under
+	// the deterministic oracle. Records without counted ambiguities are
+	// skipped. Unit: a record.
+	Oracle Check = "oracle_probes"
+	// Leak: no public field of the record contains its reference SQL or
+	// a resolution text of any record of the corpus. Unit: a record.
+	Leak Check = "public_leak"
+)
+
+// Checks lists the checks in table order.
+var Checks = []Check{Reference, Cross, Oracle, Leak}
+
+// DefaultMinResolutionLen is the shortest resolution text (in bytes, after
+// normalisation) that the leak check searches for: shorter ones ("Yes.",
+// "The year 2024") are too likely to occur in public text by chance.
+const DefaultMinResolutionLen = 12
+
+// Options configure Run.
+type Options struct {
+	// Workers is how many units run at once; 0 means GOMAXPROCS.
+	Workers int
+	// Limits bound every query; zero means sqlexec.DefaultLimits().
+	Limits sqlexec.Limits
+	// MinResolutionLen is the shortest normalised resolution the leak
+	// check searches for; 0 means DefaultMinResolutionLen.
+	MinResolutionLen int
+	// Progress, when set, is called after each unit (a record for one
+	// check, or a pair) with the number done and the total. Calls come
+	// from several goroutines but never at once, with done increasing.
+	Progress func(done, total int)
+}
+
+// Count is one row of the summary table. Checked = Passed + Failed +
+// Skipped.
+type Count struct {
+	Checked, Passed, Failed, Skipped int
+}
+
+// Finding is one failed unit: a record (located in its records file) and
+// what is wrong with it.
+type Finding struct {
+	// Check is the check that failed.
+	Check Check
+	// TaskID is the record's id.
+	TaskID string
+	// File and Line locate the record.
+	File string
+	Line int
+	// Msg says what is wrong.
+	Msg string
+}
+
+// String formats the finding as "file:line: check: message".
+func (f Finding) String() string {
+	return fmt.Sprintf("%s:%d: %s: %s", f.File, f.Line, f.Check, f.Msg)
+}
+
+// Report is the result of an audit.
+type Report struct {
+	// Corpus is the corpus name; Tasks and AVTs its sizes.
+	Corpus string
+	Tasks  int
+	AVTs   int
+	// Counts holds one row per check.
+	Counts map[Check]Count
+	// Findings are the failures, sorted by file, line and check.
+	Findings []Finding
+	// Elapsed is the wall time of the audit; LeakSearch the part spent
+	// building and running the leak search.
+	Elapsed    time.Duration
+	LeakSearch time.Duration
+}
+
+// OK reports whether every check passed on every unit.
+func (r *Report) OK() bool {
+	for _, c := range r.Counts {
+		if c.Failed > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteTable writes the summary table: one row per check with the counts
+// of units checked, passed, failed and skipped, and a verdict line.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "%-22s %8s %8s %8s %8s\n", "check", "checked", "passed", "failed", "skipped")
+	for _, ch := range Checks {
+		c := r.Counts[ch]
+		fmt.Fprintf(w, "%-22s %8d %8d %8d %8d\n", ch, c.Checked, c.Passed, c.Failed, c.Skipped)
+	}
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAIL (%d finding(s))", len(r.Findings))
+	}
+	fmt.Fprintf(w, "corpus %q: %d records, %d AVTs: %s in %s (leak search %s)\n", r.Corpus, r.Tasks, r.AVTs, verdict,
+		r.Elapsed.Round(time.Millisecond), r.LeakSearch.Round(time.Microsecond))
+}
+
+// verdict is a unit's outcome.
+type verdict int
+
+const (
+	pass verdict = iota
+	fail
+	skip
+)
+
+// result is what one unit returns.
+type result struct {
+	check    Check
+	verdict  verdict
+	findings []Finding
+}
+
+// auditor carries one Run.
+type auditor struct {
+	c   *corpus.Corpus
+	env *env.Env
+	opt Options
+	raw rawCache
+	lk  *leakIndex
+}
+
+// Run audits c. The returned error is reserved for failures to run the
+// audit at all (the environment cannot be built, ctx ended); a failing
+// corpus is a Report whose OK is false.
+func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
+	start := time.Now()
+	if opt.Workers <= 0 {
+		opt.Workers = runtime.GOMAXPROCS(0)
+	}
+	if opt.Limits == (sqlexec.Limits{}) {
+		opt.Limits = sqlexec.DefaultLimits()
+	}
+	if opt.MinResolutionLen <= 0 {
+		opt.MinResolutionLen = DefaultMinResolutionLen
+	}
+	sealer, err := env.NewSealer(env.RandomKey())
+	if err != nil {
+		return nil, err
+	}
+	e, err := env.New(env.Config{
+		Corpora: []*corpus.Corpus{c},
+		Sealer:  sealer,
+		Oracles: map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
+		Limits:  opt.Limits,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: building the environment: %w", err)
+	}
+	a := &auditor{c: c, env: e, opt: opt, raw: rawCache{m: map[rawKey]*rawEntry{}}}
+	leakStart := time.Now()
+	a.lk = buildLeakIndex(c, opt.MinResolutionLen)
+	leakBuild := time.Since(leakStart)
+
+	var units []func(context.Context) result
+	for _, t := range c.Tasks {
+		units = append(units,
+			func(ctx context.Context) result { return a.checkReference(ctx, t) },
+			func(ctx context.Context) result { return a.checkOracle(ctx, t) },
+			func(ctx context.Context) result { return a.checkLeak(t) },
+		)
+	}
+	seenAVT := map[string]bool{}
+	for _, t := range c.Tasks {
+		if seenAVT[t.AVTID] {
+			continue
+		}
+		seenAVT[t.AVTID] = true
+		ts := c.Interpretations(t.AVTID)
+		for _, ti := range ts {
+			for _, tj := range ts {
+				if ti != tj {
+					units = append(units, func(ctx context.Context) result { return a.checkCross(ctx, ti, tj) })
+				}
+			}
+		}
+	}
+
+	results := make([]result, len(units))
+	var next atomic.Int64
+	var progMu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	for range min(opt.Workers, len(units)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(units) || ctx.Err() != nil {
+					return
+				}
+				results[i] = units[i](ctx)
+				progMu.Lock()
+				done++
+				if opt.Progress != nil {
+					opt.Progress(done, len(units))
+				}
+				progMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	r := &Report{Corpus: c.Name, Tasks: len(c.Tasks), AVTs: c.AVTCount(), Counts: map[Check]Count{}}
+	for _, ch := range Checks {
+		r.Counts[ch] = Count{}
+	}
+	for _, res := range results {
+		cnt := r.Counts[res.check]
+		cnt.Checked++
+		switch res.verdict {
+		case pass:
+			cnt.Passed++
+		case fail:
+			cnt.Failed++
+		case skip:
+			cnt.Skipped++
+		}
+		r.Counts[res.check] = cnt
+		r.Findings = append(r.Findings, res.findings...)
+	}
+	order := map[Check]int{}
+	for i, ch := range Checks {
+		order[ch] = i
+	}
+	sort.SliceStable(r.Findings, func(i, j int) bool {
+		a, b := r.Findings[i], r.Findings[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		if a.Check != b.Check {
+			return order[a.Check] < order[b.Check]
+		}
+		return a.Msg < b.Msg
+	})
+	r.LeakSearch = leakBuild + time.Duration(a.lk.searchNanos.Load())
+	r.Elapsed = time.Since(start)
+	return r, nil
+}
+
+func finding(ch Check, t *corpus.Task, format string, args ...any) Finding {
+	return Finding{Check: ch, TaskID: t.ID, File: t.File, Line: t.Line, Msg: fmt.Sprintf(format, args...)}
+}
+
+func failed(ch Check, t *corpus.Task, format string, args ...any) result {
+	return result{check: ch, verdict: fail, findings: []Finding{finding(ch, t, format, args...)}}
+}
+
+// submit plays one episode on t through the environment: reset with the
+// outcome reward and the client as solver, then submit sql. It returns the
+// outcome component and the verifier's reason; problem is set instead when
+// the episode did not end normally (an environment error).
+func (a *auditor) submit(ctx context.Context, t *corpus.Task, sql string) (outcome float64, reason, problem string) {
+	rr, err := a.env.Reset(ctx, &pb.ResetRequest{
+		Corpus: a.c.Name, TaskId: t.ID,
+		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_CLIENT},
+	})
+	if err != nil {
+		return 0, "", "reset failed: " + err.Error()
+	}
+	sr, err := a.env.Step(ctx, &pb.StepRequest{
+		Token:             rr.GetEpisodes()[0].GetToken(),
+		Action:            &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}},
+		IncludePrivileged: true,
+	})
+	if err != nil {
+		return 0, "", "submit_sql failed: " + err.Error()
+	}
+	if !sr.GetDone() {
+		return 0, "", "the episode is not done after submit_sql"
+	}
+	if st := sr.GetStatus(); st != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
+		return 0, "", fmt.Sprintf("the episode ended %s: %s", st, sr.GetPrivileged().GetVerifierReason())
+	}
+	v, ok := sr.GetReward().GetComponents()["outcome"]
+	if !ok {
+		return 0, "", "the reward has no outcome component"
+	}
+	return v, sr.GetPrivileged().GetVerifierReason(), ""
+}
+
+// checkReference submits t's own reference to t.
+func (a *auditor) checkReference(ctx context.Context, t *corpus.Task) result {
+	v, reason, problem := a.submit(ctx, t, t.ReferenceSQL)
+	if problem != "" {
+		return failed(Reference, t, "submitting the reference: %s", problem)
+	}
+	if v != 1 {
+		return failed(Reference, t, "the reference fails its own verifier (outcome %v): %s", v, reason)
+	}
+	return result{check: Reference, verdict: pass}
+}
+
+// checkCross submits tj's reference to ti when their raw results differ.
+func (a *auditor) checkCross(ctx context.Context, ti, tj *corpus.Task) result {
+	ri, err := a.raw.get(ctx, ti.DB, ti, a.opt.Limits)
+	if err != nil {
+		return failed(Cross, ti, "the reference of %s does not run: %v", ti.ID, err)
+	}
+	rj, err := a.raw.get(ctx, ti.DB, tj, a.opt.Limits)
+	if err != nil {
+		return failed(Cross, ti, "the reference of %s does not run on %s's database: %v", tj.ID, ti.ID, err)
+	}
+	if equalRaw(ri, rj) {
+		return result{check: Cross, verdict: skip}
+	}
+	v, _, problem := a.submit(ctx, ti, tj.ReferenceSQL)
+	if problem != "" {
+		return failed(Cross, ti, "submitting the reference of %s: %s", tj.ID, problem)
+	}
+	if v != 0 {
+		return failed(Cross, ti, "the verifier accepts the reference of %s (%q), whose raw result differs (%d vs %d rows%s)",
+			tj.ID, tj.Interpretation, len(rj.rows), len(ri.rows), firstDiff(rj.rows, ri.rows))
+	}
+	return result{check: Cross, verdict: pass}
+}
+
+// firstDiff describes the first differing sorted row, for messages.
+func firstDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("; first difference: [%s] vs [%s]", a[i], b[i])
+		}
+	}
+	return ""
+}
+
+// probes are the scripted policies the oracle check plays and what each
+// must reach.
+var probes = []struct {
+	name          string
+	full          bool // full-style questions (else generic)
+	adv           bool
+	wantPrecision bool
+}{
+	{"full", true, false, true},
+	{"full_adv", true, true, true},
+	{"none_adv", false, false, false},
+}
+
+// checkOracle plays full, full_adv and none_adv on t through the
+// environment with the question-F1 reward and reads recall and precision
+// from the reward's components.
+func (a *auditor) checkOracle(ctx context.Context, t *corpus.Task) result {
+	if len(t.Counted()) == 0 {
+		return result{check: Oracle, verdict: skip}
+	}
+	var fs []Finding
+	for _, p := range probes {
+		comp, msg := a.play(ctx, t, p.full, p.adv)
+		if msg != "" {
+			fs = append(fs, finding(Oracle, t, "policy %s: %s", p.name, msg))
+			continue
+		}
+		rec, okR := comp["recall"]
+		prec, okP := comp["precision"]
+		if p.wantPrecision {
+			if !okR || rec != 1 || !okP || prec != 1 {
+				fs = append(fs, finding(Oracle, t, "policy %s reaches recall %s and precision %s under the deterministic oracle, want 1 and 1 (a term may be part of a longer term or alias, or of the probe questions)",
+					p.name, fmtComp(rec, okR), fmtComp(prec, okP)))
+			}
+		} else if !okR || rec != 0 {
+			fs = append(fs, finding(Oracle, t, "policy %s reaches recall %s under the deterministic oracle, want 0 (a term or alias occurs in the generic probe questions)", p.name, fmtComp(rec, okR)))
+		}
+	}
+	if len(fs) > 0 {
+		return result{check: Oracle, verdict: fail, findings: fs}
+	}
+	return result{check: Oracle, verdict: pass}
+}
+
+func fmtComp(v float64, ok bool) string {
+	if !ok {
+		return "undefined"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// play runs one scripted policy on t and returns the final reward's
+// components.
+func (a *auditor) play(ctx context.Context, t *corpus.Task, full, adv bool) (map[string]float64, string) {
+	rr, err := a.env.Reset(ctx, &pb.ResetRequest{
+		Corpus: a.c.Name, TaskId: t.ID,
+		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_QUESTION_F1, Solver: pb.Solver_SOLVER_CLIENT},
+	})
+	if err != nil {
+		return nil, "reset failed: " + err.Error()
+	}
+	ep := rr.GetEpisodes()[0]
+	tok := ep.GetToken()
+	name := policy.NoneAdv
+	switch {
+	case full && adv:
+		name = policy.FullAdv
+	case full:
+		name = policy.Full
+	}
+	qs := policy.Questions(name, t.CountedTerms(), int(ep.GetObservation().GetQuestionBudget()))
+	var last *pb.StepResponse
+	for _, q := range qs {
+		sr, err := a.env.Step(ctx, &pb.StepRequest{Token: tok, Action: &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}})
+		if err != nil {
+			return nil, fmt.Sprintf("ask %q failed: %v", q, err)
+		}
+		if sr.GetDone() {
+			return nil, fmt.Sprintf("the episode ended (%s) at question %q", sr.GetStatus(), q)
+		}
+		tok = sr.GetToken()
+	}
+	last, err = a.env.Step(ctx, &pb.StepRequest{Token: tok, Action: &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}})
+	if err != nil {
+		return nil, "stop failed: " + err.Error()
+	}
+	if !last.GetDone() || last.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
+		return nil, fmt.Sprintf("the episode did not terminate normally after stop (status %s)", last.GetStatus())
+	}
+	return last.GetReward().GetComponents(), ""
+}
