@@ -11,13 +11,47 @@ import (
 	"avtgym/policy"
 )
 
+const corpusUsage = `usage:
+  avtgym corpus validate DIR...
+  avtgym corpus check DIR...
+  avtgym corpus import ambrosia --in DIR --out DIR
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE]`
+
 func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "validate" {
-		fmt.Fprintln(stderr, "usage: avtgym corpus validate DIR...")
+	if len(args) < 1 {
+		fmt.Fprintln(stderr, corpusUsage)
 		return 2
 	}
+	switch args[0] {
+	case "validate":
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, corpusUsage)
+			return 2
+		}
+		return runValidate(ctx, args[1:], stdout, stderr)
+	case "check":
+		return runCorpusCheck(ctx, args[1:], stdout, stderr)
+	case "import":
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, corpusUsage)
+			return 2
+		}
+		switch args[1] {
+		case "ambrosia":
+			return runImportAmbrosia(ctx, args[2:], stdout, stderr)
+		case "birdinteract":
+			return runImportBirdInteract(ctx, args[2:], stdout, stderr)
+		}
+	}
+	fmt.Fprintln(stderr, corpusUsage)
+	return 2
+}
+
+// runValidate loads each corpus directory and checks the reference
+// oracle's scripted-probe property.
+func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) int {
 	code := 0
-	for _, dir := range args[1:] {
+	for _, dir := range dirs {
 		c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
 		if err != nil {
 			var ve *corpus.ValidationError

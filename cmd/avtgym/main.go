@@ -26,6 +26,8 @@ Usage:
   avtgym serve    [--listen ADDR] [--corpus DIR]... [--metrics-listen ADDR] [--token-key-file F]
   avtgym rollout  --server ADDR --policy none|full|full_adv|none_adv [flags]
   avtgym corpus validate DIR...
+  avtgym corpus check DIR...
+  avtgym corpus import ambrosia|birdinteract --in DIR --out DIR
   avtgym bench    [--server ADDR] [--json]
   avtgym keygen   FILE
 

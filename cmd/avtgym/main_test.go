@@ -41,8 +41,11 @@ func TestUsage(t *testing.T) {
 	if code, _, _ := runCmd(t, "corpus"); code != 2 {
 		t.Errorf("corpus without a subcommand: exit %d, want 2", code)
 	}
-	if code, _, _ := runCmd(t, "corpus", "check", "x"); code != 2 {
-		t.Errorf("corpus check: exit %d, want 2", code)
+	if code, _, _ := runCmd(t, "corpus", "check"); code != 2 {
+		t.Errorf("corpus check without a directory: exit %d, want 2", code)
+	}
+	if code, _, stderr := runCmd(t, "corpus", "check", "no-such-dir"); code != 1 || !strings.Contains(stderr, "no-such-dir") {
+		t.Errorf("corpus check of a missing directory: exit %d, stderr %q; want 1 naming it", code, stderr)
 	}
 }
 

@@ -1,0 +1,452 @@
+// Package ambrosia imports the AMBROSIA benchmark (Saparina & Lapata,
+// NeurIPS 2024; validation split, see ../shared/data/README.md) into an
+// avtgym corpus directory: one AVT per ambiguous question, with one critical
+// ambiguity whose term DeriveTerm derives, and one task record per linked
+// interpretation (resolution = the interpretation's question, reference =
+// its SQL). An AVT is imported iff every interpretation's reference runs on
+// its database and the interpretations' results differ pairwise under the
+// records' comparison (the default bag policy); every other ambiguous
+// question is rejected with its reason. See docs/ambrosia.md.
+package ambrosia
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"avtgym/corpus"
+	"avtgym/sqlexec"
+	"avtgym/sqlexec/sqlite"
+)
+
+// CorpusName is the name of the imported corpus.
+const CorpusName = "ambrosia"
+
+// Options configure Import.
+type Options struct {
+	// Force allows writing into a non-empty output directory, whose
+	// content is then replaced.
+	Force bool
+	// Limits bound each reference query; zero means sqlexec.DefaultLimits().
+	Limits sqlexec.Limits
+	// Progress, when set, is called after each ambiguous question is
+	// processed with the number processed and the total.
+	Progress func(done, total int)
+}
+
+// Rejection is an ambiguous question that was not imported.
+type Rejection struct {
+	// ID is the benchmark's id of the question.
+	ID string
+	// Category is a short stable key for counting ("reference failed",
+	// "same results", "no linked interpretations", "term", "database").
+	Category string
+	// Reason explains the rejection, such as "reference of interpretation
+	// 2 failed: ...".
+	Reason string
+}
+
+// Rejection categories.
+const (
+	RejectNoInterpretations = "no linked interpretations"
+	RejectDatabase          = "database"
+	RejectReference         = "reference failed"
+	RejectSameResults       = "same results"
+	RejectTerm              = "term"
+	RejectResolutions       = "resolutions overlap"
+)
+
+// Summary reports an import.
+type Summary struct {
+	// Questions is the number of questions read.
+	Questions int
+	// Ambiguous is the number of ambiguous questions (the candidates).
+	Ambiguous int
+	// Imported is the number of AVTs written.
+	Imported int
+	// Records is the number of task records written.
+	Records int
+	// Databases is the number of databases copied.
+	Databases int
+	// NotClean is the number of imported AVTs whose database did not
+	// rebuild cleanly (db_rebuild_clean=false; informative only).
+	NotClean int
+	// ByType counts the imported AVTs by ambiguity type.
+	ByType map[string]int
+	// Rejected lists the rejected ambiguous questions in input order.
+	Rejected []Rejection
+}
+
+// RejectedByCategory counts the rejections by category.
+func (s *Summary) RejectedByCategory() map[string]int {
+	m := map[string]int{}
+	for _, r := range s.Rejected {
+		m[r.Category]++
+	}
+	return m
+}
+
+// WriteText prints the summary; with details, one line per rejection.
+func (s *Summary) WriteText(w io.Writer, details bool) {
+	fmt.Fprintf(w, "questions read: %d\nambiguous: %d\nAVTs imported: %d", s.Questions, s.Ambiguous, s.Imported)
+	var types []string
+	for t := range s.ByType {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	if len(types) > 0 {
+		var parts []string
+		for _, t := range types {
+			parts = append(parts, fmt.Sprintf("%s %d", t, s.ByType[t]))
+		}
+		fmt.Fprintf(w, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(w, "\nrecords: %d\ndatabases: %d\nimported with db_rebuild_clean=false: %d\nrejected: %d\n", s.Records, s.Databases, s.NotClean, len(s.Rejected))
+	by := s.RejectedByCategory()
+	var cats []string
+	for c := range by {
+		cats = append(cats, c)
+	}
+	sort.Strings(cats)
+	for _, c := range cats {
+		fmt.Fprintf(w, "  %s: %d\n", c, by[c])
+	}
+	if details {
+		for _, r := range s.Rejected {
+			fmt.Fprintf(w, "  rejected %s: %s\n", r.ID, r.Reason)
+		}
+	}
+}
+
+// NormalizeSQL prepares a reference: it removes carriage returns and
+// trailing semicolons and white space.
+func NormalizeSQL(s string) string {
+	s = strings.ReplaceAll(s, "\r", "")
+	for {
+		t := strings.TrimRight(strings.TrimSpace(s), ";")
+		if t == s {
+			return s
+		}
+		s = t
+	}
+}
+
+var badIDChars = regexp.MustCompile(`[^A-Za-z0-9._:-]+`)
+
+// dbID turns a db_file ("scope/Hospitality/x/x.sqlite") into a database
+// id ("scope.Hospitality.x").
+func dbID(dbFile string) string {
+	id := strings.ReplaceAll(path.Dir(dbFile), "/", ".")
+	id = badIDChars.ReplaceAllString(id, "_")
+	return strings.Trim(id, "._:-")
+}
+
+// Import reads the AMBROSIA folder in (tasks_validation.jsonl and dbs/) and
+// writes the corpus to out. It refuses a non-empty out unless opt.Force.
+// The corpus is written to a temporary directory next to out, loaded with
+// corpus.LoadDir, and renamed into place only if it validates, so a failed
+// import leaves no half-written corpus.
+func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) {
+	if opt.Limits == (sqlexec.Limits{}) {
+		opt.Limits = sqlexec.DefaultLimits()
+	}
+	if fi, err := os.Stat(in); err != nil {
+		return nil, fmt.Errorf("ambrosia: input directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("ambrosia: input %s is not a directory", in)
+	}
+	if out == "" {
+		return nil, errors.New("ambrosia: no output directory")
+	}
+	if err := checkOut(out, opt.Force); err != nil {
+		return nil, err
+	}
+	tasks, err := ReadTasks(filepath.Join(in, TasksFile))
+	if err != nil {
+		return nil, err
+	}
+
+	sum := &Summary{Questions: len(tasks), ByType: map[string]int{}}
+	var amb []Task
+	for _, t := range tasks {
+		if t.IsAmbiguous {
+			amb = append(amb, t)
+		}
+	}
+	sum.Ambiguous = len(amb)
+
+	engines := map[string]*sqlite.DB{}
+	openErr := map[string]error{}
+	defer func() {
+		for _, e := range engines {
+			e.Close()
+		}
+	}()
+	open := func(dbFile string) (*sqlite.DB, error) {
+		if e, ok := engines[dbFile]; ok {
+			return e, nil
+		}
+		if err, ok := openErr[dbFile]; ok {
+			return nil, err
+		}
+		p := filepath.Join(in, "dbs", filepath.FromSlash(dbFile))
+		e, err := sqlite.Open(p, sqlite.Options{})
+		if err != nil {
+			openErr[dbFile] = err
+			return nil, err
+		}
+		engines[dbFile] = e
+		return e, nil
+	}
+
+	var records []corpus.Record
+	usedDBs := map[string]string{} // db id -> db_file
+	dbOfID := map[string]string{}
+	for n, t := range amb {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		recs, rej := importOne(ctx, t, open, opt.Limits)
+		if rej != nil {
+			rej.ID = t.ID
+			sum.Rejected = append(sum.Rejected, *rej)
+		} else {
+			id := dbID(t.DBFile)
+			if prev, ok := dbOfID[id]; ok && prev != t.DBFile {
+				sum.Rejected = append(sum.Rejected, Rejection{ID: t.ID, Category: RejectDatabase,
+					Reason: fmt.Sprintf("database id %q of %s is already used by %s", id, t.DBFile, prev)})
+			} else {
+				dbOfID[id] = t.DBFile
+				usedDBs[id] = t.DBFile
+				records = append(records, recs...)
+				sum.Imported++
+				sum.Records += len(recs)
+				sum.ByType[t.AmbigType]++
+				if t.DBRebuildClean != nil && !*t.DBRebuildClean {
+					sum.NotClean++
+				}
+			}
+		}
+		if opt.Progress != nil {
+			opt.Progress(n+1, len(amb))
+		}
+	}
+	if sum.Imported == 0 {
+		return sum, errors.New("ambrosia: no AVT could be imported; nothing written")
+	}
+	sum.Databases = len(usedDBs)
+	if err := write(ctx, in, out, opt.Force, records, usedDBs); err != nil {
+		return sum, err
+	}
+	return sum, nil
+}
+
+// checkOut refuses an existing non-empty directory (or a file) at out
+// unless force.
+func checkOut(out string, force bool) error {
+	fi, err := os.Stat(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ambrosia: output: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("ambrosia: output %s exists and is not a directory", out)
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return fmt.Errorf("ambrosia: output: %w", err)
+	}
+	if len(ents) > 0 && !force {
+		return fmt.Errorf("ambrosia: output directory %s is not empty (use --force to replace it)", out)
+	}
+	return nil
+}
+
+// importOne builds the records of one ambiguous question, or says why not.
+func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error), lim sqlexec.Limits) ([]corpus.Record, *Rejection) {
+	ins := t.LinkedInterpretations
+	switch {
+	case len(ins) == 0:
+		return nil, &Rejection{Category: RejectNoInterpretations, Reason: "no linked interpretations"}
+	case len(ins) == 1:
+		return nil, &Rejection{Category: RejectNoInterpretations, Reason: "only one linked interpretation"}
+	case strings.TrimSpace(t.Question) == "":
+		return nil, &Rejection{Category: RejectTerm, Reason: "empty question"}
+	case t.DBFile == "":
+		return nil, &Rejection{Category: RejectDatabase, Reason: "no db_file"}
+	}
+	qs := make([]string, len(ins))
+	for i, in := range ins {
+		qs[i] = strings.TrimSpace(in.Question)
+		if qs[i] == "" {
+			return nil, &Rejection{Category: RejectNoInterpretations, Reason: fmt.Sprintf("interpretation %d has no question", i+1)}
+		}
+		if NormalizeSQL(in.SQL) == "" {
+			return nil, &Rejection{Category: RejectReference, Reason: fmt.Sprintf("interpretation %d has no SQL", i+1)}
+		}
+	}
+	term, rule, err := DeriveTerm(t.Question, t.AmbigType, qs)
+	if err != nil {
+		return nil, &Rejection{Category: RejectTerm, Reason: "term: " + err.Error()}
+	}
+	eng, err := open(t.DBFile)
+	if err != nil {
+		return nil, &Rejection{Category: RejectDatabase, Reason: fmt.Sprintf("database %s: %v", t.DBFile, err)}
+	}
+	pol := sqlexec.DefaultPolicy()
+	results := make([]*sqlexec.Result, len(ins))
+	for i, in := range ins {
+		sql := NormalizeSQL(in.SQL)
+		res, err := eng.Query(ctx, sql, lim)
+		if err != nil {
+			return nil, &Rejection{Category: RejectReference, Reason: fmt.Sprintf("reference of interpretation %d failed: %v", i+1, err)}
+		}
+		results[i] = res
+	}
+	for i := range results {
+		for j := i + 1; j < len(results); j++ {
+			p := pol.Resolve(NormalizeSQL(ins[j].SQL))
+			if same, _ := sqlexec.Compare(p, results[i], results[j]); same {
+				return nil, &Rejection{Category: RejectSameResults, Reason: fmt.Sprintf("interpretations %d and %d return the same rows", i+1, j+1)}
+			}
+		}
+	}
+	for i := range qs {
+		for j := range qs {
+			if i != j && strings.Contains(strings.ToLower(qs[i]), strings.ToLower(qs[j])) {
+				return nil, &Rejection{Category: RejectResolutions,
+					Reason: fmt.Sprintf("the question of interpretation %d contains that of interpretation %d, so the lookup solver cannot tell them apart", i+1, j+1)}
+			}
+		}
+	}
+	notes := "term rule: " + rule
+	if t.DBRebuildClean != nil && !*t.DBRebuildClean {
+		notes += "; db_rebuild_clean=false"
+	}
+	recs := make([]corpus.Record, len(ins))
+	for i, in := range ins {
+		recs[i] = corpus.Record{
+			ID:      fmt.Sprintf("%s-i%d", t.ID, i+1),
+			AVTID:   t.ID,
+			Split:   t.Split,
+			DB:      dbID(t.DBFile),
+			Request: t.Question,
+			Ambiguities: []corpus.Ambiguity{{
+				Term:       term,
+				Kind:       corpus.Critical,
+				Resolution: qs[i],
+			}},
+			Interpretation: fmt.Sprintf("interpretation %d", i+1),
+			Reference:      corpus.Reference{SQL: corpus.SQLList{NormalizeSQL(in.SQL)}},
+			Source:         &corpus.Source{Dataset: "ambrosia", ID: t.ID, Notes: notes},
+		}
+	}
+	return recs, nil
+}
+
+// write writes the corpus into a temporary directory beside out, validates
+// it and renames it to out.
+func write(ctx context.Context, in, out string, force bool, records []corpus.Record, dbs map[string]string) (err error) {
+	parent := filepath.Dir(filepath.Clean(out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("ambrosia: output: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("ambrosia: output: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+
+	ids := make([]string, 0, len(dbs))
+	for id := range dbs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	m := corpus.Manifest{
+		Name: CorpusName,
+		Description: "AMBROSIA (Saparina & Lapata, NeurIPS 2024), validation split: one AVT per ambiguous question " +
+			"(scope, attachment, vague), one record per interpretation. Imported by avtgym corpus import ambrosia.",
+		Records: []string{"records.jsonl"},
+	}
+	for _, id := range ids {
+		rel := path.Join("dbs", dbs[id])
+		if err := copyFile(filepath.Join(in, "dbs", filepath.FromSlash(dbs[id])), filepath.Join(tmp, filepath.FromSlash(rel))); err != nil {
+			return fmt.Errorf("ambrosia: copying database %s: %w", dbs[id], err)
+		}
+		m.Databases = append(m.Databases, corpus.Database{ID: id, Engine: "sqlite", Path: rel})
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, corpus.ManifestFile), append(mb, '\n'), 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, r := range records {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "records.jsonl"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+
+	c, err := corpus.LoadDir(ctx, tmp, corpus.Options{})
+	if err != nil {
+		return fmt.Errorf("ambrosia: the imported corpus does not validate: %w", err)
+	}
+	c.Close()
+
+	if force {
+		if err := os.RemoveAll(out); err != nil {
+			return fmt.Errorf("ambrosia: replacing %s: %w", out, err)
+		}
+	} else if err := os.Remove(out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("ambrosia: output: %w", err) // not empty any more
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return fmt.Errorf("ambrosia: output: %w", err)
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	s, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(d, s); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
