@@ -372,3 +372,42 @@ func TestServeCommand(t *testing.T) {
 		t.Fatalf("serve exited %d after its context ended", code)
 	}
 }
+
+// TestImportedAmbrosiaEndToEnd is issue 3's "done means" for AMBROSIA:
+// import the shared validation split with the CLI, audit it with
+// `corpus check`, serve it, and roll out the scripted policies.
+func TestImportedAmbrosiaEndToEnd(t *testing.T) {
+	in := filepath.Join("..", "..", "..", "shared", "data", "ambrosia")
+	if _, err := os.Stat(in); err != nil {
+		t.Skipf("AMBROSIA data not found at %s (../shared/data beside the checkout): %v", in, err)
+	}
+	out := filepath.Join(t.TempDir(), "amb")
+	if code, _, stderr := runCmd(t, "corpus", "import", "ambrosia", "--in", in, "--out", out, "--quiet"); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, stderr)
+	}
+	if code, stdout, stderr := runCmd(t, "corpus", "check", out); code != 0 || !strings.Contains(stdout, "PASS") {
+		t.Fatalf("corpus check: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	srv := testutil.StartServer(t, app.Config{Corpora: []string{out}})
+	for _, pol := range []string{"full", "full_adv"} {
+		s := rolloutJSON(t, srv.Addr, "--policy", pol)
+		if val(t, "recall", s.Recall) != 1 || val(t, "precision", s.Precision) != 1 {
+			t.Errorf("%s: recall %v precision %v, want 1 and 1", pol, *s.Recall, *s.Precision)
+		}
+	}
+	if s := rolloutJSON(t, srv.Addr, "--policy", "none_adv"); val(t, "recall", s.Recall) != 0 {
+		t.Errorf("none_adv: recall %v, want 0", *s.Recall)
+	}
+	if s := rolloutJSON(t, srv.Addr, "--policy", "full", "--reward", "outcome", "--solver", "lookup"); val(t, "success", s.SuccessRate) != 1 {
+		t.Errorf("full with lookup: success %v, want 1", *s.SuccessRate)
+	}
+	// Without questions the lookup solver guesses among the k
+	// interpretations: success near the mean of 1/k (every AMBROSIA AVT
+	// has 2 or 3 interpretations, so chance lies in [1/3, 1/2]).
+	s := rolloutJSON(t, srv.Addr, "--policy", "none", "--reward", "outcome", "--solver", "lookup")
+	m := s.MultiInterpretation
+	chance, got := val(t, "chance", m.Chance), val(t, "success", m.SuccessRate)
+	if m.Episodes != s.Episodes || chance < 1.0/3 || chance > 0.5 || got < chance-0.12 || got > chance+0.12 {
+		t.Errorf("none with lookup: success %.3f over %d episodes, chance %.3f (%d multi-interpretation episodes)", got, s.Episodes, chance, m.Episodes)
+	}
+}
