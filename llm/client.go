@@ -1,0 +1,518 @@
+// Package llm owns the project's one client for OpenAI-compatible chat
+// completion endpoints (vLLM, SGLang, OpenAI): per-call deadlines, retries
+// with jittered backoff, an exact concurrency limit, JSON output with a
+// tolerant parser, context-length checks, usage metrics and a response cache
+// (in memory or an append-only file) that lets a run be replayed without the
+// endpoint.
+//
+// The client speaks the wire format with net/http rather than through an
+// SDK, so that retries, deadlines and the concurrency limit are all in one
+// place and testable against an httptest server.
+package llm
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultAPIKeyEnv   = "OPENAI_API_KEY"
+	DefaultTimeout     = 60 * time.Second
+	DefaultMaxRetries  = 4
+	DefaultConcurrency = 16
+	DefaultBackoffBase = 250 * time.Millisecond
+	DefaultBackoffMax  = 20 * time.Second
+)
+
+// maxBody bounds the size of a response body the client reads.
+const maxBody = 32 << 20
+
+// Config configures a Client. Zero fields take the defaults above.
+type Config struct {
+	// BaseURL is the endpoint's API root, e.g. "http://localhost:8000/v1";
+	// requests go to BaseURL + "/chat/completions". Required.
+	BaseURL string
+	// Model is the model name sent with every request. Required.
+	Model string
+	// APIKeyEnv names the environment variable holding the API key (read
+	// once, by New); when it is set, requests carry "Authorization: Bearer".
+	APIKeyEnv string
+	// Timeout is the deadline of one attempt (default 60s), applied within
+	// the caller's context.
+	Timeout time.Duration
+	// MaxRetries is the number of retries after the first attempt on 429,
+	// 5xx, transport failures and timeouts (default 4; negative: none).
+	MaxRetries int
+	// Concurrency is the maximum number of requests in flight at the
+	// endpoint from this client (default 16).
+	Concurrency int
+	// ContextTokens is the model's context length in tokens; 0 means
+	// unknown and disables the check before the call.
+	ContextTokens int
+	// Temperature is the sampling temperature (default 0).
+	Temperature float64
+	// MaxTokens is the default completion limit; 0 sends none.
+	MaxTokens int
+	// JSONMode asks the endpoint for response_format json_object on
+	// requests with Request.JSON. If the endpoint answers 400 that it does
+	// not support it, the client retries without it and stops asking.
+	JSONMode bool
+	// Cache, when not nil, serves repeated requests without the endpoint.
+	Cache Cache
+	// Version is the caller's prompt/oracle version; it is part of cache
+	// keys so that a new prompt never reads an old reply.
+	Version string
+	// BackoffBase is the first retry's backoff (default 250ms); each retry
+	// doubles it, with jitter.
+	BackoffBase time.Duration
+	// BackoffMax caps a backoff, Retry-After included (default 20s).
+	BackoffMax time.Duration
+}
+
+// Message is one chat message.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is one chat call.
+type Request struct {
+	// Messages are the prompt.
+	Messages []Message
+	// JSON asks for a JSON object as output (see Config.JSONMode); parse
+	// the content with ParseJSON in either case.
+	JSON bool
+	// MaxTokens overrides Config.MaxTokens when positive.
+	MaxTokens int
+	// Purpose names the caller ("oracle.match", "solver", "asker"); it
+	// labels metrics and is part of the cache key.
+	Purpose string
+	// CacheKey is extra key material (e.g. the record id); it is part of
+	// the cache key and named in context-overflow errors.
+	CacheKey string
+}
+
+// Response is the outcome of a chat call.
+type Response struct {
+	// Content is the first choice's message content.
+	Content string `json:"content"`
+	// PromptTokens and CompletionTokens are the endpoint's usage report.
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	// Cached reports that the response came from the cache.
+	Cached bool `json:"-"`
+	// Model is the model that answered, as the endpoint named it.
+	Model string `json:"model"`
+}
+
+// Client calls one OpenAI-compatible endpoint. It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	url     string
+	apiKey  string
+	http    *http.Client
+	sem     chan struct{}
+	jsonOff atomic.Bool // the endpoint rejected response_format
+	metrics *metrics
+	sleep   func(ctx context.Context, d time.Duration) error
+}
+
+// New checks cfg, applies the defaults and returns a client. Its metrics are
+// registered on reg (nil: no metrics); clients sharing a registerer share
+// the metrics.
+func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
+	if cfg.BaseURL == "" {
+		return nil, errors.New("llm: BaseURL is required")
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("llm: BaseURL %q is not an http(s) URL", cfg.BaseURL)
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("llm: Model is required")
+	}
+	if cfg.Timeout < 0 || cfg.Concurrency < 0 || cfg.ContextTokens < 0 || cfg.MaxTokens < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
+		return nil, errors.New("llm: Timeout, Concurrency, ContextTokens, MaxTokens and backoffs must not be negative")
+	}
+	if cfg.APIKeyEnv == "" {
+		cfg.APIKeyEnv = DefaultAPIKeyEnv
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = DefaultMaxRetries
+	} else if cfg.MaxRetries < 0 {
+		cfg.MaxRetries = 0
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase = DefaultBackoffBase
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = cfg.Concurrency
+	return &Client{
+		cfg:     cfg,
+		url:     strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
+		apiKey:  os.Getenv(cfg.APIKeyEnv),
+		http:    &http.Client{Transport: tr},
+		sem:     make(chan struct{}, cfg.Concurrency),
+		metrics: m,
+		sleep:   sleepCtx,
+	}, nil
+}
+
+// Config returns the client's configuration with the defaults applied.
+func (c *Client) Config() Config { return c.cfg }
+
+// Chat sends req and returns the first choice. In order: a prompt that
+// cannot fit Config.ContextTokens fails with KindContextOverflow before any
+// call; a cache hit returns the cached response (Cached set) without the
+// endpoint; otherwise the endpoint is called, with retries, and a success is
+// stored in the cache. When two identical requests race, both return the
+// response the cache kept, so a replay reproduces the run.
+func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
+	purpose := req.Purpose
+	if purpose == "" {
+		purpose = "unspecified"
+	}
+	resp, err := c.chat(ctx, req, purpose)
+	outcome := "ok"
+	switch {
+	case err != nil:
+		outcome = KindOf(err).String()
+	case resp.Cached:
+		outcome = "cached"
+	}
+	c.metrics.calls.WithLabelValues(purpose, outcome).Inc()
+	return resp, err
+}
+
+func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Response, error) {
+	if len(req.Messages) == 0 {
+		return nil, errorf(KindBadRequest, 0, nil, "purpose %q key %q: no messages", purpose, req.CacheKey)
+	}
+	maxTokens := c.cfg.MaxTokens
+	if req.MaxTokens > 0 {
+		maxTokens = req.MaxTokens
+	}
+	if c.cfg.ContextTokens > 0 {
+		est := EstimatePromptTokens(req.Messages)
+		if est+maxTokens > c.cfg.ContextTokens {
+			return nil, errorf(KindContextOverflow, 0, nil,
+				"purpose %q key %q: prompt of ~%d tokens (estimated) + %d max tokens exceeds the context of %d tokens",
+				purpose, req.CacheKey, est, maxTokens, c.cfg.ContextTokens)
+		}
+	}
+	var key string
+	if c.cfg.Cache != nil {
+		key = c.cacheKey(req, purpose, maxTokens)
+		if r, ok := c.cfg.Cache.Get(key); ok {
+			c.metrics.cacheHits.WithLabelValues(purpose).Inc()
+			r.Cached = true
+			return &r, nil
+		}
+		c.metrics.cacheMisses.WithLabelValues(purpose).Inc()
+	}
+	start := time.Now()
+	resp, err := c.call(ctx, req, purpose, maxTokens)
+	c.metrics.latency.WithLabelValues(purpose).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	c.metrics.promptTokens.WithLabelValues(purpose).Add(float64(resp.PromptTokens))
+	c.metrics.completionTokens.WithLabelValues(purpose).Add(float64(resp.CompletionTokens))
+	if c.cfg.Cache != nil {
+		if err := c.cfg.Cache.Put(key, *resp); err != nil {
+			return resp, errorf(KindCache, 0, err, "purpose %q key %q: storing the response", purpose, req.CacheKey)
+		}
+		if kept, ok := c.cfg.Cache.Get(key); ok {
+			return &kept, nil
+		}
+	}
+	return resp, nil
+}
+
+// cacheKey hashes everything that determines a reply.
+func (c *Client) cacheKey(req Request, purpose string, maxTokens int) string {
+	material := struct {
+		Version     string    `json:"version"`
+		Model       string    `json:"model"`
+		Purpose     string    `json:"purpose"`
+		CacheKey    string    `json:"cache_key"`
+		Temperature float64   `json:"temperature"`
+		JSON        bool      `json:"json"`
+		MaxTokens   int       `json:"max_tokens"`
+		Messages    []Message `json:"messages"`
+	}{c.cfg.Version, c.cfg.Model, purpose, req.CacheKey, c.cfg.Temperature, req.JSON, maxTokens, req.Messages}
+	b, _ := json.Marshal(material) // cannot fail: plain strings and numbers
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// EstimatePromptTokens conservatively estimates the tokens of a prompt:
+// EstimateTokens of each content plus a few tokens of framing per message.
+func EstimatePromptTokens(msgs []Message) int {
+	n := 3
+	for _, m := range msgs {
+		n += 4 + EstimateTokens(m.Role) + EstimateTokens(m.Content)
+	}
+	return n
+}
+
+// EstimateTokens conservatively estimates the tokens of s as its length in
+// bytes divided by 3.5, rounded up. Real tokenizers average about 4 bytes a
+// token on English and SQL, so the estimate errs on the side of overflow.
+func EstimateTokens(s string) int {
+	return (2*len(s) + 6) / 7
+}
+
+// wire types of the chat completions API.
+type (
+	wireRequest struct {
+		Model          string          `json:"model"`
+		Messages       []Message       `json:"messages"`
+		Temperature    float64         `json:"temperature"`
+		MaxTokens      int             `json:"max_tokens,omitempty"`
+		ResponseFormat *responseFormat `json:"response_format,omitempty"`
+	}
+	responseFormat struct {
+		Type string `json:"type"`
+	}
+	wireResponse struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content *string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+)
+
+// call runs the attempts of one request.
+func (c *Client) call(ctx context.Context, req Request, purpose string, maxTokens int) (*Response, error) {
+	wr := wireRequest{Model: c.cfg.Model, Messages: req.Messages, Temperature: c.cfg.Temperature, MaxTokens: maxTokens}
+	for attempt := 0; ; attempt++ {
+		jsonFormat := req.JSON && c.cfg.JSONMode && !c.jsonOff.Load()
+		wr.ResponseFormat = nil
+		if jsonFormat {
+			wr.ResponseFormat = &responseFormat{Type: "json_object"}
+		}
+		body, err := json.Marshal(wr)
+		if err != nil {
+			return nil, errorf(KindBadRequest, 0, err, "purpose %q key %q: encoding the request", purpose, req.CacheKey)
+		}
+		resp, retryAfter, err := c.attempt(ctx, body)
+		if err == nil {
+			return resp, nil
+		}
+		e := err.(*Error)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, callerDone(ctxErr, purpose, req.CacheKey)
+		}
+		if e.Kind == KindBadRequest && jsonFormat && jsonUnsupported(e.Msg) {
+			// The endpoint does not support response_format: remember, and
+			// send again without it (not counted as a retry).
+			c.jsonOff.Store(true)
+			attempt--
+			continue
+		}
+		retryable := e.Kind == KindRateLimited || e.Kind == KindServer || e.Kind == KindTimeout
+		if !retryable || attempt >= c.cfg.MaxRetries {
+			if retryable {
+				e.Msg = fmt.Sprintf("%s (after %d attempts)", e.Msg, attempt+1)
+			}
+			e.Msg = fmt.Sprintf("purpose %q key %q: %s", purpose, req.CacheKey, e.Msg)
+			return nil, e
+		}
+		c.metrics.retries.WithLabelValues(purpose, e.Kind.String()).Inc()
+		if err := c.sleep(ctx, c.backoff(attempt, retryAfter)); err != nil {
+			return nil, callerDone(err, purpose, req.CacheKey)
+		}
+	}
+}
+
+func callerDone(err error, purpose, key string) *Error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errorf(KindTimeout, 0, err, "purpose %q key %q: the caller's deadline expired", purpose, key)
+	}
+	return errorf(KindCanceled, 0, err, "purpose %q key %q: canceled by the caller", purpose, key)
+}
+
+// backoff returns the wait before retry number attempt+1: Retry-After when
+// the endpoint sent one, else an exponential backoff with jitter (a random
+// point in its upper half); both capped by BackoffMax.
+func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := retryAfter
+	if d <= 0 {
+		d = c.cfg.BackoffBase << min(attempt, 30)
+		if d <= 0 || d > c.cfg.BackoffMax {
+			d = c.cfg.BackoffMax
+		}
+		d = d/2 + rand.N(d/2+1)
+	}
+	return min(d, c.cfg.BackoffMax)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// attempt makes one HTTP request, holding a concurrency slot while it is in
+// flight, and classifies its outcome.
+func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Duration, error) {
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, errorf(KindCanceled, 0, ctx.Err(), "waiting for a concurrency slot")
+	}
+	defer func() { <-c.sem }()
+
+	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, errorf(KindBadRequest, 0, err, "building the request")
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if c.apiKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	hresp, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, 0, transportError(actx, err, c.cfg.Timeout)
+	}
+	defer hresp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(hresp.Body, maxBody))
+	if err != nil {
+		return nil, 0, transportError(actx, err, c.cfg.Timeout)
+	}
+	status := hresp.StatusCode
+	switch {
+	case status == http.StatusOK:
+		var wr wireResponse
+		if err := json.Unmarshal(data, &wr); err != nil {
+			return nil, 0, errorf(KindMalformed, status, err, "decoding the response body %q", excerpt(data))
+		}
+		if len(wr.Choices) == 0 || wr.Choices[0].Message.Content == nil {
+			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
+		}
+		model := wr.Model
+		if model == "" {
+			model = c.cfg.Model
+		}
+		return &Response{
+			Content:          *wr.Choices[0].Message.Content,
+			PromptTokens:     wr.Usage.PromptTokens,
+			CompletionTokens: wr.Usage.CompletionTokens,
+			Model:            model,
+		}, 0, nil
+	case status == http.StatusTooManyRequests:
+		return nil, retryAfter(hresp.Header.Get("Retry-After")), errorf(KindRateLimited, status, nil, "rate limited: %q", excerpt(data))
+	case status >= 500:
+		return nil, retryAfter(hresp.Header.Get("Retry-After")), errorf(KindServer, status, nil, "server error: %q", excerpt(data))
+	case status >= 400:
+		if contextExceeded(string(data)) {
+			return nil, 0, errorf(KindContextOverflow, status, nil, "the endpoint reports the prompt exceeds the model's context: %q", excerpt(data))
+		}
+		return nil, 0, errorf(KindBadRequest, status, nil, "request rejected: %q", excerpt(data))
+	default:
+		return nil, 0, errorf(KindMalformed, status, nil, "unexpected status: %q", excerpt(data))
+	}
+}
+
+// transportError classifies a failed round trip: the attempt's own deadline
+// is a timeout, the caller's context ends the call, anything else is a
+// connection failure reported as a server error.
+func transportError(actx context.Context, err error, timeout time.Duration) *Error {
+	if errors.Is(actx.Err(), context.DeadlineExceeded) {
+		return errorf(KindTimeout, 0, err, "no answer within the %v per-call deadline", timeout)
+	}
+	if actx.Err() != nil {
+		return errorf(KindCanceled, 0, err, "canceled")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errorf(KindTimeout, 0, err, "network timeout")
+	}
+	return errorf(KindServer, 0, err, "connection failed")
+}
+
+// retryAfter parses a Retry-After header: seconds (integer or decimal) or
+// an HTTP date.
+func retryAfter(h string) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(h, 64); err == nil {
+		if s <= 0 || s > 1e6 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+func contextExceeded(body string) bool {
+	b := strings.ToLower(body)
+	return strings.Contains(b, "context length") || strings.Contains(b, "maximum context") ||
+		strings.Contains(b, "context_length_exceeded") || strings.Contains(b, "context window")
+}
+
+func jsonUnsupported(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "response_format") || strings.Contains(m, "json_object") ||
+		strings.Contains(m, "json mode") || strings.Contains(m, "guided_json")
+}
+
+// excerpt shortens a body for an error message.
+func excerpt(b []byte) string {
+	const n = 300
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "…"
+}

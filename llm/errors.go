@@ -1,0 +1,100 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorKind classifies an llm error so that callers can decide what to do
+// without matching messages.
+type ErrorKind int
+
+// The error kinds.
+const (
+	// KindUnknown is what KindOf reports for nil and for errors that are not
+	// llm errors.
+	KindUnknown ErrorKind = iota
+	// KindTimeout: every attempt ran past its per-call deadline, or the
+	// caller's deadline expired.
+	KindTimeout
+	// KindRateLimited: the endpoint answered 429 on every attempt.
+	KindRateLimited
+	// KindServer: the endpoint answered 5xx, or the connection failed, on
+	// every attempt. Status is 0 for a transport failure.
+	KindServer
+	// KindBadRequest: the endpoint rejected the request with a 4xx other
+	// than 429 (never retried), or the request itself is invalid.
+	KindBadRequest
+	// KindContextOverflow: the prompt does not fit the model's context:
+	// detected before the call from Config.ContextTokens, or reported by the
+	// endpoint.
+	KindContextOverflow
+	// KindMalformed: the endpoint's answer (or, from ParseJSON, the model's
+	// content) could not be parsed.
+	KindMalformed
+	// KindCanceled: the caller's context was canceled.
+	KindCanceled
+	// KindCache: the call succeeded but its response could not be written
+	// to the cache. Chat returns the response together with this error.
+	KindCache
+)
+
+var kindNames = [...]string{
+	KindUnknown:         "unknown",
+	KindTimeout:         "timeout",
+	KindRateLimited:     "rate_limited",
+	KindServer:          "server_error",
+	KindBadRequest:      "bad_request",
+	KindContextOverflow: "context_overflow",
+	KindMalformed:       "malformed",
+	KindCanceled:        "canceled",
+	KindCache:           "cache_error",
+}
+
+// String returns the kind's stable snake_case name, also used as the
+// outcome label of the call metrics.
+func (k ErrorKind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("ErrorKind(%d)", int(k))
+}
+
+// Error is an llm error: its kind, the HTTP status of the last attempt (0
+// when there was none), an explanation for people and the underlying error
+// (if any).
+type Error struct {
+	Kind   ErrorKind
+	Status int
+	Msg    string
+	Err    error
+}
+
+// Error formats the error as "llm: kind: msg[: err]".
+func (e *Error) Error() string {
+	s := "llm: " + e.Kind.String() + ": " + e.Msg
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf returns the kind of the first *Error in err's chain, or
+// KindUnknown.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindUnknown
+}
+
+func errorf(kind ErrorKind, status int, err error, format string, args ...any) *Error {
+	return &Error{Kind: kind, Status: status, Msg: fmt.Sprintf(format, args...), Err: err}
+}
