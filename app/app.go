@@ -17,6 +17,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/env"
+	"avtgym/llm"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/server"
@@ -47,6 +48,20 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Logger receives logs; nil means none.
 	Logger *zap.Logger
+
+	// OracleLLM is the endpoint of the LLM oracles (llm, llm_scoped,
+	// hybrid); an empty BaseURL leaves them unavailable.
+	OracleLLM llm.Config
+	// OracleRejectLeaks makes the LLM oracle regenerate replies that quote
+	// reference SQL or unmentioned schema identifiers.
+	OracleRejectLeaks bool
+	// SolverLLM is the endpoint of the fixed solver model (SOLVER_LLM); an
+	// empty BaseURL leaves it unavailable.
+	SolverLLM llm.Config
+	// LLMCacheFile, when set, is the persistent response cache shared by
+	// every model call (an append-only JSONL file): a run can be replayed
+	// from it without the endpoints. Without it the cache is in memory.
+	LLMCacheFile string
 }
 
 // Validate fills defaults and checks the configuration.
@@ -79,6 +94,7 @@ type App struct {
 	Metrics *server.Metrics
 	cfg     Config
 	corpora []*corpus.Corpus
+	cache   *llm.FileCache
 }
 
 // New loads the corpora and builds the server.
@@ -113,19 +129,23 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		log.Info("corpus loaded", zap.String("dir", dir), zap.String("name", c.Name), zap.Int("tasks", len(c.Tasks)), zap.Duration("took", time.Since(start)))
 		a.corpora = append(a.corpora, c)
 	}
-	det := oracle.Deterministic()
-	a.Env, err = env.New(env.Config{
+	a.Metrics = server.NewMetrics()
+	ecfg := env.Config{
 		Corpora:  a.corpora,
 		Sealer:   sealer,
-		Oracles:  map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: det},
+		Oracles:  map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
 		Limits:   cfg.Limits,
 		TokenTTL: cfg.TokenTTL,
-	})
+	}
+	if err := a.wireModels(&ecfg); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.Env, err = env.New(ecfg)
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	a.Metrics = server.NewMetrics()
 	a.Server = server.New(a.Env, server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace})
 	return a, nil
 }
@@ -188,9 +208,64 @@ func (a *App) Serve(ctx context.Context, ready func(addr net.Addr)) error {
 	return a.Server.Serve(ctx, lis)
 }
 
-// Close closes the corpora.
+// wireModels adds the LLM oracles and the LLM solver that cfg configures,
+// sharing one response cache and the server's metrics registry.
+func (a *App) wireModels(ecfg *env.Config) error {
+	cfg := a.cfg
+	if cfg.OracleLLM.BaseURL == "" && cfg.SolverLLM.BaseURL == "" {
+		return nil
+	}
+	var cache llm.Cache = llm.NewMemoryCache()
+	if cfg.LLMCacheFile != "" {
+		fc, err := llm.OpenFileCache(cfg.LLMCacheFile)
+		if err != nil {
+			return fmt.Errorf("llm cache: %w", err)
+		}
+		a.cache, cache = fc, fc
+	}
+	if cfg.OracleLLM.BaseURL != "" {
+		oc := cfg.OracleLLM
+		oc.Cache = cache
+		client, err := llm.New(oc, a.Metrics.Registerer())
+		if err != nil {
+			return fmt.Errorf("oracle model: %w", err)
+		}
+		schemas := map[*corpus.Record]string{}
+		for _, c := range a.corpora {
+			for _, t := range c.Tasks {
+				schemas[t.Record] = t.DB.Schema
+			}
+		}
+		schema := func(r *corpus.Record) string { return schemas[r] }
+		unfiltered := oracle.NewLLM(client, oracle.LLMOptions{Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
+		scoped := oracle.NewLLM(client, oracle.LLMOptions{Scoped: true, Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
+		// The LLM types themselves (not their Oracle() pairs) keep the
+		// validated action in each reply; the hybrid shares the unfiltered
+		// oracle's client and cache, so both see the same stage-1 answers.
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = scoped
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = unfiltered.Hybrid()
+		cfg.Logger.Info("LLM oracles", zap.String("url", oc.BaseURL), zap.String("model", oc.Model))
+	}
+	if cfg.SolverLLM.BaseURL != "" {
+		sc := cfg.SolverLLM
+		sc.Cache = cache
+		client, err := llm.New(sc, a.Metrics.Registerer())
+		if err != nil {
+			return fmt.Errorf("solver model: %w", err)
+		}
+		ecfg.LLMSolver = env.NewLLMSolver(client)
+		cfg.Logger.Info("LLM solver", zap.String("url", sc.BaseURL), zap.String("model", sc.Model))
+	}
+	return nil
+}
+
+// Close closes the corpora and the response cache.
 func (a *App) Close() error {
 	var errs []error
+	if a.cache != nil {
+		errs = append(errs, a.cache.Close())
+	}
 	for _, c := range a.corpora {
 		errs = append(errs, c.Close())
 	}

@@ -26,6 +26,14 @@ type Oracle interface {
 	Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string) (oracle.Reply, error)
 }
 
+// Solver writes the SQL of an episode from its task's public specification
+// and the dialogue (a fixed solver, PROTOCOL.md §2). An error means the
+// solver itself failed (the episode ends in ERROR); SQL that is wrong is
+// just a failed solution.
+type Solver interface {
+	Solve(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (string, error)
+}
+
 // Defaults of the episode options (PROTOCOL.md §2).
 const (
 	DefaultExtraQuestions      = 2
@@ -50,6 +58,9 @@ type Config struct {
 	Oracles map[pb.OracleType]Oracle
 	// Limits bound every submitted statement.
 	Limits sqlexec.Limits
+	// LLMSolver is the solver behind SOLVER_LLM; nil makes that option
+	// unavailable.
+	LLMSolver Solver
 	// TokenTTL, when positive, rejects tokens of episodes reset longer ago.
 	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
@@ -221,6 +232,9 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 	if s := o.GetSolver(); s != pb.Solver_SOLVER_UNSPECIFIED {
 		if _, ok := pb.Solver_name[int32(s)]; !ok {
 			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "unknown solver %d", s)
+		}
+		if s == pb.Solver_SOLVER_LLM && e.cfg.LLMSolver == nil {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "no solver model is configured on this server (serve --solver-url)")
 		}
 		st.Solver = s
 	}

@@ -112,11 +112,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		ep.endAsking(ctx, true)
 		return nil
 	}
-	history := make([]oracle.Turn, len(st.Questions))
-	for i, aq := range st.Questions {
-		history[i] = oracle.Turn{Question: aq.Question, Reply: aq.Reply, Credits: maskToInts(aq.GetCreditMask())}
-	}
-	reply, err := ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, history, q)
+	reply, err := ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, dialogue(st), q)
 	if err != nil {
 		// The oracle failed: the environment's fault. The episode ends in
 		// ERROR, and the caller may retry the same token later.
@@ -141,6 +137,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, reply.Text)
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
+		ep.out.Privileged.OracleAction = reply.Action
 	}
 	return nil
 }
@@ -156,15 +153,34 @@ func (ep *episode) endAsking(ctx context.Context, truncated bool) {
 	if truncated {
 		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
 	}
-	switch {
-	case st.Solver == pb.Solver_SOLVER_LOOKUP:
+	switch st.Solver {
+	case pb.Solver_SOLVER_LOOKUP:
 		sql := ep.lookup()
 		if ep.priv {
 			ep.out.Privileged.SolverSql = sql
 		}
 		ep.verify(ctx, sql)
-	case st.Reward == pb.RewardType_REWARD_TYPE_QUESTION_F1:
-		st.Phase = pb.Phase_PHASE_DONE
+		return
+	case pb.Solver_SOLVER_LLM:
+		sql, err := ep.env.cfg.LLMSolver.Solve(ctx, ep.task, dialogue(st))
+		if err != nil {
+			ep.fail("the solver failed: " + err.Error())
+			return
+		}
+		if ep.priv {
+			ep.out.Privileged.SolverSql = sql
+		}
+		if strings.TrimSpace(sql) == "" {
+			// Not the environment's fault: a solution that is no SQL.
+			st.Verified, st.Outcome, st.VerifierReason = true, false, "the solver wrote no SQL"
+			st.Phase = pb.Phase_PHASE_DONE
+			return
+		}
+		ep.verify(ctx, sql)
+		return
+	}
+	if st.Reward == pb.RewardType_REWARD_TYPE_QUESTION_F1 {
+		st.Phase = pb.Phase_PHASE_DONE // no SQL needed
 	}
 }
 
@@ -242,6 +258,16 @@ func Quantities(t *corpus.Task, st *statepb.EpisodeState) reward.Episode {
 		e.Outcome = &ok
 	}
 	return e
+}
+
+// dialogue is the episode's answered questions as the oracle and solvers
+// read them.
+func dialogue(st *statepb.EpisodeState) []oracle.Turn {
+	d := make([]oracle.Turn, len(st.Questions))
+	for i, aq := range st.Questions {
+		d[i] = oracle.Turn{Question: aq.Question, Reply: aq.Reply, Credits: maskToInts(aq.GetCreditMask())}
+	}
+	return d
 }
 
 func (ep *episode) credits(mask uint64) []*pb.Credit {

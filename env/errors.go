@@ -19,6 +19,9 @@ const (
 	NotFound
 	// Internal: the environment failed.
 	Internal
+	// Unavailable: a dependency (an LLM endpoint) failed; retrying may
+	// succeed.
+	Unavailable
 )
 
 // Stable reasons, sent as google.rpc.ErrorInfo.reason. Clients may switch on
@@ -38,6 +41,7 @@ const (
 	ReasonEpisodeDone    = "EPISODE_DONE"
 	ReasonInvalidPage    = "INVALID_PAGE_TOKEN"
 	ReasonInternal       = "INTERNAL"
+	ReasonOracleFailed   = "ORACLE_FAILED"
 )
 
 // Error is an episode error: a code, a stable reason, the request field at

@@ -9,6 +9,15 @@
 // Credits never depend on a response, so a hybrid oracle (an actual
 // matcher with the deterministic responder) earns the same credits as the
 // actual oracle.
+//
+// The LLM oracle (NewLLM) is the two-stage user simulator of PROTOCOL.md §3
+// after BIRD-Interact, in an unfiltered and a scoped variant: a model
+// classifies the question as labeled("term"), unlabeled("segment") or
+// unanswerable(), the server validates that action against the record and
+// credits from it alone, and a second model call writes the reply
+// (optionally rejecting and regenerating replies that leak the reference
+// SQL or schema identifiers). Hybrid pairs an LLM matcher with the
+// deterministic responder, for the responder-leakage diagnostic of §6.
 package oracle
 
 import (
@@ -62,6 +71,16 @@ type Reply struct {
 	// Credits are the credited ambiguity indexes (privileged: never shown
 	// to the policy).
 	Credits []int
+	// Action is the LLM matcher's validated stage-1 action, such as
+	// labeled("top customers"), unlabeled("ORDER BY revenue DESC") or
+	// unanswerable() (privileged); "" for the deterministic oracle.
+	Action string
+	// Regenerated counts the LLM responder's regenerations of this reply
+	// (empty or leaking drafts rejected).
+	Regenerated int
+	// FellBack reports that every LLM draft was rejected and Text is the
+	// deterministic responder's text for the credits.
+	FellBack bool
 }
 
 // ErrIncomplete is returned by Oracle.Ask when the matcher or the

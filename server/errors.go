@@ -23,6 +23,7 @@ var codeOf = map[env.Code]codes.Code{
 	env.FailedPrecondition: codes.FailedPrecondition,
 	env.NotFound:           codes.NotFound,
 	env.Internal:           codes.Internal,
+	env.Unavailable:        codes.Unavailable,
 }
 
 // toStatus is the one place where errors become gRPC statuses. Every status

@@ -56,6 +56,10 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// Registerer is the registry, for other components' metrics (the LLM
+// clients').
+func (m *Metrics) Registerer() prometheus.Registerer { return m.registry }
+
 // Handler serves the metrics in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})

@@ -75,10 +75,12 @@ func New(e *env.Env, opt Options) *Server {
 		grpc.ForceServerCodecV2(grpcpool.Codec{}),
 	)
 	pb.RegisterEnvServiceServer(s.grpc, s)
+	pb.RegisterOracleServiceServer(s.grpc, &oracleService{env: e})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(pb.EnvService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(pb.OracleService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"avtgym/client"
+	"avtgym/llm"
 	"avtgym/policy"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -18,7 +19,13 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("server", "127.0.0.1:50051", "server address")
-	pol := fs.String("policy", "", "scripted policy: none, full, full_adv or none_adv (required)")
+	pol := fs.String("policy", "", "policy: none, full, full_adv, none_adv (scripted) or llm (the LLM asker) (required)")
+	askerURL := fs.String("asker-url", "", "--policy llm: the asker's OpenAI-compatible API root, e.g. http://localhost:8000/v1 (API key from $"+llm.DefaultAPIKeyEnv+")")
+	askerModel := fs.String("asker-model", "", "--policy llm: the asker's model name")
+	askerStyle := fs.String("asker-style", string(policy.StyleChecklistLedger), "--policy llm: prompt style: direct, checklist_chat or checklist_ledger")
+	askerConcurrency := fs.Int("asker-concurrency", llm.DefaultConcurrency, "--policy llm: model calls in flight")
+	askerTimeout := fs.Duration("asker-timeout", llm.DefaultTimeout, "--policy llm: deadline of one model call")
+	llmCache := fs.String("llm-cache", "", "--policy llm: persistent response cache file (replays recorded calls without the endpoint)")
 	var cfg policy.RolloutConfig
 	fs.StringVar(&cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&cfg.Split, "split", "", "only tasks of this split")
@@ -33,12 +40,32 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	name, err := policy.ParseName(*pol)
-	if err != nil {
-		fmt.Fprintln(stderr, "rollout:", err)
-		return 2
+	var askerCfg *llm.Config
+	if *pol == "llm" {
+		style, err := policy.ParseAskerStyle(*askerStyle)
+		if err != nil {
+			fmt.Fprintln(stderr, "rollout:", err)
+			return 2
+		}
+		*askerStyle = string(style)
+		if *askerURL == "" || *askerModel == "" {
+			fmt.Fprintln(stderr, "rollout: --policy llm needs --asker-url and --asker-model")
+			return 2
+		}
+		if *askerConcurrency <= 0 || *askerTimeout <= 0 {
+			fmt.Fprintln(stderr, "rollout: --asker-concurrency and --asker-timeout must be positive")
+			return 2
+		}
+		askerCfg = &llm.Config{BaseURL: *askerURL, Model: *askerModel, Concurrency: *askerConcurrency,
+			Timeout: *askerTimeout, JSONMode: true, Version: policy.AskerPromptVersion}
+	} else {
+		name, err := policy.ParseName(*pol)
+		if err != nil {
+			fmt.Fprintf(stderr, "rollout: unknown policy %q (want none, full, full_adv, none_adv or llm)\n", *pol)
+			return 2
+		}
+		cfg.Policy = name
 	}
-	cfg.Policy = name
 	opts := &pb.EpisodeOptions{}
 	switch *rewardName {
 	case "question_f1":
@@ -68,6 +95,28 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				}
 			}
 		}
+	}
+	if askerCfg != nil {
+		if *llmCache != "" {
+			cache, err := llm.OpenFileCache(*llmCache)
+			if err != nil {
+				fmt.Fprintln(stderr, "rollout:", err)
+				return 1
+			}
+			defer cache.Close()
+			askerCfg.Cache = cache
+		}
+		lc, err := llm.New(*askerCfg, nil)
+		if err != nil {
+			fmt.Fprintln(stderr, "rollout:", err)
+			return 2
+		}
+		asker, err := policy.NewLLMAsker(lc, policy.AskerStyle(*askerStyle))
+		if err != nil {
+			fmt.Fprintln(stderr, "rollout:", err)
+			return 2
+		}
+		cfg.Player = asker
 	}
 	c, err := client.Dial(*addr, client.Options{CallTimeout: time.Minute})
 	if err != nil {
@@ -99,7 +148,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 			return fmt.Sprintf("%.3f", *x)
 		}
-		fmt.Fprintf(stdout, "policy %s on corpus %s: %d episodes (%d errors, %d truncated)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated)
+		fmt.Fprintf(stdout, "policy %s on corpus %s: %d episodes (%d errors, %d truncated, %d fallback stops)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated, sum.FallbackStops)
 		fmt.Fprintf(stdout, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))
 		if m := sum.MultiInterpretation; m.Episodes > 0 {
 			fmt.Fprintf(stdout, "multi-interpretation AVTs: %d episodes, success %s (chance %s)\n", m.Episodes, f(m.SuccessRate), f(m.Chance))

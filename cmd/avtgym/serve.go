@@ -10,8 +10,21 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"avtgym/app"
+	"avtgym/llm"
 	"avtgym/sqlexec"
 )
+
+// llmFlags registers --PREFIX-url, -model, -api-key-env, -timeout,
+// -concurrency and -context-tokens for one model endpoint.
+func llmFlags(fs *flag.FlagSet, prefix, what string, c *llm.Config) {
+	fs.StringVar(&c.BaseURL, prefix+"-url", "", "OpenAI-compatible base URL of "+what+", e.g. http://127.0.0.1:8000/v1 (empty: unavailable)")
+	fs.StringVar(&c.Model, prefix+"-model", "", "model name of "+what)
+	fs.StringVar(&c.APIKeyEnv, prefix+"-api-key-env", "OPENAI_API_KEY", "environment variable holding the API key of "+what)
+	fs.DurationVar(&c.Timeout, prefix+"-timeout", llm.DefaultTimeout, "per-call deadline of "+what)
+	fs.IntVar(&c.Concurrency, prefix+"-concurrency", llm.DefaultConcurrency, "calls in flight to "+what)
+	fs.IntVar(&c.ContextTokens, prefix+"-context-tokens", 0, "context length of "+what+" in tokens (0: unchecked)")
+	fs.StringVar(&c.Version, prefix+"-version", "v1", "prompt version of "+what+" (part of cache keys)")
+}
 
 // stringList is a repeatable string flag.
 type stringList []string
@@ -36,6 +49,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Int64Var(&lim.MaxBytes, "max-bytes", lim.MaxBytes, "byte cap of a submitted query's result")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 0, "how long shutdown waits for calls in flight (0: 10s)")
 	fs.TextVar(&logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
+	llmFlags(fs, "oracle", "the LLM oracles (llm, llm_scoped, hybrid)", &cfg.OracleLLM)
+	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "regenerate LLM-oracle replies that quote reference SQL or unmentioned schema identifiers")
+	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)
+	fs.StringVar(&cfg.LLMCacheFile, "llm-cache", "", "persistent response cache of every model call (JSONL); replays a run without the endpoints")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -340,6 +340,9 @@ const (
 	// The built-in offline lookup solver (PROTOCOL.md §4) writes the SQL at
 	// STOP from what the dialogue revealed.
 	Solver_SOLVER_LOOKUP Solver = 2
+	// The solver model configured on the server (serve --solver-url) writes
+	// the SQL at STOP from the public task and the dialogue.
+	Solver_SOLVER_LLM Solver = 3
 )
 
 // Enum value maps for Solver.
@@ -348,11 +351,13 @@ var (
 		0: "SOLVER_UNSPECIFIED",
 		1: "SOLVER_CLIENT",
 		2: "SOLVER_LOOKUP",
+		3: "SOLVER_LLM",
 	}
 	Solver_value = map[string]int32{
 		"SOLVER_UNSPECIFIED": 0,
 		"SOLVER_CLIENT":      1,
 		"SOLVER_LOOKUP":      2,
+		"SOLVER_LLM":         3,
 	}
 )
 
@@ -392,6 +397,15 @@ const (
 	// The deterministic reference oracle (PROTOCOL.md §3): whole-word term
 	// matching and stored resolutions.
 	OracleType_ORACLE_TYPE_DETERMINISTIC OracleType = 1
+	// The two-stage LLM oracle, unfiltered: its responder sees the reference
+	// SQL, its clause segments and the schema (serve --oracle-url).
+	OracleType_ORACLE_TYPE_LLM OracleType = 2
+	// The two-stage LLM oracle, scoped: no reference SQL, segments or schema;
+	// the responder reads the matched ambiguity's resolution.
+	OracleType_ORACLE_TYPE_LLM_SCOPED OracleType = 3
+	// The LLM matcher with the deterministic responder: the reference for
+	// the responder-leakage diagnostic (PROTOCOL.md §6).
+	OracleType_ORACLE_TYPE_HYBRID OracleType = 4
 )
 
 // Enum value maps for OracleType.
@@ -399,10 +413,16 @@ var (
 	OracleType_name = map[int32]string{
 		0: "ORACLE_TYPE_UNSPECIFIED",
 		1: "ORACLE_TYPE_DETERMINISTIC",
+		2: "ORACLE_TYPE_LLM",
+		3: "ORACLE_TYPE_LLM_SCOPED",
+		4: "ORACLE_TYPE_HYBRID",
 	}
 	OracleType_value = map[string]int32{
 		"ORACLE_TYPE_UNSPECIFIED":   0,
 		"ORACLE_TYPE_DETERMINISTIC": 1,
+		"ORACLE_TYPE_LLM":           2,
+		"ORACLE_TYPE_LLM_SCOPED":    3,
+		"ORACLE_TYPE_HYBRID":        4,
 	}
 )
 
@@ -1402,7 +1422,11 @@ type Privileged struct {
 	EpisodeCredits []*Credit `protobuf:"bytes,7,rep,name=episode_credits,json=episodeCredits,proto3" json:"episode_credits,omitempty"`
 	// The SQL the server's fixed solver submitted; it may be a reference
 	// SQL, so it never appears in the observation.
-	SolverSql     string `protobuf:"bytes,8,opt,name=solver_sql,json=solverSql,proto3" json:"solver_sql,omitempty"`
+	SolverSql string `protobuf:"bytes,8,opt,name=solver_sql,json=solverSql,proto3" json:"solver_sql,omitempty"`
+	// The oracle's validated stage-1 action for the question this step
+	// asked (LLM and hybrid oracles): labeled("term"), unlabeled("segment")
+	// or unanswerable().
+	OracleAction  string `protobuf:"bytes,9,opt,name=oracle_action,json=oracleAction,proto3" json:"oracle_action,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1489,6 +1513,13 @@ func (x *Privileged) GetEpisodeCredits() []*Credit {
 func (x *Privileged) GetSolverSql() string {
 	if x != nil {
 		return x.SolverSql
+	}
+	return ""
+}
+
+func (x *Privileged) GetOracleAction() string {
+	if x != nil {
+		return x.OracleAction
 	}
 	return ""
 }
@@ -1709,7 +1740,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x06Credit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
-	"\acounted\x18\x03 \x01(\bR\acounted\"\xdd\x02\n" +
+	"\acounted\x18\x03 \x01(\bR\acounted\"\x82\x03\n" +
 	"\n" +
 	"Privileged\x12\x15\n" +
 	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12&\n" +
@@ -1720,7 +1751,8 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x0fverifier_reason\x18\x06 \x01(\tR\x0everifierReason\x12:\n" +
 	"\x0fepisode_credits\x18\a \x03(\v2\x11.avtgym.v1.CreditR\x0eepisodeCredits\x12\x1d\n" +
 	"\n" +
-	"solver_sql\x18\b \x01(\tR\tsolverSql*T\n" +
+	"solver_sql\x18\b \x01(\tR\tsolverSql\x12#\n" +
+	"\roracle_action\x18\t \x01(\tR\foracleAction*T\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
@@ -1751,15 +1783,20 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"RewardType\x12\x1b\n" +
 	"\x17REWARD_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REWARD_TYPE_QUESTION_F1\x10\x01\x12\x17\n" +
-	"\x13REWARD_TYPE_OUTCOME\x10\x02*F\n" +
+	"\x13REWARD_TYPE_OUTCOME\x10\x02*V\n" +
 	"\x06Solver\x12\x16\n" +
 	"\x12SOLVER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOLVER_CLIENT\x10\x01\x12\x11\n" +
-	"\rSOLVER_LOOKUP\x10\x02*H\n" +
+	"\rSOLVER_LOOKUP\x10\x02\x12\x0e\n" +
+	"\n" +
+	"SOLVER_LLM\x10\x03*\x91\x01\n" +
 	"\n" +
 	"OracleType\x12\x1b\n" +
 	"\x17ORACLE_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
-	"\x19ORACLE_TYPE_DETERMINISTIC\x10\x01*\x8b\x01\n" +
+	"\x19ORACLE_TYPE_DETERMINISTIC\x10\x01\x12\x13\n" +
+	"\x0fORACLE_TYPE_LLM\x10\x02\x12\x1a\n" +
+	"\x16ORACLE_TYPE_LLM_SCOPED\x10\x03\x12\x16\n" +
+	"\x12ORACLE_TYPE_HYBRID\x10\x04*\x8b\x01\n" +
 	"\rAmbiguityKind\x12\x1e\n" +
 	"\x1aAMBIGUITY_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17AMBIGUITY_KIND_CRITICAL\x10\x01\x12\x1c\n" +

@@ -1,0 +1,522 @@
+package oracle
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"avtgym/corpus"
+	"avtgym/llm"
+	"avtgym/sqlexec"
+)
+
+// LLMOptions configures an LLM oracle.
+type LLMOptions struct {
+	// Scoped selects the scoped variant: the matcher sees no clause
+	// segments (so it can only answer labeled or unanswerable) and the
+	// responder sees the matched ambiguity's resolution instead of the
+	// reference SQL, its segments and the schema. Otherwise the oracle is
+	// unfiltered.
+	Scoped bool
+	// RejectLeaks rejects and regenerates a reply that quotes the
+	// reference SQL or a schema identifier the question did not mention
+	// (see LLM.Ask).
+	RejectLeaks bool
+	// MaxRegenerations bounds the regenerations of one reply (default 2;
+	// negative: none).
+	MaxRegenerations int
+	// Schema returns the record's public schema text, shown to the
+	// unfiltered responder and read for schema identifiers by the leak
+	// check; nil means none.
+	Schema func(*corpus.Record) string
+	// Version is the prompt version, part of every cache key (default
+	// LLMPromptVersion).
+	Version string
+}
+
+// DefaultMaxRegenerations is the default of LLMOptions.MaxRegenerations.
+const DefaultMaxRegenerations = 2
+
+// Completion limits of the two stages.
+const (
+	matchMaxTokens   = 256
+	respondMaxTokens = 400
+)
+
+// LLM is the two-stage LLM oracle of PROTOCOL.md §3, after BIRD-Interact's
+// user simulator. Stage 1 (Match) asks the model to classify the question
+// as exactly one action — labeled("<term>"), unlabeled("<segment>") or
+// unanswerable() — and validates it against the record: a term that is not
+// registered (compared by Normalize, aliases included) or a segment that is
+// not one of the reference's clause segments (compared ignoring case and
+// runs of whitespace) becomes unanswerable(), and output that cannot be
+// parsed is asked for once more, then taken as unanswerable(). Credits come
+// from the validated action alone: labeled(t) credits every ambiguity whose
+// term or alias is t; unlabeled and unanswerable credit nothing. Stage 2
+// (Respond) returns Refusal for unanswerable() without calling the model,
+// and otherwise has the model write one reply conditioned on the action.
+//
+// Every model call goes through the llm client, with Purpose
+// "oracle.match" or "oracle.respond" and CacheKey "<record id>@<version>",
+// so that with the client's cache the reply is determined by (oracle
+// version, model, record, history, question) and a run replays exactly.
+// Errors are returned only for environment failures (the endpoint failing
+// after the client's retries, a context overflow, a canceled context, a
+// nil record); bad model output never fails a call.
+//
+// LLM is safe for concurrent use.
+type LLM struct {
+	client *llm.Client
+	opt    LLMOptions
+}
+
+// NewLLM returns an LLM oracle calling the model through client.
+func NewLLM(client *llm.Client, opt LLMOptions) *LLM {
+	if opt.MaxRegenerations == 0 {
+		opt.MaxRegenerations = DefaultMaxRegenerations
+	} else if opt.MaxRegenerations < 0 {
+		opt.MaxRegenerations = 0
+	}
+	if opt.Version == "" {
+		opt.Version = LLMPromptVersion
+	}
+	return &LLM{client: client, opt: opt}
+}
+
+// Options returns the options with the defaults applied.
+func (l *LLM) Options() LLMOptions { return l.opt }
+
+// actionKind is the kind of a stage-1 action.
+type actionKind int
+
+const (
+	actUnanswerable actionKind = iota
+	actLabeled
+	actUnlabeled
+)
+
+// action is a stage-1 action; arg is the term or the segment.
+type action struct {
+	kind actionKind
+	arg  string
+}
+
+// String renders the action in the grammar of PROTOCOL.md §3.
+func (a action) String() string {
+	switch a.kind {
+	case actLabeled:
+		return "labeled(" + strconv.Quote(a.arg) + ")"
+	case actUnlabeled:
+		return "unlabeled(" + strconv.Quote(a.arg) + ")"
+	}
+	return "unanswerable()"
+}
+
+// Ask runs both stages and returns the reply with its validated action
+// (Reply.Action), the number of regenerations and whether the reply fell
+// back to the deterministic responder's text. It implements env.Oracle.
+func (l *LLM) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
+	if rec == nil {
+		return Reply{}, errNilRecord
+	}
+	act, credits, err := l.match(ctx, rec, history, question)
+	if err != nil {
+		return Reply{}, fmt.Errorf("oracle: match: %w", err)
+	}
+	r, err := l.respond(ctx, rec, history, question, act, credits)
+	if err != nil {
+		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
+	}
+	r.Credits = credits
+	r.Action = act.String()
+	return r, nil
+}
+
+// Match runs stage 1 and returns the validated action's credits.
+func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) ([]int, error) {
+	if rec == nil {
+		return nil, errNilRecord
+	}
+	_, credits, err := l.match(ctx, rec, history, question)
+	return credits, err
+}
+
+// Respond runs stage 2 for credits alone, without the action that Match
+// chose: with credits it answers as labeled(the first credited term), with
+// none as unanswerable() (Refusal). Ask keeps the action and answers
+// unlabeled questions too.
+func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
+	if rec == nil {
+		return "", errNilRecord
+	}
+	act := action{}
+	if len(credits) > 0 {
+		for _, a := range credits {
+			if a < 0 || a >= len(rec.Ambiguities) {
+				return "", fmt.Errorf("oracle: credit %d out of range [0, %d) in record %q", a, len(rec.Ambiguities), rec.ID)
+			}
+		}
+		act = action{kind: actLabeled, arg: rec.Ambiguities[credits[0]].Term}
+	}
+	r, err := l.respond(ctx, rec, history, question, act, credits)
+	return r.Text, err
+}
+
+// Oracle returns the LLM oracle as a (match, resp) pair. The pair's
+// responder answers with the action its matcher chose for the same record,
+// history and question (so unlabeled questions get a reply); Oracle.Ask
+// returns Text and Credits only, so callers that want Reply.Action,
+// Regenerated and FellBack use LLM.Ask, which does the same. Use the pair's
+// matcher only through Oracle.Ask (or follow each Match by the Respond for
+// the same question): each Match keeps its action until that Respond.
+func (l *LLM) Oracle() Oracle {
+	s := &stash{m: map[stashKey][]action{}}
+	return Oracle{Matcher: pairMatcher{l, s}, Responder: pairResponder{l, s}}
+}
+
+// Hybrid returns the hybrid oracle of PROTOCOL.md §3 for llmMatcher: that
+// matcher with the deterministic responder, so its credits are the actual
+// oracle's and its text the reference resolutions.
+func Hybrid(llmMatcher Matcher) Oracle {
+	return Oracle{Matcher: llmMatcher, Responder: NewDeterministicResponder()}
+}
+
+// Hybrid returns the hybrid oracle of this LLM oracle with the validated
+// action reported: its Ask runs stage 1 and answers with the deterministic
+// responder. It implements env.Oracle.
+func (l *LLM) Hybrid() *LLMHybrid { return &LLMHybrid{l: l} }
+
+// LLMHybrid is an LLM oracle's matcher with the deterministic responder.
+type LLMHybrid struct{ l *LLM }
+
+// Ask credits the question with the LLM matcher and answers with the
+// deterministic responder; Reply.Action is the validated action.
+func (h *LLMHybrid) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
+	if rec == nil {
+		return Reply{}, errNilRecord
+	}
+	act, credits, err := h.l.match(ctx, rec, history, question)
+	if err != nil {
+		return Reply{}, fmt.Errorf("oracle: match: %w", err)
+	}
+	text, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
+	if err != nil {
+		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
+	}
+	return Reply{Text: text, Credits: credits, Action: act.String()}, nil
+}
+
+func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.opt.Version }
+
+func (l *LLM) segments(rec *corpus.Record) []sqlexec.Segment {
+	var segs []sqlexec.Segment
+	for _, s := range rec.Reference.SQL {
+		segs = append(segs, sqlexec.Segments(s)...)
+	}
+	return segs
+}
+
+func (l *LLM) schema(rec *corpus.Record) string {
+	if l.opt.Schema == nil {
+		return ""
+	}
+	return l.opt.Schema(rec)
+}
+
+// match runs stage 1: one request, one corrective retry on unparseable
+// output, then validation.
+func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (action, []int, error) {
+	if err := ctx.Err(); err != nil {
+		return action{}, nil, err
+	}
+	var segs []sqlexec.Segment
+	if !l.opt.Scoped {
+		segs = l.segments(rec)
+	}
+	msgs := matchMessages(rec, segs, l.opt.Scoped, history, question)
+	for attempt := 0; ; attempt++ {
+		resp, err := l.client.Chat(ctx, llm.Request{
+			Messages: msgs, JSON: true, MaxTokens: matchMaxTokens,
+			Purpose: "oracle.match", CacheKey: l.cacheKey(rec),
+		})
+		if err != nil {
+			return action{}, nil, err
+		}
+		act, ok := parseAction(resp.Content)
+		if ok {
+			act, credits := l.validate(rec, segs, act)
+			return act, credits, nil
+		}
+		if attempt >= 1 {
+			return action{}, nil, nil
+		}
+		msgs = append(msgs[:len(msgs):len(msgs)],
+			llm.Message{Role: "assistant", Content: resp.Content},
+			llm.Message{Role: "user", Content: matchCorrective})
+	}
+}
+
+// validate checks an action against the record and returns it in
+// canonical form with its credits; an invalid action is unanswerable().
+func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act action) (action, []int) {
+	switch act.kind {
+	case actLabeled:
+		want := Normalize(act.arg)
+		if want == "" {
+			return action{}, nil
+		}
+		var credits []int
+		for i, a := range rec.Ambiguities {
+			hit := Normalize(a.Term) == want
+			for _, al := range a.Aliases {
+				hit = hit || Normalize(al) == want
+			}
+			if hit {
+				credits = append(credits, i)
+			}
+		}
+		if len(credits) == 0 {
+			return action{}, nil
+		}
+		return action{kind: actLabeled, arg: rec.Ambiguities[credits[0]].Term}, credits
+	case actUnlabeled:
+		if l.opt.Scoped {
+			return action{}, nil
+		}
+		want := normSegment(act.arg)
+		if want == "" {
+			return action{}, nil
+		}
+		for _, s := range segs {
+			if normSegment(s.Text) == want {
+				return action{kind: actUnlabeled, arg: s.Text}, nil
+			}
+		}
+	}
+	return action{}, nil
+}
+
+// segmentPrefix is the "[CLAUSE] " label of a segment as the prompt lists
+// it, which a model may copy along.
+var segmentPrefix = regexp.MustCompile(`^\[[A-Za-z ]+\]\s*`)
+
+// normSegment folds case and runs of whitespace, ignoring a copied
+// "[CLAUSE]" label and a trailing semicolon.
+func normSegment(s string) string {
+	s = segmentPrefix.ReplaceAllString(strings.TrimSpace(s), "")
+	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), ";"))
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// grammarCall matches an action in the text grammar.
+var grammarCall = regexp.MustCompile(`(?i)\b(unlabeled|labeled|unanswerable)\s*\(\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')?\s*\)`)
+
+// parseAction reads an action from a model's output, leniently: a JSON
+// object {"action": ..., "term"|"segment"|"argument"|"arg": ...} (fences
+// and prose around it tolerated; the action may itself be written in the
+// grammar, or as AMB/LOC/UNA), else the first call of the text grammar
+// labeled("term") / unlabeled("segment") / unanswerable(). It reports false
+// when neither is found or a labeled/unlabeled action lacks its argument.
+func parseAction(content string) (action, bool) {
+	var obj map[string]any
+	if llm.ParseJSON(content, &obj) == nil {
+		name, _ := obj["action"].(string)
+		if name == "" {
+			name, _ = obj["type"].(string)
+		}
+		if m := grammarCall.FindStringSubmatch(name); m != nil {
+			return grammarAction(m)
+		}
+		arg := ""
+		for _, k := range []string{"term", "segment", "argument", "arg", "value"} {
+			if s, ok := obj[k].(string); ok && strings.TrimSpace(s) != "" {
+				arg = strings.TrimSpace(s)
+				break
+			}
+		}
+		switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(name), "()"))) {
+		case "labeled", "labelled", "amb":
+			return action{kind: actLabeled, arg: arg}, arg != ""
+		case "unlabeled", "unlabelled", "loc":
+			return action{kind: actUnlabeled, arg: arg}, arg != ""
+		case "unanswerable", "una":
+			return action{}, true
+		}
+	}
+	if m := grammarCall.FindStringSubmatch(content); m != nil {
+		return grammarAction(m)
+	}
+	return action{}, false
+}
+
+func grammarAction(m []string) (action, bool) {
+	arg := m[3]
+	if m[2] != "" {
+		arg = m[2]
+		if u, err := strconv.Unquote(`"` + m[2] + `"`); err == nil {
+			arg = u
+		}
+	}
+	arg = strings.TrimSpace(arg)
+	switch strings.ToLower(m[1]) {
+	case "labeled":
+		return action{kind: actLabeled, arg: arg}, arg != ""
+	case "unlabeled":
+		return action{kind: actUnlabeled, arg: arg}, arg != ""
+	}
+	return action{}, true
+}
+
+// respond runs stage 2 for a validated action: Refusal for unanswerable(),
+// else a model reply, regenerated when it is empty or (with RejectLeaks)
+// leaks, falling back to the deterministic responder's text when every
+// attempt failed.
+func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act action, credits []int) (Reply, error) {
+	if act.kind == actUnanswerable {
+		return Reply{Text: Refusal}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return Reply{}, err
+	}
+	var segs []sqlexec.Segment
+	schema := l.schema(rec)
+	if !l.opt.Scoped {
+		segs = l.segments(rec)
+	}
+	promptSchema := schema
+	if l.opt.Scoped {
+		promptSchema = ""
+	}
+	msgs := respondMessages(rec, segs, promptSchema, l.opt.Scoped, history, question, act, credits)
+	var lc *leakChecker
+	if l.opt.RejectLeaks {
+		lc = newLeakChecker(rec, l.segments(rec), schema)
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := l.client.Chat(ctx, llm.Request{
+			Messages: msgs, MaxTokens: respondMaxTokens,
+			Purpose: "oracle.respond", CacheKey: l.cacheKey(rec),
+		})
+		if err != nil {
+			return Reply{}, err
+		}
+		text := cleanReply(resp.Content)
+		corrective := ""
+		switch {
+		case text == "":
+			corrective = "Your reply was empty. Write the reply to the analyst's question now, in one to three plain sentences."
+		case lc != nil && lc.leaks(text, question):
+			corrective = respondCorrective
+		default:
+			return Reply{Text: text, Regenerated: attempt}, nil
+		}
+		if attempt >= l.opt.MaxRegenerations {
+			fb, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
+			if err != nil {
+				return Reply{}, err
+			}
+			return Reply{Text: fb, Regenerated: attempt, FellBack: true}, nil
+		}
+		msgs = append(msgs[:len(msgs):len(msgs)],
+			llm.Message{Role: "assistant", Content: resp.Content},
+			llm.Message{Role: "user", Content: corrective})
+	}
+}
+
+// cleanReply trims a reply and the quotes or "Me:" label a model may put
+// around it.
+func cleanReply(s string) string {
+	s = strings.TrimSpace(s)
+	for _, p := range []string{"Me:", "Reply:", "User:"} {
+		if len(s) >= len(p) && strings.EqualFold(s[:len(p)], p) {
+			s = strings.TrimSpace(s[len(p):])
+		}
+	}
+	if len(s) >= 2 && (s[0] == '"' && s[len(s)-1] == '"') && !strings.Contains(s[1:len(s)-1], `"`) {
+		s = strings.TrimSpace(s[1 : len(s)-1])
+	}
+	return s
+}
+
+// stash hands the action Match chose to the Respond that follows it in
+// Oracle.Ask, keyed by record, history and question.
+type stash struct {
+	mu sync.Mutex
+	m  map[stashKey][]action
+}
+
+type stashKey struct {
+	rec      *corpus.Record
+	history  string
+	question string
+}
+
+func keyOf(rec *corpus.Record, history []Turn, question string) stashKey {
+	var b strings.Builder
+	for _, t := range history {
+		b.WriteString(t.Question)
+		b.WriteByte(0)
+		b.WriteString(t.Reply)
+		b.WriteByte(0)
+	}
+	return stashKey{rec, b.String(), question}
+}
+
+func (s *stash) push(k stashKey, a action) {
+	s.mu.Lock()
+	s.m[k] = append(s.m[k], a)
+	s.mu.Unlock()
+}
+
+func (s *stash) pop(k stashKey) (action, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.m[k]
+	if len(q) == 0 {
+		return action{}, false
+	}
+	a := q[0]
+	if len(q) == 1 {
+		delete(s.m, k)
+	} else {
+		s.m[k] = q[1:]
+	}
+	return a, true
+}
+
+type pairMatcher struct {
+	l *LLM
+	s *stash
+}
+
+func (m pairMatcher) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) ([]int, error) {
+	if rec == nil {
+		return nil, errNilRecord
+	}
+	act, credits, err := m.l.match(ctx, rec, history, question)
+	if err != nil {
+		return nil, err
+	}
+	m.s.push(keyOf(rec, history, question), act)
+	return credits, nil
+}
+
+type pairResponder struct {
+	l *LLM
+	s *stash
+}
+
+func (r pairResponder) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
+	if rec == nil {
+		return "", errNilRecord
+	}
+	act, ok := r.s.pop(keyOf(rec, history, question))
+	if !ok {
+		return r.l.Respond(ctx, rec, history, question, credits)
+	}
+	rep, err := r.l.respond(ctx, rec, history, question, act, credits)
+	return rep.Text, err
+}

@@ -1,0 +1,652 @@
+package oracle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"avtgym/corpus"
+	"avtgym/llm"
+)
+
+// fakeCall is one request to the fake model, with its prompt parsed.
+type fakeCall struct {
+	n          int // index among all calls
+	stage      string
+	messages   []llm.Message
+	user       string   // the first user message
+	question   string   // the analyst's question, read from the prompt
+	terms      []string // the labeled ambiguities listed
+	segments   []string // the clause segments listed
+	action     string   // the chosen action (respond stage)
+	resolution []string // the "what you meant" lines (respond stage)
+	corrective bool     // the request carries a corrective turn
+}
+
+// fakeModel is an in-process OpenAI-compatible endpoint that parses the
+// oracle's prompts and answers by a per-test script.
+type fakeModel struct {
+	*httptest.Server
+	mu     sync.Mutex
+	calls  []fakeCall
+	script func(c fakeCall) (status int, content string)
+}
+
+func newFakeModel(t *testing.T, script func(c fakeCall) (int, string)) *fakeModel {
+	t.Helper()
+	f := &fakeModel{script: script}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []llm.Message `json:"messages"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) < 2 {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		f.mu.Lock()
+		c := parseCall(req.Messages)
+		c.n = len(f.calls)
+		f.calls = append(f.calls, c)
+		f.mu.Unlock()
+		status, content := f.script(c)
+		if status != http.StatusOK {
+			http.Error(w, `{"error":{"message":"boom"}}`, status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{
+			"model":   "fake-model",
+			"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}},
+			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5},
+		})
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeModel) stageCalls(stage string) []fakeCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fakeCall
+	for _, c := range f.calls {
+		if c.stage == stage {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// section returns the lines under a "## ..." marker up to the next blank line.
+func section(text, mark string) []string {
+	i := strings.Index(text, mark)
+	if i < 0 {
+		return nil
+	}
+	rest := text[i:]
+	rest = rest[strings.IndexByte(rest, '\n')+1:]
+	if j := strings.Index(rest, "\n\n"); j >= 0 {
+		rest = rest[:j]
+	}
+	return strings.Split(strings.TrimRight(rest, "\n"), "\n")
+}
+
+func parseCall(msgs []llm.Message) fakeCall {
+	c := fakeCall{messages: msgs, user: msgs[1].Content, corrective: len(msgs) > 2}
+	c.stage = "respond"
+	if strings.Contains(msgs[0].Content, "CLASSIFY") {
+		c.stage = "match"
+	}
+	if q := section(c.user, markQuestion); len(q) > 0 {
+		c.question = strings.Join(q, " ")
+	}
+	for _, l := range section(c.user, markAmbiguities) {
+		if strings.HasPrefix(l, `- "`) {
+			end := strings.LastIndex(l, `" (`)
+			c.terms = append(c.terms, l[3:end])
+		}
+	}
+	for _, l := range section(c.user, markSegments) {
+		if strings.HasPrefix(l, "- [") {
+			c.segments = append(c.segments, l[strings.Index(l, "] ")+2:])
+		}
+	}
+	if i := strings.Index(c.user, markAction+": "); i >= 0 {
+		rest := c.user[i+len(markAction)+2:]
+		c.action = rest[:strings.IndexByte(rest, '\n')]
+	}
+	for _, l := range section(c.user, markResolution) {
+		if strings.HasPrefix(l, "- ") {
+			c.resolution = append(c.resolution, l[2:])
+		}
+	}
+	return c
+}
+
+// smartMatch answers stage 1 like a sensible model: a listed term the
+// question names, else the ORDER BY segment for a question about sorting,
+// else unanswerable.
+func smartMatch(c fakeCall) string {
+	q := strings.ToLower(c.question)
+	for _, t := range c.terms {
+		if strings.Contains(q, strings.ToLower(t)) {
+			return fmt.Sprintf(`{"action": "labeled", "term": %q}`, t)
+		}
+	}
+	if strings.Contains(q, "sort") {
+		for _, s := range c.segments {
+			if strings.HasPrefix(s, "ORDER BY") {
+				return fmt.Sprintf(`{"action": "unlabeled", "segment": %q}`, s)
+			}
+		}
+	}
+	return `{"action": "unanswerable"}`
+}
+
+// smartRespond answers stage 2 in plain words.
+func smartRespond(c fakeCall) string {
+	if len(c.resolution) > 0 {
+		return "Sure: " + strings.ToLower(c.resolution[0][:1]) + c.resolution[0][1:]
+	}
+	return "Put the biggest spenders first, please."
+}
+
+func smart(c fakeCall) (int, string) {
+	if c.stage == "match" {
+		return 200, smartMatch(c)
+	}
+	return 200, smartRespond(c)
+}
+
+const testSchema = "CREATE TABLE customers (id INTEGER, name TEXT, billing_region TEXT);\n\nCREATE TABLE orders (id INTEGER, customer_id INTEGER, total_value REAL);"
+
+const testSQL = "SELECT c.name, c.billing_region FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id ORDER BY SUM(o.total_value) DESC LIMIT 5"
+
+func testRecord() *corpus.Record {
+	return &corpus.Record{
+		ID: "shop-1", DB: "shop", Request: "Show the top customers in each region.",
+		Ambiguities: []corpus.Ambiguity{
+			{Term: "top customers", Kind: corpus.Critical, Aliases: []string{"best customers"},
+				Resolution: "Top customers are the five with the highest total order value."},
+			{Term: "region", Kind: corpus.Critical, Resolution: "The region is where the customer is billed."},
+		},
+		Reference: corpus.Reference{SQL: corpus.SQLList{testSQL}},
+	}
+}
+
+func newTestLLM(t *testing.T, url string, cache llm.Cache, opt LLMOptions) *LLM {
+	t.Helper()
+	c, err := llm.New(llm.Config{
+		BaseURL: url + "/v1", Model: "fake-model", Timeout: 5 * time.Second, MaxRetries: 2,
+		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, Cache: cache,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.Schema == nil {
+		opt.Schema = func(*corpus.Record) string { return testSchema }
+	}
+	return NewLLM(c, opt)
+}
+
+func ask(t *testing.T, l *LLM, rec *corpus.Record, q string) Reply {
+	t.Helper()
+	r, err := l.Ask(context.Background(), rec, nil, q)
+	if err != nil {
+		t.Fatalf("Ask(%q): %v", q, err)
+	}
+	return r
+}
+
+func TestLLMLabeledTerm(t *testing.T) {
+	f := newFakeModel(t, smart)
+	l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
+	rec := testRecord()
+	r := ask(t, l, rec, "What do you mean by top customers?")
+	if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` || r.FellBack || r.Regenerated != 0 {
+		t.Fatalf("reply %+v", r)
+	}
+	if r.Text != "Sure: top customers are the five with the highest total order value." {
+		t.Fatalf("text %q", r.Text)
+	}
+	m, s := f.stageCalls("match"), f.stageCalls("respond")
+	if len(m) != 1 || len(s) != 1 {
+		t.Fatalf("calls: %d match, %d respond", len(m), len(s))
+	}
+	// The unfiltered matcher sees terms, kinds and segments, not resolutions.
+	if !reflect.DeepEqual(m[0].terms, []string{"top customers", "region"}) || len(m[0].segments) != 6 ||
+		!strings.Contains(m[0].user, "(critical)") || strings.Contains(m[0].user, "highest total order value") {
+		t.Fatalf("match prompt:\n%s", m[0].user)
+	}
+	// The unfiltered responder sees the SQL, the segments and the schema.
+	for _, want := range []string{testSQL, "- [ORDER BY] ORDER BY SUM(o.total_value) DESC", "CREATE TABLE orders", `labeled("top customers")`} {
+		if !strings.Contains(s[0].user, want) {
+			t.Errorf("respond prompt lacks %q", want)
+		}
+	}
+	// An alias names the same ambiguity.
+	f.script = func(c fakeCall) (int, string) {
+		if c.stage == "match" {
+			return 200, `labeled("Best   Customers")`
+		}
+		return smart(c)
+	}
+	if r := ask(t, l, rec, "Who are the best customers?"); !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` {
+		t.Fatalf("alias: %+v", r)
+	}
+}
+
+func TestLLMInvalidActionsAreUnanswerable(t *testing.T) {
+	for name, out := range map[string]string{
+		"unregistered term":  `{"action": "labeled", "term": "best clients"}`,
+		"made-up segment":    `{"action": "unlabeled", "segment": "ORDER BY name ASC"}`,
+		"partial segment":    `unlabeled("ORDER BY SUM(o.total_value)")`,
+		"explicit refusal":   `{"action": "unanswerable"}`,
+		"grammar refusal":    "unanswerable()",
+		"term in other case": `{"action": "labeled", "term": "customers"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeModel(t, func(c fakeCall) (int, string) {
+				if c.stage != "match" {
+					t.Errorf("responder called")
+				}
+				return 200, out
+			})
+			l := newTestLLM(t, f.URL, nil, LLMOptions{})
+			r := ask(t, l, testRecord(), "Which customers and in what order?")
+			if r.Credits != nil || r.Text != Refusal || r.Action != "unanswerable()" {
+				t.Fatalf("reply %+v", r)
+			}
+			if n := len(f.stageCalls("match")); n != 1 {
+				t.Fatalf("%d match calls, want 1 (a parsed action is not retried)", n)
+			}
+		})
+	}
+}
+
+func TestLLMUnlabeledSegment(t *testing.T) {
+	for name, out := range map[string]string{
+		"json":             "",
+		"grammar, folded":  "Action: unlabeled(\"order by  sum(o.total_value)\\ndesc\")",
+		"json with label":  "```json\n{\"action\": \"unlabeled\", \"segment\": \"[ORDER BY] ORDER BY SUM(o.total_value) DESC\"}\n```",
+		"json in grammars": `{"action": "unlabeled(\"ORDER BY SUM(o.total_value) DESC\")"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeModel(t, func(c fakeCall) (int, string) {
+				if c.stage == "match" && out != "" {
+					return 200, out
+				}
+				return smart(c)
+			})
+			l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
+			r := ask(t, l, testRecord(), "How should I sort them?")
+			if r.Credits != nil || r.Action != `unlabeled("ORDER BY SUM(o.total_value) DESC")` || r.Text != "Put the biggest spenders first, please." {
+				t.Fatalf("reply %+v", r)
+			}
+			s := f.stageCalls("respond")
+			if len(s) != 1 || s[0].action != r.Action {
+				t.Fatalf("respond calls %+v", s)
+			}
+		})
+	}
+}
+
+func TestLLMMalformedMatchOutput(t *testing.T) {
+	t.Run("once", func(t *testing.T) {
+		f := newFakeModel(t, func(c fakeCall) (int, string) {
+			if c.stage == "match" && !c.corrective {
+				return 200, "Hmm, the analyst is probably asking about the top customers {"
+			}
+			return smart(c)
+		})
+		l := newTestLLM(t, f.URL, nil, LLMOptions{})
+		r := ask(t, l, testRecord(), "What are top customers?")
+		if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` {
+			t.Fatalf("reply %+v", r)
+		}
+		m := f.stageCalls("match")
+		if len(m) != 2 || !m[1].corrective || m[1].messages[3].Content != matchCorrective || m[1].messages[2].Role != "assistant" {
+			t.Fatalf("match calls %+v", m)
+		}
+	})
+	t.Run("twice", func(t *testing.T) {
+		f := newFakeModel(t, func(c fakeCall) (int, string) {
+			if c.stage != "match" {
+				t.Errorf("responder called")
+			}
+			return 200, `{"verdict": "top customers"}`
+		})
+		l := newTestLLM(t, f.URL, nil, LLMOptions{})
+		r := ask(t, l, testRecord(), "What are top customers?")
+		if r.Credits != nil || r.Text != Refusal || r.Action != "unanswerable()" {
+			t.Fatalf("reply %+v", r)
+		}
+		if n := len(f.stageCalls("match")); n != 2 {
+			t.Fatalf("%d match calls, want 2", n)
+		}
+	})
+}
+
+func TestLLMLeakRejection(t *testing.T) {
+	leaky := "Sort with ORDER BY SUM(o.total_value) DESC and keep five."
+	t.Run("regenerated", func(t *testing.T) {
+		f := newFakeModel(t, func(c fakeCall) (int, string) {
+			if c.stage == "respond" && !c.corrective {
+				return 200, leaky
+			}
+			return smart(c)
+		})
+		l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
+		r := ask(t, l, testRecord(), "What do you mean by top customers?")
+		if r.Regenerated != 1 || r.FellBack || !strings.HasPrefix(r.Text, "Sure: top customers") {
+			t.Fatalf("reply %+v", r)
+		}
+		s := f.stageCalls("respond")
+		if len(s) != 2 || s[1].messages[2].Content != leaky || s[1].messages[3].Content != respondCorrective {
+			t.Fatalf("respond calls %+v", s)
+		}
+	})
+	t.Run("not rejected when off", func(t *testing.T) {
+		f := newFakeModel(t, func(c fakeCall) (int, string) {
+			if c.stage == "respond" {
+				return 200, leaky
+			}
+			return smart(c)
+		})
+		l := newTestLLM(t, f.URL, nil, LLMOptions{})
+		if r := ask(t, l, testRecord(), "What do you mean by top customers?"); r.Text != leaky || r.Regenerated != 0 {
+			t.Fatalf("reply %+v", r)
+		}
+	})
+	for name, text := range map[string]string{"sql": leaky, "schema identifier": "Use the billing_region of each customer.", "empty": "  "} {
+		t.Run("always "+name, func(t *testing.T) {
+			f := newFakeModel(t, func(c fakeCall) (int, string) {
+				if c.stage == "respond" {
+					return 200, text
+				}
+				return smart(c)
+			})
+			l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
+			r := ask(t, l, testRecord(), "What do you mean by top customers?")
+			if !r.FellBack || r.Regenerated != 2 || r.Text != testRecord().Ambiguities[0].Resolution || !reflect.DeepEqual(r.Credits, []int{0}) {
+				t.Fatalf("reply %+v", r)
+			}
+			if n := len(f.stageCalls("respond")); n != 3 {
+				t.Fatalf("%d respond calls, want 3", n)
+			}
+			// An unlabeled action falls back to the refusal (no credits).
+			r = ask(t, l, testRecord(), "How should I sort them?")
+			if !r.FellBack || r.Text != Refusal || r.Credits != nil {
+				t.Fatalf("unlabeled fallback %+v", r)
+			}
+		})
+	}
+}
+
+func TestLeakChecker(t *testing.T) {
+	rec := testRecord()
+	lc := newLeakChecker(rec, (&LLM{}).segments(rec), testSchema)
+	for _, c := range []struct {
+		reply, question string
+		leak            bool
+	}{
+		{"The five customers who spent the most overall.", "Who are top customers?", false},
+		{"Order them by the sum of total value, descending.", "How to sort?", false},
+		{"order by sum(o.total_value) desc", "How to sort?", true},
+		{"take c.name, c.billing_region from the list", "What columns?", true},
+		{"GROUP BY c.id, per customer.", "How to group?", true},
+		{"Use billing_region.", "Do you mean billing_region or shipping region?", false},
+		{"Use billing_region.", "Which region?", true},
+		{"Limit it to 5 from orders.", "How many?", false},
+		{"name, billing region, five of them", "Which?", false},
+		{"I said ORDER BY SUM(o.total_value) DESC, yes.", "Is it ORDER BY SUM(o.total_value) DESC?", false},
+	} {
+		if got := lc.leaks(c.reply, c.question); got != c.leak {
+			t.Errorf("leaks(%q, %q) = %v, want %v", c.reply, c.question, got, c.leak)
+		}
+	}
+	if got := schemaIdents(testSchema + "\nCREATE TABLE \"OrderLines\" (x INT8 DEFAULT CURRENT_TIMESTAMP, plain TEXT)"); !reflect.DeepEqual(got, []string{"orderlines", "billing_region", "customer_id", "total_value"}) {
+		t.Errorf("schemaIdents = %q", got)
+	}
+}
+
+func TestLLMScoped(t *testing.T) {
+	f := newFakeModel(t, smart)
+	l := newTestLLM(t, f.URL, nil, LLMOptions{Scoped: true, RejectLeaks: true})
+	rec := testRecord()
+	r := ask(t, l, rec, "What do you mean by region?")
+	if !reflect.DeepEqual(r.Credits, []int{1}) || r.Text != "Sure: the region is where the customer is billed." {
+		t.Fatalf("reply %+v", r)
+	}
+	// Without segments the smart model cannot answer unlabeled; forcing one
+	// is unanswerable.
+	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action != "unanswerable()" {
+		t.Fatalf("sort: %+v", r)
+	}
+	f.script = func(c fakeCall) (int, string) {
+		if c.stage == "match" {
+			return 200, `unlabeled("ORDER BY SUM(o.total_value) DESC")`
+		}
+		return smart(c)
+	}
+	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action != "unanswerable()" {
+		t.Fatalf("forced unlabeled: %+v", r)
+	}
+	f.mu.Lock()
+	calls := append([]fakeCall(nil), f.calls...)
+	f.mu.Unlock()
+	for _, c := range calls {
+		all := ""
+		for _, m := range c.messages {
+			all += m.Content + "\n"
+		}
+		for _, bad := range []string{"SELECT", "total_value", "ORDER BY SUM", "CREATE TABLE", "billing_region", markSQL, markSegments, markSchema, "unlabeled:"} {
+			if strings.Contains(all, bad) {
+				t.Errorf("%s prompt contains %q:\n%s", c.stage, bad, all)
+			}
+		}
+	}
+	if s := f.stageCalls("respond"); len(s) != 1 || !strings.Contains(s[0].user, "billed") {
+		t.Fatalf("respond calls %+v", s)
+	}
+}
+
+func TestLLMHybrid(t *testing.T) {
+	f := newFakeModel(t, smart)
+	l := newTestLLM(t, f.URL, nil, LLMOptions{})
+	rec := testRecord()
+	det := NewDeterministicResponder()
+	for _, q := range []string{"What do you mean by top customers?", "Which region?", "How should I sort them?", "Anything else?"} {
+		actual := ask(t, l, rec, q)
+		hyb, err := Hybrid(l).Ask(context.Background(), rec, nil, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hyb2, err := l.Hybrid().Ask(context.Background(), rec, nil, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := det.Respond(context.Background(), rec, nil, q, actual.Credits)
+		if !reflect.DeepEqual(hyb.Credits, actual.Credits) || hyb.Text != want ||
+			!reflect.DeepEqual(hyb2.Credits, actual.Credits) || hyb2.Text != want || hyb2.Action != actual.Action {
+			t.Errorf("%q: actual %+v hybrid %+v %+v", q, actual, hyb, hyb2)
+		}
+	}
+}
+
+func TestLLMOraclePair(t *testing.T) {
+	f := newFakeModel(t, smart)
+	l := newTestLLM(t, f.URL, nil, LLMOptions{})
+	rec := testRecord()
+	o := l.Oracle()
+	for _, q := range []string{"What do you mean by top customers?", "How should I sort them?", "Anything else?"} {
+		want := ask(t, l, rec, q)
+		got, err := o.Ask(context.Background(), rec, nil, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Text != want.Text || !reflect.DeepEqual(got.Credits, want.Credits) {
+			t.Errorf("%q: pair %+v, Ask %+v", q, got, want)
+		}
+	}
+	// Respond alone: credits answer as labeled, none as the refusal.
+	txt, err := l.Respond(context.Background(), rec, nil, "Which region?", []int{1})
+	if err != nil || txt != "Sure: the region is where the customer is billed." {
+		t.Fatalf("Respond = %q, %v", txt, err)
+	}
+	n := len(f.stageCalls("respond"))
+	if txt, err := l.Respond(context.Background(), rec, nil, "Hm?", nil); err != nil || txt != Refusal || len(f.stageCalls("respond")) != n {
+		t.Fatalf("Respond(no credits) = %q, %v", txt, err)
+	}
+	if _, err := l.Respond(context.Background(), rec, nil, "Hm?", []int{5}); err == nil {
+		t.Fatal("Respond accepted an out-of-range credit")
+	}
+	if c, err := l.Match(context.Background(), rec, nil, "Which region?"); err != nil || !reflect.DeepEqual(c, []int{1}) {
+		t.Fatalf("Match = %v, %v", c, err)
+	}
+}
+
+func TestLLMEndpointFailureIsAnError(t *testing.T) {
+	f := newFakeModel(t, func(fakeCall) (int, string) { return 500, "" })
+	l := newTestLLM(t, f.URL, nil, LLMOptions{})
+	_, err := l.Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?")
+	if err == nil || llm.KindOf(err) != llm.KindServer {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(f.stageCalls("match")); n != 3 {
+		t.Fatalf("%d attempts, want 3 (MaxRetries 2)", n)
+	}
+	// Responder failures are errors too.
+	f.script = func(c fakeCall) (int, string) {
+		if c.stage == "match" {
+			return smart(c)
+		}
+		return 503, ""
+	}
+	if _, err := l.Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?"); err == nil {
+		t.Fatal("no error from a failing responder")
+	}
+	if _, err := l.Ask(context.Background(), nil, nil, "x"); err == nil {
+		t.Fatal("no error for a nil record")
+	}
+}
+
+func TestLLMReplayFromFileCache(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cache.jsonl")
+	history := []Turn{{Question: "Which region?", Reply: "Where they are billed.", Credits: []int{1}}}
+	questions := []string{"What do you mean by top customers?", "How should I sort them?", "Anything else?", "What are top customers?"}
+	run := func(url string, cache llm.Cache) []Reply {
+		l := newTestLLM(t, url, cache, LLMOptions{RejectLeaks: true})
+		var out []Reply
+		for i, q := range questions {
+			h := history
+			if i%2 == 0 {
+				h = nil
+			}
+			r, err := l.Ask(context.Background(), testRecord(), h, q)
+			if err != nil {
+				t.Fatalf("Ask(%q): %v", q, err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	f := newFakeModel(t, func(c fakeCall) (int, string) {
+		switch {
+		case c.stage == "match" && c.question == "What are top customers?" && !c.corrective:
+			return 200, "no idea" // malformed once, then retried
+		case c.stage == "respond" && !c.corrective && strings.Contains(c.question, "sort"):
+			return 200, "ORDER BY SUM(o.total_value) DESC" // a leak, regenerated
+		}
+		return smart(c)
+	})
+	c1, err := llm.OpenFileCache(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := run(f.URL, c1)
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // the endpoint is switched off
+	c2, err := llm.OpenFileCache(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	second := run(f.URL, c2)
+	if !reflect.DeepEqual(first, second) {
+		t.Fatalf("replay differs:\n%+v\n%+v", first, second)
+	}
+	if first[1].Regenerated != 1 || !reflect.DeepEqual(first[3].Credits, []int{0}) {
+		t.Fatalf("run %+v", first)
+	}
+	// A new prompt version never reads the old replies.
+	l := newTestLLM(t, f.URL, c2, LLMOptions{Version: "other"})
+	if _, err := l.Ask(context.Background(), testRecord(), nil, questions[0]); err == nil {
+		t.Fatal("a new version was served from the cache")
+	}
+}
+
+func TestLLMConcurrent(t *testing.T) {
+	f := newFakeModel(t, smart)
+	l := newTestLLM(t, f.URL, llm.NewMemoryCache(), LLMOptions{RejectLeaks: true})
+	o := l.Oracle()
+	rec := testRecord()
+	qs := []string{"What do you mean by top customers?", "How should I sort them?", "Anything else?", "Which region?"}
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := qs[i%len(qs)]
+			want := map[string]string{qs[0]: "Sure: top", qs[1]: "Put the biggest", qs[2]: Refusal, qs[3]: "Sure: the region"}[q]
+			var r Reply
+			var err error
+			if i%2 == 0 {
+				r, err = l.Ask(context.Background(), rec, nil, q)
+			} else {
+				r, err = o.Ask(context.Background(), rec, nil, q)
+			}
+			if err != nil || !strings.HasPrefix(r.Text, want) {
+				t.Errorf("%q: %+v, %v", q, r, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestParseAction(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want action
+		ok   bool
+	}{
+		{`{"action": "labeled", "term": "top customers"}`, action{actLabeled, "top customers"}, true},
+		{"```json\n{\"action\":\"LABELED\",\"term\":\" x \"}\n```", action{actLabeled, "x"}, true},
+		{`{"action": "AMB", "argument": "x"}`, action{actLabeled, "x"}, true},
+		{`{"action": "unlabeled", "segment": "LIMIT 5"}`, action{actUnlabeled, "LIMIT 5"}, true},
+		{`{"action": "unanswerable()"}`, action{}, true},
+		{`{"action": "UNA"}`, action{}, true},
+		{`I choose labeled("top \"big\" customers").`, action{actLabeled, `top "big" customers`}, true},
+		{`unlabeled('WHERE a = 1')`, action{actUnlabeled, "WHERE a = 1"}, true},
+		{`Unanswerable ( )`, action{}, true},
+		{`{"action": "labeled"}`, action{}, false},
+		{`labeled()`, action{}, false},
+		{`{"action": "maybe"}`, action{}, false},
+		{`top customers`, action{}, false},
+		{``, action{}, false},
+	} {
+		got, ok := parseAction(c.in)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("parseAction(%q) = %+v, %v; want %+v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
