@@ -2,6 +2,7 @@
 # into ./bin on first use.
 
 GO         ?= go
+PYTHON     ?= python3
 BIN        := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
@@ -28,8 +29,19 @@ build: ## build the avtgym binary into ./bin
 	$(GO) build -o $(BIN)/avtgym ./cmd/avtgym
 
 .PHONY: test
-test: ## run every test (race detector on)
+test: ## run every test: the Go tests (race detector on), then the Python client's
 	$(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory test-python
+
+.PHONY: test-python
+test-python: ## run the Python client's tests (installs client/python[test] if avtgym is not importable)
+	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy' 2>/dev/null || \
+		$(PYTHON) -m pip install -q --disable-pip-version-check -e 'client/python[test]'
+	$(PYTHON) -m pytest client/python/tests -q --ignore=client/python/tests/trainers
+
+.PHONY: test-trainers
+test-trainers: ## opt-in: install TRL and verl (PyTorch; several GB) and test the trainer adapters
+	bash client/python/scripts/test_trainers.sh
 
 .PHONY: test-short
 test-short: ## run the tests without the race detector
@@ -51,10 +63,16 @@ proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtpro
 		--go-vtproto_opt=module=avtgym,features=marshal+unmarshal+size \
 		$(PROTO_FILES)
 
+.PHONY: proto-python
+proto-python: ## regenerate the Python stubs in client/python/src/avtgym/v1 (pinned grpcio-tools)
+	PYTHON=$(PYTHON) bash client/python/scripts/gen_proto.sh
+
+PY_STUBS := client/python/src/avtgym/v1
+
 .PHONY: checkgenerate
-checkgenerate: proto ## fail if the committed generated code is not current
-	@git diff --exit-code -- '*.pb.go' || { echo "generated code is stale: run make proto and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- '*.pb.go')" || { echo "untracked generated files:"; git status --porcelain -- '*.pb.go'; exit 1; }
+checkgenerate: proto proto-python ## fail if the committed generated code (Go and Python) is not current
+	@git diff --exit-code -- '*.pb.go' $(PY_STUBS) || { echo "generated code is stale: run make proto proto-python and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- '*.pb.go' $(PY_STUBS))" || { echo "untracked generated files:"; git status --porcelain -- '*.pb.go' $(PY_STUBS); exit 1; }
 
 .PHONY: bench
 bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.md by hand)

@@ -1,0 +1,46 @@
+"""avtgym: Python client of the avtgym environment server (RL of asking policies).
+
+    from avtgym import Client, Action
+    with Client("127.0.0.1:50051") as c:
+        ep = c.reset(task_id="shop-001")
+        res = c.step(ep, Action.ask("What do you mean by top 5 customers?"))
+        res = c.step(res.episode, Action.stop())
+        print(res.reward)
+"""
+
+from avtgym.actions import ParsedAction, parse_action
+from avtgym.chat import policy_turn_text, render_chat
+from avtgym.client import AsyncClient, Client
+from avtgym.errors import AvtgymError
+from avtgym.types import (
+    Action,
+    DatabaseView,
+    Episode,
+    KnowledgeEntry,
+    Reward,
+    StepResult,
+    TaskSummary,
+    TaskView,
+    Turn,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Action",
+    "AsyncClient",
+    "AvtgymError",
+    "Client",
+    "DatabaseView",
+    "Episode",
+    "KnowledgeEntry",
+    "ParsedAction",
+    "Reward",
+    "StepResult",
+    "TaskSummary",
+    "TaskView",
+    "Turn",
+    "parse_action",
+    "policy_turn_text",
+    "render_chat",
+]

@@ -1,0 +1,59 @@
+"""Rendering an episode's history as chat messages with a trainable-token mask."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from avtgym.types import Episode, Turn
+
+__all__ = ["render_chat", "policy_turn_text"]
+
+
+def policy_turn_text(turn: Turn, action_format: str = "text") -> str:
+    """The assistant content of a policy turn.
+
+    action_format "text": the question or SQL as it is, and "STOP" for a stop turn (its text is
+    empty on the wire). "json": the AmbiTab JSON action ({"type": "clarification", "question":
+    ...}, {"type": "done"}, {"type": "sql", "sql": ...}). Both parse back to the same action
+    with parse_action (the text form of a question does when it is one line ending in "?")."""
+    if action_format == "json":
+        if turn.kind == "question":
+            return json.dumps({"type": "clarification", "question": turn.text}, ensure_ascii=False)
+        if turn.kind == "stop":
+            return json.dumps({"type": "done"})
+        if turn.kind == "sql":
+            return json.dumps({"type": "sql", "sql": turn.text}, ensure_ascii=False)
+        return turn.text
+    if action_format != "text":
+        raise ValueError(f"action_format {action_format!r}: want text or json")
+    if turn.kind == "stop" and not turn.text:
+        return "STOP"
+    return turn.text
+
+
+def render_chat(episode: Episode, system_prompt: str | None = None, action_format: str = "text",
+                merge_user: bool = False) -> tuple[list[dict[str, Any]], list[bool]]:
+    """OpenAI-style messages for an episode's whole history, and the loss mask.
+
+    The system prompt (if any) is a "system" message. Each turn is one message: the policy's
+    turns (questions, STOP, its SQL) are "assistant" messages; the request, the oracle's replies
+    and environment notices/feedback are "user" messages. mask[i] is True exactly for the
+    policy's own messages: oracle and environment text is never trainable. merge_user=True joins
+    consecutive user messages with a blank line (for chat templates that need alternation)."""
+    messages: list[dict[str, Any]] = []
+    mask: list[bool] = []
+    if system_prompt is not None:
+        messages.append({"role": "system", "content": system_prompt})
+        mask.append(False)
+    for t in episode.turns:
+        if t.role == "policy":
+            messages.append({"role": "assistant", "content": policy_turn_text(t, action_format)})
+            mask.append(True)
+            continue
+        if merge_user and messages and messages[-1]["role"] == "user":
+            messages[-1]["content"] += "\n\n" + t.text
+            continue
+        messages.append({"role": "user", "content": t.text})
+        mask.append(False)
+    return messages, mask

@@ -1,0 +1,315 @@
+"""Sync and asyncio clients of avtgym's EnvService.
+
+Every call has a deadline (timeout seconds, across its attempts) and is retried on UNAVAILABLE
+with jittered exponential backoff: this is safe because the server is stateless and a step is a
+pure function of (token, action), so a retried step gives the same result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import time
+from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
+
+import grpc
+
+from avtgym.errors import AvtgymError
+from avtgym.types import (
+    Action,
+    Episode,
+    StepResult,
+    TaskSummary,
+    oracle_enum,
+    reward_enum,
+    solver_enum,
+)
+from avtgym.v1 import env_service_pb2 as pb
+from avtgym.v1 import env_service_pb2_grpc as pb_grpc
+from avtgym.v1 import episode_pb2 as epb
+
+__all__ = ["Client", "AsyncClient", "EpisodeLike"]
+
+EpisodeLike = Union[Episode, bytes]
+
+# Reconnect quickly after a server restart (gRPC's default starts at 1 s and grows to 120 s).
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+
+_BACKOFF_START = 0.1
+_BACKOFF_MAX = 2.0
+
+
+def _backoff(attempt: int) -> float:
+    wait = min(_BACKOFF_START * (2 ** attempt), _BACKOFF_MAX)
+    return wait / 2 + random.random() * wait / 2
+
+
+def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward="question_f1",
+                   solver="client", extra_questions=None, zero_ambiguity_budget=None,
+                   privileged=False, group_size=0, oracle=None) -> pb.ResetRequest:
+    opts = epb.EpisodeOptions(reward=reward_enum(reward), solver=solver_enum(solver),
+                              oracle=oracle_enum(oracle))
+    if extra_questions is not None:
+        opts.extra_questions = int(extra_questions)
+    if zero_ambiguity_budget is not None:
+        opts.zero_ambiguity_budget = int(zero_ambiguity_budget)
+    req = pb.ResetRequest(corpus=corpus or "", task_id=task_id or "", split=split or "",
+                          group_size=int(group_size), options=opts,
+                          include_privileged=bool(privileged))
+    if seed is not None:
+        req.seed = int(seed)
+    return req
+
+
+def _episode(ep: EpisodeLike) -> Episode:
+    if isinstance(ep, Episode):
+        return ep
+    if isinstance(ep, (bytes, bytearray, memoryview)):
+        return Episode.from_token(bytes(ep))
+    raise TypeError(f"want an Episode or token bytes, got {type(ep).__name__}")
+
+
+def _action(a: Action) -> epb.Action:
+    if not isinstance(a, Action):
+        raise TypeError(f"want an avtgym.Action, got {type(a).__name__}")
+    return a.to_proto()
+
+
+def _step_request(ep: Episode, action: Action, privileged: bool) -> pb.StepRequest:
+    return pb.StepRequest(token=ep.token, action=_action(action), include_privileged=bool(privileged))
+
+
+def _batch_results(eps: Sequence[Episode], resp: pb.StepBatchResponse) -> list[StepResult | AvtgymError]:
+    out: list[StepResult | AvtgymError] = []
+    for ep, r in zip(eps, resp.results):
+        if r.HasField("status") and r.status.code != 0:
+            out.append(AvtgymError.from_status(r.status))
+        else:
+            out.append(StepResult.from_proto(ep, r.response))
+    if len(out) != len(eps):
+        raise AvtgymError("INTERNAL", f"StepBatch answered {len(resp.results)} items for {len(eps)} steps")
+    return out
+
+
+class Client:
+    """A synchronous EnvService client.
+
+    Client("127.0.0.1:50051", timeout=30.0, retries=5): timeout is each call's deadline in
+    seconds (covering its retries); retries is how many times a call failing with UNAVAILABLE
+    is repeated. Use as a context manager or call close()."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0, retries: int = 5,
+                 options: Sequence[tuple[str, Any]] = ()):
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        self._channel = grpc.insecure_channel(target, options=list(_CHANNEL_OPTIONS) + list(options))
+        self._stub = pb_grpc.EnvServiceStub(self._channel)
+
+    def _call(self, method: str, req: Any) -> Any:
+        fn = getattr(self._stub, method)
+        deadline = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise AvtgymError("DEADLINE_EXCEEDED", f"{method}: deadline of {self.timeout}s exceeded")
+                return fn(req, timeout=left)
+            except grpc.RpcError as e:
+                err = AvtgymError.from_rpc_error(e)
+                if err.code != "UNAVAILABLE" or attempt >= self.retries:
+                    raise err from None
+            wait = _backoff(attempt)
+            attempt += 1
+            if time.monotonic() + wait >= deadline:
+                raise err
+            time.sleep(wait)
+
+    def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
+              seed: int | None = None, reward: str = "question_f1", solver: str = "client",
+              extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
+              privileged: bool = False, oracle: str | None = None) -> Episode:
+        """Start one episode. reward: "question_f1" | "outcome"; solver: "client" | "lookup" | ...;
+        oracle: None (the server's default, deterministic) or an OracleType name in lower case."""
+        return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
+                                reward=reward, solver=solver, extra_questions=extra_questions,
+                                zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
+                                oracle=oracle)[0]
+
+    def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
+        """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1."""
+        resp = self._call("Reset", _reset_request(group_size=n, **kwargs))
+        return [Episode.from_proto(e) for e in resp.episodes]
+
+    def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
+        """Apply one action; res.episode is the updated Episode (the old one stays steppable: a fork)."""
+        e = _episode(ep)
+        return StepResult.from_proto(e, self._call("Step", _step_request(e, action, privileged)))
+
+    def step_batch(self, items: Iterable[tuple[EpisodeLike, Action]], privileged: bool = False
+                   ) -> list[StepResult | AvtgymError]:
+        """One StepBatch call; a failed item is returned as an AvtgymError in its place."""
+        pairs = [(_episode(e), a) for e, a in items]
+        if not pairs:
+            return []
+        req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
+        return _batch_results([e for e, _ in pairs], self._call("StepBatch", req))
+
+    def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
+        """All task summaries of a corpus (every page)."""
+        out: list[TaskSummary] = []
+        token = ""
+        while True:
+            resp = self._call("ListTasks", pb.ListTasksRequest(corpus=corpus or "", split=split or "",
+                                                                page_size=1000, page_token=token))
+            out.extend(TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request) for t in resp.tasks)
+            token = resp.next_page_token
+            if not token:
+                return out
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+Policy = Callable[[Episode], Union[Action, Awaitable[Action]]]
+
+
+class AsyncClient:
+    """The asyncio (grpc.aio) twin of Client: the same methods, as coroutines, plus rollout()."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0, retries: int = 5,
+                 options: Sequence[tuple[str, Any]] = ()):
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        self._options = list(_CHANNEL_OPTIONS) + list(options)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.EnvServiceStub | None = None
+
+    def _get_stub(self) -> pb_grpc.EnvServiceStub:
+        # Created lazily so that the channel binds to the running event loop.
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._stub = pb_grpc.EnvServiceStub(self._channel)
+        return self._stub
+
+    async def _call(self, method: str, req: Any) -> Any:
+        fn = getattr(self._get_stub(), method)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        attempt = 0
+        while True:
+            left = deadline - loop.time()
+            try:
+                if left <= 0:
+                    raise AvtgymError("DEADLINE_EXCEEDED", f"{method}: deadline of {self.timeout}s exceeded")
+                return await fn(req, timeout=left)
+            except grpc.RpcError as e:
+                err = AvtgymError.from_rpc_error(e)
+                if err.code != "UNAVAILABLE" or attempt >= self.retries:
+                    raise err from None
+            wait = _backoff(attempt)
+            attempt += 1
+            if loop.time() + wait >= deadline:
+                raise err
+            await asyncio.sleep(wait)
+
+    async def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
+                    seed: int | None = None, reward: str = "question_f1", solver: str = "client",
+                    extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
+                    privileged: bool = False, oracle: str | None = None) -> Episode:
+        eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
+                                     reward=reward, solver=solver, extra_questions=extra_questions,
+                                     zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
+                                     oracle=oracle)
+        return eps[0]
+
+    async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
+        resp = await self._call("Reset", _reset_request(group_size=n, **kwargs))
+        return [Episode.from_proto(e) for e in resp.episodes]
+
+    async def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
+        e = _episode(ep)
+        return StepResult.from_proto(e, await self._call("Step", _step_request(e, action, privileged)))
+
+    async def step_batch(self, items: Iterable[tuple[EpisodeLike, Action]], privileged: bool = False
+                         ) -> list[StepResult | AvtgymError]:
+        pairs = [(_episode(e), a) for e, a in items]
+        if not pairs:
+            return []
+        req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
+        return _batch_results([e for e, _ in pairs], await self._call("StepBatch", req))
+
+    async def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
+        out: list[TaskSummary] = []
+        token = ""
+        while True:
+            resp = await self._call("ListTasks", pb.ListTasksRequest(
+                corpus=corpus or "", split=split or "", page_size=1000, page_token=token))
+            out.extend(TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request) for t in resp.tasks)
+            token = resp.next_page_token
+            if not token:
+                return out
+
+    async def run_episode(self, policy: Policy, start: Episode | dict[str, Any], privileged: bool = False,
+                          max_steps: int = 64) -> Episode:
+        """Reset (when start is a dict of reset() keyword arguments) and step policy(episode) until done."""
+        ep = start if isinstance(start, Episode) else await self.reset(**{"privileged": privileged, **start})
+        for _ in range(max_steps):
+            if ep.done:
+                return ep
+            action = policy(ep)
+            if inspect.isawaitable(action):
+                action = await action
+            ep = (await self.step(ep, action, privileged=privileged)).episode
+        if not ep.done:
+            raise AvtgymError("RESOURCE_EXHAUSTED", f"episode {ep.episode_id} not done after {max_steps} steps",
+                              reason="CLIENT_MAX_STEPS")
+        return ep
+
+    async def rollout(self, policy: Policy, resets: Iterable[Episode | dict[str, Any]], concurrency: int = 64,
+                      privileged: bool = False, max_steps: int = 64) -> list[Episode | BaseException]:
+        """Run many episodes concurrently (at most `concurrency` at a time).
+
+        resets: per episode either an Episode already reset or a dict of reset() keyword
+        arguments. policy(episode) returns an Action (or an awaitable of one). The result is in
+        input order: the finished Episode, or the exception that ended that episode (an
+        AvtgymError, or whatever the policy raised); one failed episode never stops the others."""
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(start: Episode | dict[str, Any]) -> Episode | BaseException:
+            async with sem:
+                try:
+                    return await self.run_episode(policy, start, privileged=privileged, max_steps=max_steps)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # returned in place
+                    return e
+
+        return list(await asyncio.gather(*(one(s) for s in resets)))
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stub = None
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

@@ -1,0 +1,70 @@
+"""AvtgymError: a gRPC status with avtgym's ErrorInfo reason and BadRequest field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+__all__ = ["AvtgymError"]
+
+_CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+class AvtgymError(Exception):
+    """An error from the server (or the transport).
+
+    code: the grpc.StatusCode name ("INVALID_ARGUMENT", "UNAVAILABLE", ...); reason: the
+    google.rpc.ErrorInfo reason ("TOKEN_TAMPERED", "WRONG_PHASE", ...) or "" when none;
+    field: the first BadRequest field violation's field, or ""; message: the status message;
+    metadata: the ErrorInfo metadata."""
+
+    def __init__(self, code: str, message: str, reason: str = "", field: str = "",
+                 metadata: dict[str, str] | None = None):
+        super().__init__(f"{code}: {reason + ': ' if reason else ''}{message}")
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.field = field
+        self.metadata = dict(metadata or {})
+
+    @property
+    def status_code(self) -> grpc.StatusCode:
+        return grpc.StatusCode[self.code]
+
+    def __reduce__(self):  # picklable, for multiprocessing trainers
+        return (AvtgymError, (self.code, self.message, self.reason, self.field, self.metadata))
+
+    @staticmethod
+    def from_status(st: status_pb2.Status) -> "AvtgymError":
+        reason, fld, meta = "", "", {}
+        for d in st.details:
+            if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and not reason:
+                ei = error_details_pb2.ErrorInfo()
+                d.Unpack(ei)
+                reason, meta = ei.reason, dict(ei.metadata)
+            elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR) and not fld:
+                br = error_details_pb2.BadRequest()
+                d.Unpack(br)
+                if br.field_violations:
+                    fld = br.field_violations[0].field
+        return AvtgymError(_CODE_NAMES.get(st.code, f"CODE_{st.code}"), st.message, reason, fld, meta)
+
+    @staticmethod
+    def from_rpc_error(err: Any) -> "AvtgymError":
+        code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
+        details = err.details() if callable(getattr(err, "details", None)) else str(err)
+        md = err.trailing_metadata() if callable(getattr(err, "trailing_metadata", None)) else None
+        for key, value in md or ():
+            if key == "grpc-status-details-bin":
+                st = status_pb2.Status()
+                try:
+                    st.ParseFromString(value)
+                except Exception:
+                    break
+                out = AvtgymError.from_status(st)
+                out.code = code.name if code is not None else out.code
+                return out
+        name = code.name if code is not None else "UNKNOWN"
+        return AvtgymError(name, details or "")

@@ -1,0 +1,295 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_POLICY: _ClassVar[Role]
+    ROLE_ORACLE: _ClassVar[Role]
+    ROLE_ENVIRONMENT: _ClassVar[Role]
+
+class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TURN_KIND_UNSPECIFIED: _ClassVar[TurnKind]
+    TURN_KIND_REQUEST: _ClassVar[TurnKind]
+    TURN_KIND_QUESTION: _ClassVar[TurnKind]
+    TURN_KIND_REPLY: _ClassVar[TurnKind]
+    TURN_KIND_STOP: _ClassVar[TurnKind]
+    TURN_KIND_SQL: _ClassVar[TurnKind]
+    TURN_KIND_FEEDBACK: _ClassVar[TurnKind]
+    TURN_KIND_NOTICE: _ClassVar[TurnKind]
+
+class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PHASE_UNSPECIFIED: _ClassVar[Phase]
+    PHASE_ASKING: _ClassVar[Phase]
+    PHASE_SOLVING: _ClassVar[Phase]
+    PHASE_DONE: _ClassVar[Phase]
+
+class EpisodeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EPISODE_STATUS_UNSPECIFIED: _ClassVar[EpisodeStatus]
+    EPISODE_STATUS_RUNNING: _ClassVar[EpisodeStatus]
+    EPISODE_STATUS_TERMINATED: _ClassVar[EpisodeStatus]
+    EPISODE_STATUS_TRUNCATED: _ClassVar[EpisodeStatus]
+    EPISODE_STATUS_ERROR: _ClassVar[EpisodeStatus]
+
+class RewardType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REWARD_TYPE_UNSPECIFIED: _ClassVar[RewardType]
+    REWARD_TYPE_QUESTION_F1: _ClassVar[RewardType]
+    REWARD_TYPE_OUTCOME: _ClassVar[RewardType]
+
+class Solver(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SOLVER_UNSPECIFIED: _ClassVar[Solver]
+    SOLVER_CLIENT: _ClassVar[Solver]
+    SOLVER_LOOKUP: _ClassVar[Solver]
+    SOLVER_LLM: _ClassVar[Solver]
+
+class OracleType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ORACLE_TYPE_UNSPECIFIED: _ClassVar[OracleType]
+    ORACLE_TYPE_DETERMINISTIC: _ClassVar[OracleType]
+    ORACLE_TYPE_LLM: _ClassVar[OracleType]
+    ORACLE_TYPE_LLM_SCOPED: _ClassVar[OracleType]
+    ORACLE_TYPE_HYBRID: _ClassVar[OracleType]
+
+class AmbiguityKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AMBIGUITY_KIND_UNSPECIFIED: _ClassVar[AmbiguityKind]
+    AMBIGUITY_KIND_CRITICAL: _ClassVar[AmbiguityKind]
+    AMBIGUITY_KIND_KNOWLEDGE: _ClassVar[AmbiguityKind]
+    AMBIGUITY_KIND_NON_CRITICAL: _ClassVar[AmbiguityKind]
+ROLE_UNSPECIFIED: Role
+ROLE_POLICY: Role
+ROLE_ORACLE: Role
+ROLE_ENVIRONMENT: Role
+TURN_KIND_UNSPECIFIED: TurnKind
+TURN_KIND_REQUEST: TurnKind
+TURN_KIND_QUESTION: TurnKind
+TURN_KIND_REPLY: TurnKind
+TURN_KIND_STOP: TurnKind
+TURN_KIND_SQL: TurnKind
+TURN_KIND_FEEDBACK: TurnKind
+TURN_KIND_NOTICE: TurnKind
+PHASE_UNSPECIFIED: Phase
+PHASE_ASKING: Phase
+PHASE_SOLVING: Phase
+PHASE_DONE: Phase
+EPISODE_STATUS_UNSPECIFIED: EpisodeStatus
+EPISODE_STATUS_RUNNING: EpisodeStatus
+EPISODE_STATUS_TERMINATED: EpisodeStatus
+EPISODE_STATUS_TRUNCATED: EpisodeStatus
+EPISODE_STATUS_ERROR: EpisodeStatus
+REWARD_TYPE_UNSPECIFIED: RewardType
+REWARD_TYPE_QUESTION_F1: RewardType
+REWARD_TYPE_OUTCOME: RewardType
+SOLVER_UNSPECIFIED: Solver
+SOLVER_CLIENT: Solver
+SOLVER_LOOKUP: Solver
+SOLVER_LLM: Solver
+ORACLE_TYPE_UNSPECIFIED: OracleType
+ORACLE_TYPE_DETERMINISTIC: OracleType
+ORACLE_TYPE_LLM: OracleType
+ORACLE_TYPE_LLM_SCOPED: OracleType
+ORACLE_TYPE_HYBRID: OracleType
+AMBIGUITY_KIND_UNSPECIFIED: AmbiguityKind
+AMBIGUITY_KIND_CRITICAL: AmbiguityKind
+AMBIGUITY_KIND_KNOWLEDGE: AmbiguityKind
+AMBIGUITY_KIND_NON_CRITICAL: AmbiguityKind
+
+class Turn(_message.Message):
+    __slots__ = ("role", "kind", "text")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    role: Role
+    kind: TurnKind
+    text: str
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., kind: _Optional[_Union[TurnKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Action(_message.Message):
+    __slots__ = ("ask", "stop", "submit_sql")
+    class Ask(_message.Message):
+        __slots__ = ("text",)
+        TEXT_FIELD_NUMBER: _ClassVar[int]
+        text: str
+        def __init__(self, text: _Optional[str] = ...) -> None: ...
+    class Stop(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class SubmitSql(_message.Message):
+        __slots__ = ("sql",)
+        SQL_FIELD_NUMBER: _ClassVar[int]
+        sql: str
+        def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    ASK_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_SQL_FIELD_NUMBER: _ClassVar[int]
+    ask: Action.Ask
+    stop: Action.Stop
+    submit_sql: Action.SubmitSql
+    def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ...) -> None: ...
+
+class EpisodeOptions(_message.Message):
+    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle")
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    SOLVER_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    ZERO_AMBIGUITY_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    ORACLE_FIELD_NUMBER: _ClassVar[int]
+    reward: RewardType
+    solver: Solver
+    extra_questions: int
+    zero_ambiguity_budget: int
+    oracle: OracleType
+    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ...) -> None: ...
+
+class KnowledgeEntry(_message.Message):
+    __slots__ = ("id", "name", "definition")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    definition: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., definition: _Optional[str] = ...) -> None: ...
+
+class DatabaseView(_message.Message):
+    __slots__ = ("id", "dialect", "schema", "column_meanings", "knowledge")
+    class ColumnMeaningsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_MEANINGS_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    dialect: str
+    schema: str
+    column_meanings: _containers.ScalarMap[str, str]
+    knowledge: _containers.RepeatedCompositeFieldContainer[KnowledgeEntry]
+    def __init__(self, id: _Optional[str] = ..., dialect: _Optional[str] = ..., schema: _Optional[str] = ..., column_meanings: _Optional[_Mapping[str, str]] = ..., knowledge: _Optional[_Iterable[_Union[KnowledgeEntry, _Mapping]]] = ...) -> None: ...
+
+class TaskView(_message.Message):
+    __slots__ = ("corpus", "task_id", "split", "request", "evidence", "database")
+    CORPUS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
+    corpus: str
+    task_id: str
+    split: str
+    request: str
+    evidence: str
+    database: DatabaseView
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., request: _Optional[str] = ..., evidence: _Optional[str] = ..., database: _Optional[_Union[DatabaseView, _Mapping]] = ...) -> None: ...
+
+class TaskSummary(_message.Message):
+    __slots__ = ("corpus", "task_id", "split", "database", "request")
+    CORPUS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    corpus: str
+    task_id: str
+    split: str
+    database: str
+    request: str
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
+
+class Observation(_message.Message):
+    __slots__ = ("task", "turns", "phase", "question_budget", "questions_asked", "questions_remaining")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    QUESTIONS_ASKED_FIELD_NUMBER: _ClassVar[int]
+    QUESTIONS_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    task: TaskView
+    turns: _containers.RepeatedCompositeFieldContainer[Turn]
+    phase: Phase
+    question_budget: int
+    questions_asked: int
+    questions_remaining: int
+    def __init__(self, task: _Optional[_Union[TaskView, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., phase: _Optional[_Union[Phase, str]] = ..., question_budget: _Optional[int] = ..., questions_asked: _Optional[int] = ..., questions_remaining: _Optional[int] = ...) -> None: ...
+
+class Reward(_message.Message):
+    __slots__ = ("type", "value", "components")
+    class ComponentsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    type: RewardType
+    value: float
+    components: _containers.ScalarMap[str, float]
+    def __init__(self, type: _Optional[_Union[RewardType, str]] = ..., value: _Optional[float] = ..., components: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class AmbiguityInfo(_message.Message):
+    __slots__ = ("index", "term", "kind", "counted", "resolution", "aliases")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: str
+    kind: AmbiguityKind
+    counted: bool
+    resolution: str
+    aliases: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[str] = ..., kind: _Optional[_Union[AmbiguityKind, str]] = ..., counted: _Optional[bool] = ..., resolution: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("index", "term", "counted")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: str
+    counted: bool
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[str] = ..., counted: _Optional[bool] = ...) -> None: ...
+
+class Privileged(_message.Message):
+    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action")
+    AVT_ID_FIELD_NUMBER: _ClassVar[int]
+    INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
+    AMBIGUITIES_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_SQL_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_REASON_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_CREDITS_FIELD_NUMBER: _ClassVar[int]
+    SOLVER_SQL_FIELD_NUMBER: _ClassVar[int]
+    ORACLE_ACTION_FIELD_NUMBER: _ClassVar[int]
+    avt_id: str
+    interpretation: str
+    ambiguities: _containers.RepeatedCompositeFieldContainer[AmbiguityInfo]
+    reference_sql: _containers.RepeatedScalarFieldContainer[str]
+    credits: _containers.RepeatedCompositeFieldContainer[Credit]
+    verifier_reason: str
+    episode_credits: _containers.RepeatedCompositeFieldContainer[Credit]
+    solver_sql: str
+    oracle_action: str
+    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ...) -> None: ...

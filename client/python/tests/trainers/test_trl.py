@@ -1,0 +1,178 @@
+"""TRL adapter: multi-turn rollouts against the real server; oracle text never in the loss mask."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from avtgym.trainers.trl import AvtgymRollout, AvtgymToolEnv, avtgym_reward, build_dataset, reset_spec, task_prompt
+
+QUESTION = "What do you mean by top customers?"
+
+
+def scripted(tokenizer, turns):
+    """A generate_fn that plays fixed assistant texts (one per turn) for every episode."""
+    calls = {"n": 0}
+
+    def gen(prompt_ids):
+        i = calls["n"]
+        calls["n"] += 1
+        text = turns[min(i, len(turns) - 1)] + tokenizer.eos_token
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [list(ids) for _ in prompt_ids], None
+
+    return gen
+
+
+def spans(ids, mask, value):
+    return [t for t, m in zip(ids, mask) if m == value]
+
+
+def test_reset_spec_forms():
+    assert reset_spec("shop-001") == {"task_id": "shop-001"}
+    assert reset_spec([{"role": "user", "content": task_prompt(task_id="shop-002", seed=4)}]) == {
+        "task_id": "shop-002", "seed": 4}
+    with pytest.raises(ValueError):
+        reset_spec('{"nope": 1}')
+    assert build_dataset([{"task_id": "shop-001"}]) == [{"prompt": '{"task_id": "shop-001"}'}]
+
+
+def test_rollout_masks_oracle_text(trainer_addr, tokenizer):
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), json.dumps({"type": "done"})]
+    ro = AvtgymRollout(trainer_addr)
+    prompts = [task_prompt(task_id="shop-001", seed=11)] * 2 + [task_prompt(task_id="shop-002", seed=3)] * 2
+    out = ro.rollout(prompts, tokenizer, scripted(tokenizer, turns), max_completion_length=4096)
+
+    assert len(out["completion_ids"]) == len(prompts) == len(out["env_mask"]) == len(out["prompt_ids"])
+    assert out["logprobs"] is None
+    # GRPO groups: consecutive identical prompts share a reset group (seeds seed, seed+1).
+    assert len(set(out["avtgym_episode_id"])) == 4
+    for ids, mask, status in zip(out["completion_ids"], out["env_mask"], out["avtgym_status"]):
+        assert len(ids) == len(mask)
+        assert status in ("terminated", "truncated")
+        policy = tokenizer.decode(spans(ids, mask, 1), skip_special_tokens=False)
+        env = tokenizer.decode(spans(ids, mask, 0), skip_special_tokens=False)
+        # exactly the policy's own generated tokens are trainable
+        assert policy == turns[0] + "<|im_end|>" + turns[1] + "<|im_end|>"
+        # the oracle's reply (and template glue) is present, but only as non-trainable context
+        assert "<|im_start|>user" in env and env.endswith("<|im_start|>assistant\n")
+        assert "I mean" not in policy
+    # the reward is the episode's question-F1 and reaches the reward function unchanged
+    rewards = avtgym_reward(prompts=prompts, completions=[""] * 4, avtgym_reward=out["avtgym_reward"])
+    assert rewards[0] == rewards[1] == 1.0
+    assert all(isinstance(r, float) for r in rewards)
+    assert out["avtgym_questions"] == [1, 1, 1, 1]
+
+
+def test_oracle_reply_tokens_are_masked(trainer_addr, tokenizer):
+    from avtgym import Action, Client
+
+    with Client(trainer_addr) as c:
+        reply = c.step(c.reset(task_id="shop-001", seed=11), Action.ask(QUESTION)).new_turns[-1].text
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), "STOP"]
+    out = AvtgymRollout(trainer_addr).rollout([task_prompt(task_id="shop-001", seed=11)], tokenizer,
+                                              scripted(tokenizer, turns))
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    start = text.index(reply)
+    # char tokenizer: token i is character i (special tokens aside), so map the reply's span
+    pos, offsets = 0, []
+    for t in ids:
+        offsets.append(pos)
+        pos += len(tokenizer.decode([t], skip_special_tokens=False))
+    covered = [m for o, m in zip(offsets, mask) if start <= o < start + len(reply)]
+    assert len(covered) == len(reply) and set(covered) == {0}
+
+
+def test_malformed_output_stops_or_retries(trainer_addr, tokenizer):
+    prompts = [task_prompt(task_id="shop-001", seed=1)]
+    out = AvtgymRollout(trainer_addr).rollout(prompts, tokenizer, scripted(tokenizer, ["blah blah"]))
+    assert out["avtgym_malformed"] == [1]
+    assert out["avtgym_status"] == ["terminated"] and out["avtgym_questions"] == [0]
+    assert set(out["env_mask"][0]) == {1}  # no environment text was added
+
+    turns = ["blah", json.dumps({"type": "done"})]
+    out = AvtgymRollout(trainer_addr, on_malformed="retry").rollout(prompts, tokenizer, scripted(tokenizer, turns))
+    env = tokenizer.decode(spans(out["completion_ids"][0], out["env_mask"][0], 0))
+    assert "not a valid action" in env and out["avtgym_malformed"] == [1]
+    assert out["avtgym_status"] == ["terminated"]
+
+
+def test_completion_budget_forces_stop(trainer_addr, tokenizer):
+    long_q = json.dumps({"type": "clarification", "question": QUESTION})
+    out = AvtgymRollout(trainer_addr).rollout([task_prompt(task_id="shop-001")], tokenizer,
+                                              scripted(tokenizer, [long_q]), max_completion_length=60)
+    assert len(out["completion_ids"][0]) <= 60
+    assert out["avtgym_status"][0] in ("terminated", "truncated")
+    assert out["avtgym_reward"][0] is not None
+
+
+def test_bad_task_gives_none_reward(trainer_addr, tokenizer):
+    out = AvtgymRollout(trainer_addr).rollout([task_prompt(task_id="no-such-task")], tokenizer,
+                                              scripted(tokenizer, ["STOP"]))
+    assert out["avtgym_reward"] == [None] and out["avtgym_error"][0]
+    assert out["env_mask"] == [[0]]
+
+
+def test_tool_env(trainer_addr):
+    transformers = pytest.importorskip("transformers")
+    from transformers.utils import get_json_schema
+
+    env = AvtgymToolEnv(trainer_addr, reward="question_f1")
+    obs = env.reset(task_id="shop-001", seed=2, prompt="ignored column")
+    assert "top 5 customers" in obs
+    assert "I mean" in env.ask_user(QUESTION)
+    assert "over" in env.finish_asking()
+    assert env.get_reward() == 1.0
+    # TRL renders tool schemas from the methods' signatures and docstrings
+    assert get_json_schema(env.ask_user)["function"]["parameters"]["required"] == ["question"]
+    get_json_schema(env.finish_asking)
+    env.reset(task_id="shop-001", seed=2)
+    assert env.get_reward() == 0.0  # never asked: STOP at scoring time, F1 0
+
+
+def test_grpo_trainer_one_step(trainer_addr, tokenizer, tmp_path, monkeypatch):
+    """A real GRPOTrainer step on CPU with a tiny random model: the rollout_func path, env_mask
+    and the reward function are wired the way the installed TRL expects."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("trl", reason="trl is not installed")
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    model = LlamaForCausalLM(cfg)
+
+    seen = []
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), json.dumps({"type": "done"})]
+
+    class Recording(AvtgymRollout):
+        def __call__(self, prompts, trainer):
+            out = super().__call__(prompts, trainer)
+            seen.append(out)
+            return out
+
+    # 1) the trainer's own generation backend (transformers on CPU): random text, malformed -> retry -> STOP
+    # 2) a scripted policy through the same trainer: a real question, oracle reply masked
+    for gen in (None, "scripted"):
+        ro = Recording(trainer_addr, on_malformed="retry",
+                       generate_fn=scripted(tokenizer, turns) if gen else None)
+        args = GRPOConfig(output_dir=str(tmp_path / str(gen)), max_steps=1, per_device_train_batch_size=4,
+                          num_generations=2, max_completion_length=96, learning_rate=1e-3, logging_steps=1,
+                          report_to=[], use_cpu=True, bf16=False, save_strategy="no", seed=0)
+        ds = Dataset.from_list(build_dataset([{"task_id": "shop-001", "seed": 1}, {"task_id": "shop-001", "seed": 2}] * 2))
+        trainer = GRPOTrainer(model=model, reward_funcs=[avtgym_reward], args=args, train_dataset=ds,
+                              processing_class=tokenizer, rollout_func=ro)
+        result = trainer.train()
+        assert result.global_step == 1
+    assert len(seen) >= 2
+    scripted_out = seen[-1]
+    assert scripted_out["avtgym_reward"] == [1.0] * 4
+    assert all(0 in m and 1 in m for m in scripted_out["env_mask"])
+    assert all(r is not None for out in seen for r in out["avtgym_reward"])
