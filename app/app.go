@@ -62,6 +62,10 @@ type Config struct {
 	// every model call (an append-only JSONL file): a run can be replayed
 	// from it without the endpoints. Without it the cache is in memory.
 	LLMCacheFile string
+	// NoLLMCache turns the response cache off altogether (no file, no
+	// memory): every model call goes to the endpoint. For benchmarks, and
+	// for sampling at a temperature above 0.
+	NoLLMCache bool
 }
 
 // Validate fills defaults and checks the configuration.
@@ -146,7 +150,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
-	a.Server = server.New(a.Env, server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace})
+	sopt := server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace}
+	if cfg.OracleLLM.BaseURL != "" || cfg.SolverLLM.BaseURL != "" {
+		// Model-bound steps wait on the endpoint: let a batch keep enough
+		// of them in flight to fill the models' concurrency limits.
+		sopt.BatchWorkers = 2 * max(cfg.OracleLLM.Concurrency, cfg.SolverLLM.Concurrency, llm.DefaultConcurrency)
+	}
+	a.Server = server.New(a.Env, sopt)
 	return a, nil
 }
 
@@ -216,7 +226,12 @@ func (a *App) wireModels(ecfg *env.Config) error {
 		return nil
 	}
 	var cache llm.Cache = llm.NewMemoryCache()
-	if cfg.LLMCacheFile != "" {
+	switch {
+	case cfg.NoLLMCache && cfg.LLMCacheFile != "":
+		return fmt.Errorf("llm cache: a cache file and no cache at all were both asked for")
+	case cfg.NoLLMCache:
+		cache = nil
+	case cfg.LLMCacheFile != "":
 		fc, err := llm.OpenFileCache(cfg.LLMCacheFile)
 		if err != nil {
 			return fmt.Errorf("llm cache: %w", err)

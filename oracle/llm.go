@@ -71,6 +71,7 @@ const (
 type LLM struct {
 	client *llm.Client
 	opt    LLMOptions
+	segs   sync.Map // *corpus.Record → []sqlexec.Segment, computed once per record
 }
 
 // NewLLM returns an LLM oracle calling the model through client.
@@ -211,11 +212,17 @@ func (h *LLMHybrid) Ask(ctx context.Context, rec *corpus.Record, history []Turn,
 
 func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.opt.Version }
 
+// segments returns the clause segments of the record's reference, cut once
+// per record (records do not change once loaded).
 func (l *LLM) segments(rec *corpus.Record) []sqlexec.Segment {
+	if v, ok := l.segs.Load(rec); ok {
+		return v.([]sqlexec.Segment)
+	}
 	var segs []sqlexec.Segment
 	for _, s := range rec.Reference.SQL {
 		segs = append(segs, sqlexec.Segments(s)...)
 	}
+	l.segs.Store(rec, segs)
 	return segs
 }
 

@@ -191,3 +191,37 @@ func writeKey(t *testing.T, name string) {
 }
 
 func writeFile(name string, b []byte) error { return os.WriteFile(name, b, 0o600) }
+
+// TestLLMConcurrencyLimit: a batch of LLM-oracle asks keeps exactly the
+// configured number of model calls in flight at the endpoint — the limit
+// is reached (the batch fans out wide enough) and never exceeded.
+func TestLLMConcurrencyLimit(t *testing.T) {
+	fake := fakellm.New(fakellm.Options{Delay: 20 * time.Millisecond})
+	defer fake.Close()
+	const limit = 8
+	_, c := startTiny(t, func(cfg *app.Config) {
+		cfg.NoLLMCache = true
+		cfg.OracleLLM = llm.Config{BaseURL: fake.URL, Model: "fake", Concurrency: limit}
+	})
+	ep := reset(t, c, &pb.ResetRequest{TaskId: "big", Options: llmOpts(pb.OracleType_ORACLE_TYPE_LLM)})
+	batch := &pb.StepBatchRequest{}
+	for range 64 {
+		batch.Steps = append(batch.Steps, &pb.StepRequest{Token: ep.Token, Action: ask(fullQ("big sales"))})
+	}
+	fake.ResetCounters()
+	resp, err := c.StepBatch(ctxT(t), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range resp.Results {
+		if r.GetResponse().GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_RUNNING {
+			t.Fatalf("item %d: %v", i, r)
+		}
+	}
+	if got := fake.MaxInFlight(); got != limit {
+		t.Fatalf("the endpoint saw at most %d calls in flight, want exactly the limit %d", got, limit)
+	}
+	if got := fake.Calls(); got != 128 {
+		t.Fatalf("%d model calls for 64 asks without a cache, want 128", got)
+	}
+}

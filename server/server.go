@@ -43,6 +43,13 @@ type Options struct {
 	// MaxRecvBytes bounds a request message; zero means 64 MiB (batches of
 	// thousands of tokens are large).
 	MaxRecvBytes int
+	// BatchWorkers is how many items of one batch run at once; zero means
+	// GOMAXPROCS, right for deterministic steps, which are CPU-bound. Steps
+	// that wait on a model endpoint (LLM oracles and solvers) need more, or
+	// a batch keeps only a few model calls in flight whatever the model's
+	// concurrency limit (the llm client's semaphore is what bounds the
+	// endpoint).
+	BatchWorkers int
 }
 
 // Server is the gRPC server of one avtgym process.
@@ -65,6 +72,9 @@ func New(e *env.Env, opt Options) *Server {
 	}
 	if opt.MaxRecvBytes == 0 {
 		opt.MaxRecvBytes = 64 << 20
+	}
+	if opt.BatchWorkers <= 0 {
+		opt.BatchWorkers = runtime.GOMAXPROCS(0)
 	}
 	s := &Server{env: e, opt: opt, log: opt.Logger, health: health.NewServer()}
 	s.grpc = grpc.NewServer(
@@ -159,7 +169,7 @@ func (s *Server) ResetBatch(ctx context.Context, req *pb.ResetBatchRequest) (*pb
 		return nil, err
 	}
 	out := &pb.ResetBatchResponse{Results: make([]*pb.ResetBatchResult, len(req.Requests))}
-	fanOut(len(req.Requests), func(i int) {
+	fanOut(len(req.Requests), s.opt.BatchWorkers, func(i int) {
 		resp, err := s.Reset(ctx, req.Requests[i])
 		out.Results[i] = &pb.ResetBatchResult{Status: itemStatus(err), Response: resp}
 	})
@@ -172,7 +182,7 @@ func (s *Server) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.S
 		return nil, err
 	}
 	out := &pb.StepBatchResponse{Results: make([]*pb.StepBatchResult, len(req.Steps))}
-	fanOut(len(req.Steps), func(i int) {
+	fanOut(len(req.Steps), s.opt.BatchWorkers, func(i int) {
 		resp, err := s.Step(ctx, req.Steps[i])
 		out.Results[i] = &pb.StepBatchResult{Status: itemStatus(err), Response: resp}
 	})
@@ -186,11 +196,11 @@ func checkBatch(field string, n int) error {
 	return nil
 }
 
-// fanOut runs f(0..n-1) on up to GOMAXPROCS goroutines. A panic in one item
+// fanOut runs f(0..n-1) on up to workers goroutines. A panic in one item
 // would take the process down like any handler panic; items never panic on
 // bad input, they return errors.
-func fanOut(n int, f func(i int)) {
-	workers := min(n, runtime.GOMAXPROCS(0))
+func fanOut(n, workers int, f func(i int)) {
+	workers = min(n, workers)
 	if workers <= 1 {
 		for i := range n {
 			f(i)

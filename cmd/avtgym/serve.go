@@ -53,6 +53,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "regenerate LLM-oracle replies that quote reference SQL or unmentioned schema identifiers")
 	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)
 	fs.StringVar(&cfg.LLMCacheFile, "llm-cache", "", "persistent response cache of every model call (JSONL); replays a run without the endpoints")
+	fs.BoolVar(&cfg.NoLLMCache, "no-llm-cache", false, "send every model call to its endpoint (no response cache, not even in memory)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
