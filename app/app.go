@@ -55,6 +55,10 @@ type Config struct {
 	// OracleRejectLeaks makes the LLM oracle regenerate replies that quote
 	// reference SQL or unmentioned schema identifiers.
 	OracleRejectLeaks bool
+	// TestOracles serves the deliberately leaky test oracles
+	// (ORACLE_TYPE_TEST_LEAKY_RESPONDER and ORACLE_TYPE_TEST_CREDIT_ALL),
+	// fixtures for the leakage diagnostics; never for training.
+	TestOracles bool
 	// SolverLLM is the endpoint of the fixed solver model (SOLVER_LLM); an
 	// empty BaseURL leaves it unavailable.
 	SolverLLM llm.Config
@@ -140,6 +144,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Oracles:  map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
 		Limits:   cfg.Limits,
 		TokenTTL: cfg.TokenTTL,
+	}
+	if cfg.TestOracles {
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER] = oracle.LeakyResponder()
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_CREDIT_ALL] = oracle.CreditAll()
+		log.Warn("serving the deliberately leaky test oracles (--test-oracles): for testing the leakage diagnostics, never for training")
 	}
 	if err := a.wireModels(&ecfg); err != nil {
 		a.Close()

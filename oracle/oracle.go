@@ -18,6 +18,11 @@
 // (optionally rejecting and regenerating replies that leak the reference
 // SQL or schema identifiers). Hybrid pairs an LLM matcher with the
 // deterministic responder, for the responder-leakage diagnostic of §6.
+//
+// LeakyResponder and CreditAll are deliberately leaky test oracles, fixtures
+// for the leakage diagnostics only (served under `serve --test-oracles`):
+// the first appends the reference SQL to its replies (a responder leak),
+// the second credits every ambiguity for any question (a matcher leak).
 package oracle
 
 import (

@@ -51,6 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.TextVar(&logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
 	llmFlags(fs, "oracle", "the LLM oracles (llm, llm_scoped, hybrid)", &cfg.OracleLLM)
 	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "regenerate LLM-oracle replies that quote reference SQL or unmentioned schema identifiers")
+	fs.BoolVar(&cfg.TestOracles, "test-oracles", false, "enable the deliberately leaky test oracles (for testing the leakage diagnostics; never for training)")
 	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)
 	fs.StringVar(&cfg.LLMCacheFile, "llm-cache", "", "persistent response cache of every model call (JSONL); replays a run without the endpoints")
 	fs.BoolVar(&cfg.NoLLMCache, "no-llm-cache", false, "send every model call to its endpoint (no response cache, not even in memory)")

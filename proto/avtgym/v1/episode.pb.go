@@ -406,23 +406,37 @@ const (
 	// The LLM matcher with the deterministic responder: the reference for
 	// the responder-leakage diagnostic (PROTOCOL.md §6).
 	OracleType_ORACLE_TYPE_HYBRID OracleType = 4
+	// Test fixture for the leakage diagnostics (PROTOCOL.md §6), off unless
+	// `serve --test-oracles`: the deterministic matcher with a responder that
+	// appends the record's reference SQL to every reply that credits an
+	// ambiguity (a responder leak). Never for training.
+	OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER OracleType = 90
+	// Test fixture for the leakage diagnostics (PROTOCOL.md §6), off unless
+	// `serve --test-oracles`: a matcher that credits every ambiguity for any
+	// question, with the deterministic responder (a matcher leak). Never for
+	// training.
+	OracleType_ORACLE_TYPE_TEST_CREDIT_ALL OracleType = 91
 )
 
 // Enum value maps for OracleType.
 var (
 	OracleType_name = map[int32]string{
-		0: "ORACLE_TYPE_UNSPECIFIED",
-		1: "ORACLE_TYPE_DETERMINISTIC",
-		2: "ORACLE_TYPE_LLM",
-		3: "ORACLE_TYPE_LLM_SCOPED",
-		4: "ORACLE_TYPE_HYBRID",
+		0:  "ORACLE_TYPE_UNSPECIFIED",
+		1:  "ORACLE_TYPE_DETERMINISTIC",
+		2:  "ORACLE_TYPE_LLM",
+		3:  "ORACLE_TYPE_LLM_SCOPED",
+		4:  "ORACLE_TYPE_HYBRID",
+		90: "ORACLE_TYPE_TEST_LEAKY_RESPONDER",
+		91: "ORACLE_TYPE_TEST_CREDIT_ALL",
 	}
 	OracleType_value = map[string]int32{
-		"ORACLE_TYPE_UNSPECIFIED":   0,
-		"ORACLE_TYPE_DETERMINISTIC": 1,
-		"ORACLE_TYPE_LLM":           2,
-		"ORACLE_TYPE_LLM_SCOPED":    3,
-		"ORACLE_TYPE_HYBRID":        4,
+		"ORACLE_TYPE_UNSPECIFIED":          0,
+		"ORACLE_TYPE_DETERMINISTIC":        1,
+		"ORACLE_TYPE_LLM":                  2,
+		"ORACLE_TYPE_LLM_SCOPED":           3,
+		"ORACLE_TYPE_HYBRID":               4,
+		"ORACLE_TYPE_TEST_LEAKY_RESPONDER": 90,
+		"ORACLE_TYPE_TEST_CREDIT_ALL":      91,
 	}
 )
 
@@ -1789,14 +1803,16 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\rSOLVER_CLIENT\x10\x01\x12\x11\n" +
 	"\rSOLVER_LOOKUP\x10\x02\x12\x0e\n" +
 	"\n" +
-	"SOLVER_LLM\x10\x03*\x91\x01\n" +
+	"SOLVER_LLM\x10\x03*\xd8\x01\n" +
 	"\n" +
 	"OracleType\x12\x1b\n" +
 	"\x17ORACLE_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ORACLE_TYPE_DETERMINISTIC\x10\x01\x12\x13\n" +
 	"\x0fORACLE_TYPE_LLM\x10\x02\x12\x1a\n" +
 	"\x16ORACLE_TYPE_LLM_SCOPED\x10\x03\x12\x16\n" +
-	"\x12ORACLE_TYPE_HYBRID\x10\x04*\x8b\x01\n" +
+	"\x12ORACLE_TYPE_HYBRID\x10\x04\x12$\n" +
+	" ORACLE_TYPE_TEST_LEAKY_RESPONDER\x10Z\x12\x1f\n" +
+	"\x1bORACLE_TYPE_TEST_CREDIT_ALL\x10[*\x8b\x01\n" +
 	"\rAmbiguityKind\x12\x1e\n" +
 	"\x1aAMBIGUITY_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17AMBIGUITY_KIND_CRITICAL\x10\x01\x12\x1c\n" +

@@ -60,6 +60,8 @@ class OracleType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ORACLE_TYPE_LLM: _ClassVar[OracleType]
     ORACLE_TYPE_LLM_SCOPED: _ClassVar[OracleType]
     ORACLE_TYPE_HYBRID: _ClassVar[OracleType]
+    ORACLE_TYPE_TEST_LEAKY_RESPONDER: _ClassVar[OracleType]
+    ORACLE_TYPE_TEST_CREDIT_ALL: _ClassVar[OracleType]
 
 class AmbiguityKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -100,6 +102,8 @@ ORACLE_TYPE_DETERMINISTIC: OracleType
 ORACLE_TYPE_LLM: OracleType
 ORACLE_TYPE_LLM_SCOPED: OracleType
 ORACLE_TYPE_HYBRID: OracleType
+ORACLE_TYPE_TEST_LEAKY_RESPONDER: OracleType
+ORACLE_TYPE_TEST_CREDIT_ALL: OracleType
 AMBIGUITY_KIND_UNSPECIFIED: AmbiguityKind
 AMBIGUITY_KIND_CRITICAL: AmbiguityKind
 AMBIGUITY_KIND_KNOWLEDGE: AmbiguityKind
