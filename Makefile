@@ -74,6 +74,10 @@ checkgenerate: proto proto-python ## fail if the committed generated code (Go an
 	@git diff --exit-code -- '*.pb.go' $(PY_STUBS) || { echo "generated code is stale: run make proto proto-python and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- '*.pb.go' $(PY_STUBS))" || { echo "untracked generated files:"; git status --porcelain -- '*.pb.go' $(PY_STUBS); exit 1; }
 
+.PHONY: report-screenshot
+report-screenshot: ## evaluate the demo corpus, render report.html and screenshot it with headless Chromium
+	bash scripts/report_screenshot.sh
+
 .PHONY: bench
 bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem ./server/ ./oracle/ ./sqlexec/...

@@ -28,6 +28,7 @@ Usage:
   avtgym corpus validate DIR...
   avtgym corpus check DIR...
   avtgym corpus import ambrosia|birdinteract --in DIR --out DIR
+  avtgym eval     --server ADDR --out DIR [--asker scripted:full|llm|trajectories:FILE] [--oracles ...] [--seeds 0,1,2] [flags]
   avtgym bench    [--server ADDR] [--json]
   avtgym keygen   FILE
 
@@ -47,6 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"corpus":  runCorpus,
 		"bench":   runBench,
 		"keygen":  runKeygen,
+		"eval":    runEval,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

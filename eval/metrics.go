@@ -1,0 +1,612 @@
+package eval
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// CellMetrics are the metrics of one (condition, oracle) cell over one
+// seed's episodes, splits pooled. Each rate is the macro mean over the
+// episodes where PROTOCOL.md §6 defines it, nil when no episode is
+// eligible; the N fields count the eligible episodes (the denominators).
+type CellMetrics struct {
+	// Episodes counts all episodes given, Scored those with a scored
+	// status (TERMINATED or TRUNCATED).
+	Episodes int `json:"episodes"`
+	Scored   int `json:"scored"`
+	// SR is the success rate over scored episodes with a verified outcome.
+	SR *float64 `json:"sr"`
+	// Precision is the mean precision over scored episodes that asked at
+	// least one question.
+	Precision *float64 `json:"precision"`
+	// Recall and F1 are means over scored episodes with counted
+	// ambiguities, fallback stops omitted.
+	Recall *float64 `json:"recall"`
+	F1     *float64 `json:"f1"`
+	// NSR, NPrecision, NRecall and NF1 are the eligible denominators.
+	NSR        int `json:"n_sr"`
+	NPrecision int `json:"n_precision"`
+	NRecall    int `json:"n_recall"`
+	NF1        int `json:"n_f1"`
+}
+
+// successOf returns an episode's outcome and whether it counts for SR.
+func successOf(e *Episode) (float64, bool) {
+	if !e.Scored() || e.Success == nil {
+		return 0, false
+	}
+	return *e.Success, true
+}
+
+// precisionOf returns an episode's precision and whether it is eligible.
+func precisionOf(e *Episode) (float64, bool) {
+	if !e.Scored() || e.Precision == nil {
+		return 0, false
+	}
+	return *e.Precision, true
+}
+
+// recallOf returns an episode's recall and whether it is eligible
+// (fallback stops are omitted).
+func recallOf(e *Episode) (float64, bool) {
+	if !e.Scored() || e.Recall == nil || e.FallbackStop {
+		return 0, false
+	}
+	return *e.Recall, true
+}
+
+// f1Of returns an episode's F1 and whether it is eligible (fallback stops
+// are omitted).
+func f1Of(e *Episode) (float64, bool) {
+	if !e.Scored() || e.F1 == nil || e.FallbackStop {
+		return 0, false
+	}
+	return *e.F1, true
+}
+
+// Cell computes the metrics of one (condition, oracle) cell over one
+// seed's episodes with the eligibility rules of PROTOCOL.md §6: SR over
+// scored episodes with a non-nil Success; precision over scored episodes
+// with a non-nil Precision; recall and F1 over scored episodes with
+// non-nil values that did not end by a fallback stop. Each is a macro
+// mean (F1 is the mean of episode F1s).
+func Cell(eps []Episode) CellMetrics {
+	m := CellMetrics{Episodes: len(eps)}
+	var sr, pr, rc, f1 float64
+	for i := range eps {
+		e := &eps[i]
+		if e.Scored() {
+			m.Scored++
+		}
+		if v, ok := successOf(e); ok {
+			sr += v
+			m.NSR++
+		}
+		if v, ok := precisionOf(e); ok {
+			pr += v
+			m.NPrecision++
+		}
+		if v, ok := recallOf(e); ok {
+			rc += v
+			m.NRecall++
+		}
+		if v, ok := f1Of(e); ok {
+			f1 += v
+			m.NF1++
+		}
+	}
+	m.SR = ratio(sr, m.NSR)
+	m.Precision = ratio(pr, m.NPrecision)
+	m.Recall = ratio(rc, m.NRecall)
+	m.F1 = ratio(f1, m.NF1)
+	return m
+}
+
+func ratio(sum float64, n int) *float64 {
+	if n == 0 {
+		return nil
+	}
+	v := sum / float64(n)
+	return &v
+}
+
+// Summary aggregates a per-seed metric: the mean and sample SD across the
+// seeds where it is defined, and the 95% AVT-cluster bootstrap percentile
+// interval of that across-seed mean (PROTOCOL.md §7). Fields are nil where
+// undefined (SD needs two seeds).
+type Summary struct {
+	Mean *float64 `json:"mean"`
+	SD   *float64 `json:"sd"`
+	Lo   *float64 `json:"lo"`
+	Hi   *float64 `json:"hi"`
+	// Seeds counts the seeds where the metric is defined.
+	Seeds int `json:"seeds"`
+}
+
+// Row holds one oracle's results. SR and asking metrics are fractions in
+// [0, 1]; Gain is J(asker) − J(none) and Gap is J(full) − J(asker) (kept
+// signed); DJResp, DRecSpec, DJFull and DRecNone are the leakage
+// diagnostics of PROTOCOL.md §6 as fractions (differences for all but
+// DRecSpec, which is a raw recall).
+type Row struct {
+	Oracle    string  `json:"oracle"`
+	SRNone    Summary `json:"sr_none"`
+	SRAsker   Summary `json:"sr_asker"`
+	SRFull    Summary `json:"sr_full"`
+	Precision Summary `json:"precision"`
+	Recall    Summary `json:"recall"`
+	F1        Summary `json:"f1"`
+	Gain      Summary `json:"gain"`
+	Gap       Summary `json:"gap"`
+	DJResp    Summary `json:"dj_resp"`
+	DRecSpec  Summary `json:"drec_spec_q"`
+	DJFull    Summary `json:"dj_full"`
+	DRecNone  Summary `json:"drec_none"`
+}
+
+// CellEntry is one (condition, oracle, seed) cell of a report, for
+// readers who want the per-seed numbers behind the summaries.
+type CellEntry struct {
+	Condition Condition `json:"condition"`
+	Oracle    string    `json:"oracle"`
+	Seed      uint64    `json:"seed"`
+	CellMetrics
+}
+
+// Report is the analysis of one corpus's evaluation run.
+type Report struct {
+	Corpus        string   `json:"corpus"`
+	Seeds         []uint64 `json:"seeds"`
+	Resamples     int      `json:"resamples"`
+	BootstrapSeed uint64   `json:"bootstrap_seed"`
+	// Reference and Hybrid name the reference and hybrid oracles used.
+	Reference string `json:"reference"`
+	Hybrid    string `json:"hybrid"`
+	// Rows has one row per oracle: the reference first, then the other
+	// oracles by name.
+	Rows []Row `json:"rows"`
+	// GroupSignal is, for training runs, the fraction of GRPO groups whose
+	// rewards are not all equal, per reward type. The caller sets it; it
+	// may be empty.
+	GroupSignal map[string]float64 `json:"group_signal,omitempty"`
+	// Cells lists the per-seed cell metrics, sorted by oracle, condition
+	// and seed.
+	Cells []CellEntry `json:"cells"`
+}
+
+// AnalyzeOptions configures Analyze.
+type AnalyzeOptions struct {
+	// Resamples is the number of bootstrap resamples (default 2000).
+	Resamples int
+	// BootstrapSeed seeds the bootstrap's PCG generator.
+	BootstrapSeed uint64
+	// Reference is the reference oracle (default "deterministic").
+	Reference string
+	// Hybrid is the hybrid oracle (actual matcher, reference responder)
+	// that ΔJ_resp and ΔRec_spec^Q use (default "hybrid").
+	Hybrid string
+	// HybridOf optionally names, per oracle, the oracle with the same
+	// matcher and the reference responder, overriding the default: the
+	// Reference oracle is its own hybrid, every other oracle uses Hybrid.
+	// (For example a test oracle with the deterministic matcher and a
+	// leaky responder maps to "deterministic".)
+	HybridOf map[string]string
+}
+
+// TestOracleHybrids are the hybrids of the test oracles (serve
+// --test-oracles), used when AnalyzeOptions.HybridOf does not name them:
+// the leaky responder has the deterministic matcher, so its hybrid is the
+// deterministic oracle; credit-all's responder is already deterministic,
+// so it is its own hybrid.
+var TestOracleHybrids = map[string]string{
+	"test_leaky_responder": "deterministic",
+	"test_credit_all":      "test_credit_all",
+}
+
+func (o *AnalyzeOptions) hybridOf(oracle string) string {
+	if h, ok := o.HybridOf[oracle]; ok {
+		return h
+	}
+	if h, ok := TestOracleHybrids[oracle]; ok {
+		return h
+	}
+	if oracle == o.Reference {
+		return oracle
+	}
+	return o.Hybrid
+}
+
+// episodeKey identifies one played episode.
+type episodeKey struct {
+	task   string
+	cond   Condition
+	oracle string
+	seed   uint64
+}
+
+// dataset indexes deduplicated episodes for the analysis.
+type dataset struct {
+	seeds   []uint64
+	seedIdx map[uint64]int
+	avts    []string // AVT units, sorted
+	avtIdx  map[string]int
+	taskAVT map[string]string
+	comp    []int // AVT index → component index
+	nComp   int
+	byKey   map[episodeKey]*Episode
+	oracles []string
+	cells   map[Condition]map[string]map[uint64][]*Episode // cond → oracle → seed
+}
+
+// Analyze computes a Report from one corpus's episodes: per oracle, the
+// per-seed metrics (splits pooled), their mean and sample SD across seeds,
+// and AVT-cluster bootstrap intervals (PROTOCOL.md §6–7). Episodes
+// repeated for the same (task, condition, oracle, seed) count once, the
+// last one winning (as when a failed episode is rerun).
+func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
+	if opt.Resamples == 0 {
+		opt.Resamples = 2000
+	}
+	if opt.Resamples < 0 {
+		return nil, fmt.Errorf("eval: negative resamples %d", opt.Resamples)
+	}
+	if opt.Reference == "" {
+		opt.Reference = "deterministic"
+	}
+	if opt.Hybrid == "" {
+		opt.Hybrid = "hybrid"
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("eval: no episodes to analyze")
+	}
+	corpus := eps[0].Corpus
+	for i := range eps {
+		if eps[i].Corpus != corpus {
+			return nil, fmt.Errorf("eval: episodes of two corpora (%q and %q); analyze each corpus separately", corpus, eps[i].Corpus)
+		}
+	}
+	d, err := index(eps)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Corpus:        corpus,
+		Seeds:         d.seeds,
+		Resamples:     opt.Resamples,
+		BootstrapSeed: opt.BootstrapSeed,
+		Reference:     opt.Reference,
+		Hybrid:        opt.Hybrid,
+	}
+	var metrics []*metric
+	for _, o := range d.oracles {
+		ms := d.rowMetrics(o, &opt)
+		metrics = append(metrics, ms...)
+	}
+	summaries := summarize(metrics, d, opt.Resamples, opt.BootstrapSeed)
+	for i, o := range d.oracles {
+		s := summaries[i*metricsPerRow : (i+1)*metricsPerRow]
+		r.Rows = append(r.Rows, Row{
+			Oracle: o, SRNone: s[0], SRAsker: s[1], SRFull: s[2],
+			Precision: s[3], Recall: s[4], F1: s[5], Gain: s[6], Gap: s[7],
+			DJResp: s[8], DRecSpec: s[9], DJFull: s[10], DRecNone: s[11],
+		})
+	}
+	r.Cells = d.cellEntries()
+	return r, nil
+}
+
+// index deduplicates the episodes and builds the AVT units and the donor
+// components.
+func index(eps []Episode) (*dataset, error) {
+	d := &dataset{
+		seedIdx: map[uint64]int{},
+		avtIdx:  map[string]int{},
+		taskAVT: map[string]string{},
+		byKey:   map[episodeKey]*Episode{},
+		cells:   map[Condition]map[string]map[uint64][]*Episode{},
+	}
+	for i := range eps {
+		e := &eps[i]
+		if e.TaskID == "" || e.AVTID == "" {
+			return nil, fmt.Errorf("eval: episode %d has no task or AVT id", i)
+		}
+		if a, ok := d.taskAVT[e.TaskID]; ok && a != e.AVTID {
+			return nil, fmt.Errorf("eval: task %q in two AVTs (%q and %q)", e.TaskID, a, e.AVTID)
+		}
+		d.taskAVT[e.TaskID] = e.AVTID
+		d.byKey[episodeKey{e.TaskID, e.Condition, e.Oracle, e.Seed}] = e
+	}
+	oracles := map[string]bool{}
+	for k, e := range d.byKey {
+		if _, ok := d.seedIdx[k.seed]; !ok {
+			d.seedIdx[k.seed] = 0
+			d.seeds = append(d.seeds, k.seed)
+		}
+		if _, ok := d.avtIdx[e.AVTID]; !ok {
+			d.avtIdx[e.AVTID] = 0
+			d.avts = append(d.avts, e.AVTID)
+		}
+		oracles[k.oracle] = true
+		c := d.cells[k.cond]
+		if c == nil {
+			c = map[string]map[uint64][]*Episode{}
+			d.cells[k.cond] = c
+		}
+		if c[k.oracle] == nil {
+			c[k.oracle] = map[uint64][]*Episode{}
+		}
+		c[k.oracle][k.seed] = append(c[k.oracle][k.seed], e)
+	}
+	sort.Slice(d.seeds, func(i, j int) bool { return d.seeds[i] < d.seeds[j] })
+	for i, s := range d.seeds {
+		d.seedIdx[s] = i
+	}
+	sort.Strings(d.avts)
+	for i, a := range d.avts {
+		d.avtIdx[a] = i
+	}
+	for _, c := range d.cells {
+		for _, bySeed := range c {
+			for _, es := range bySeed {
+				sort.Slice(es, func(i, j int) bool { return es[i].TaskID < es[j].TaskID })
+			}
+		}
+	}
+	d.oracles = make([]string, 0, len(oracles))
+	for o := range oracles {
+		d.oracles = append(d.oracles, o)
+	}
+	sort.Slice(d.oracles, func(i, j int) bool { return oracleLess(d.oracles[i], d.oracles[j]) })
+	d.comp, d.nComp = donorComponents(d)
+	return d, nil
+}
+
+// oracleOrder ranks the known oracle types for display.
+var oracleOrder = map[string]int{"deterministic": 0, "llm": 1, "llm_scoped": 2, "hybrid": 3}
+
+func oracleLess(a, b string) bool {
+	ra, oka := oracleOrder[a]
+	rb, okb := oracleOrder[b]
+	switch {
+	case oka && okb:
+		return ra < rb
+	case oka != okb:
+		return oka
+	}
+	return a < b
+}
+
+// donorComponents joins, for the spec-randomized condition, each AVT to
+// its donor's AVT (a donor task that never ran is a node of its own); AVTs
+// sharing a replacement specification are then joined through it. It
+// returns each AVT's component index, numbered by first appearance in the
+// sorted AVT list, and the number of components.
+func donorComponents(d *dataset) ([]int, int) {
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(x string) string {
+		p, ok := parent[x]
+		if !ok || p == x {
+			parent[x] = x
+			return x
+		}
+		r := find(p)
+		parent[x] = r
+		return r
+	}
+	union := func(a, b string) {
+		ra, rb := find(a), find(b)
+		if ra != rb {
+			if ra < rb {
+				parent[rb] = ra
+			} else {
+				parent[ra] = rb
+			}
+		}
+	}
+	for _, a := range d.avts {
+		find("avt:" + a)
+	}
+	for _, e := range d.byKey {
+		if e.Condition != AskerSpec || e.Donor == "" {
+			continue
+		}
+		donor := "task:" + e.Donor
+		if a, ok := d.taskAVT[e.Donor]; ok {
+			donor = "avt:" + a
+		}
+		union("avt:"+e.AVTID, donor)
+	}
+	comp := make([]int, len(d.avts))
+	ids := map[string]int{}
+	for i, a := range d.avts {
+		r := find("avt:" + a)
+		id, ok := ids[r]
+		if !ok {
+			id = len(ids)
+			ids[r] = id
+		}
+		comp[i] = id
+	}
+	return comp, len(ids)
+}
+
+// cellEntries lists the per-seed cell metrics.
+func (d *dataset) cellEntries() []CellEntry {
+	var out []CellEntry
+	for cond, byOracle := range d.cells {
+		for o, bySeed := range byOracle {
+			for s, es := range bySeed {
+				flat := make([]Episode, len(es))
+				for i, e := range es {
+					flat[i] = *e
+				}
+				out = append(out, CellEntry{Condition: cond, Oracle: o, Seed: s, CellMetrics: Cell(flat)})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Oracle != b.Oracle {
+			return oracleLess(a.Oracle, b.Oracle)
+		}
+		if a.Condition != b.Condition {
+			return a.Condition < b.Condition
+		}
+		return a.Seed < b.Seed
+	})
+	return out
+}
+
+// ratioStat holds, per seed and resampling unit, the sum of an
+// episode-level quantity and the number of eligible episodes (or pairs).
+// Its per-seed value on a weighting of the units is Σ w·num / Σ w·den.
+type ratioStat struct {
+	num, den [][]float64 // [seed][unit]
+}
+
+func newRatioStat(seeds, units int) *ratioStat {
+	s := &ratioStat{num: make([][]float64, seeds), den: make([][]float64, seeds)}
+	for i := range seeds {
+		s.num[i] = make([]float64, units)
+		s.den[i] = make([]float64, units)
+	}
+	return s
+}
+
+// term is one coefficient-weighted ratio of a metric.
+type term struct {
+	stat *ratioStat
+	coef float64
+}
+
+// metric is a per-seed metric: Σ coef·ratio, undefined in a seed where
+// any ratio has a zero denominator. donor selects the donor-component
+// units instead of AVTs.
+type metric struct {
+	terms []term
+	donor bool
+}
+
+// metricsPerRow is the number of metrics in a Row.
+const metricsPerRow = 12
+
+// episodeValue extracts an eligible value from an episode.
+type episodeValue func(*Episode) (float64, bool)
+
+// cellStat sums value over one (condition, oracle) cell per seed and AVT
+// (or donor component).
+func (d *dataset) cellStat(cond Condition, oracle string, value episodeValue, donor bool) *ratioStat {
+	units := len(d.avts)
+	if donor {
+		units = d.nComp
+	}
+	s := newRatioStat(len(d.seeds), units)
+	for seed, es := range d.cells[cond][oracle] {
+		si := d.seedIdx[seed]
+		for _, e := range es {
+			v, ok := value(e)
+			if !ok {
+				continue
+			}
+			u := d.avtIdx[e.AVTID]
+			if donor {
+				u = d.comp[u]
+			}
+			s.num[si][u] += v
+			s.den[si][u]++
+		}
+	}
+	return s
+}
+
+// pairedStat sums value(cond, a) − value(cond, b) over the (task, seed)
+// pairs where both episodes are eligible, per seed and AVT.
+func (d *dataset) pairedStat(cond Condition, a, b string, value episodeValue) *ratioStat {
+	s := newRatioStat(len(d.seeds), len(d.avts))
+	for seed, es := range d.cells[cond][a] {
+		si := d.seedIdx[seed]
+		for _, ea := range es {
+			eb, ok := d.byKey[episodeKey{ea.TaskID, cond, b, seed}]
+			if !ok {
+				continue
+			}
+			va, oka := value(ea)
+			vb, okb := value(eb)
+			if !oka || !okb {
+				continue
+			}
+			u := d.avtIdx[ea.AVTID]
+			s.num[si][u] += va - vb
+			s.den[si][u]++
+		}
+	}
+	return s
+}
+
+// rowMetrics builds the metricsPerRow metrics of oracle o, in Row order.
+func (d *dataset) rowMetrics(o string, opt *AnalyzeOptions) []*metric {
+	srNone := d.cellStat(None, o, successOf, false)
+	srAsk := d.cellStat(Asker, o, successOf, false)
+	srFull := d.cellStat(Full, o, successOf, false)
+	one := func(s *ratioStat) *metric { return &metric{terms: []term{{s, 1}}} }
+	h := opt.hybridOf(o)
+	return []*metric{
+		one(srNone),
+		one(srAsk),
+		one(srFull),
+		one(d.cellStat(Asker, o, precisionOf, false)),
+		one(d.cellStat(Asker, o, recallOf, false)),
+		one(d.cellStat(Asker, o, f1Of, false)),
+		{terms: []term{{srAsk, 1}, {srNone, -1}}},
+		{terms: []term{{srFull, 1}, {srAsk, -1}}},
+		one(d.pairedStat(Asker, o, h, successOf)),
+		{terms: []term{{d.cellStat(AskerSpec, h, recallOf, true), 1}}, donor: true},
+		one(d.pairedStat(FullAdv, o, opt.Reference, successOf)),
+		one(d.pairedStat(NoneAdv, o, opt.Reference, recallOf)),
+	}
+}
+
+// perSeed evaluates m on unit weights w (nil: all ones) and returns the
+// across-seed mean and the per-seed values where defined.
+func (m *metric) perSeed(w []float64, buf []float64) (mean float64, vals []float64) {
+	vals = buf[:0]
+	seeds := len(m.terms[0].stat.num)
+	for si := range seeds {
+		v, ok := 0.0, true
+		for _, t := range m.terms {
+			var num, den float64
+			nr, dr := t.stat.num[si], t.stat.den[si]
+			if w == nil {
+				for u := range dr {
+					num += nr[u]
+					den += dr[u]
+				}
+			} else {
+				for u, wu := range w {
+					if wu != 0 && dr[u] != 0 {
+						num += wu * nr[u]
+						den += wu * dr[u]
+					}
+				}
+			}
+			if den == 0 {
+				ok = false
+				break
+			}
+			v += t.coef * (num / den)
+		}
+		if ok {
+			vals = append(vals, v)
+		}
+	}
+	if len(vals) == 0 {
+		return math.NaN(), vals
+	}
+	for _, v := range vals {
+		mean += v
+	}
+	return mean / float64(len(vals)), vals
+}

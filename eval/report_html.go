@@ -1,0 +1,218 @@
+package eval
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"strings"
+)
+
+// htmlCSS styles the report; it is inlined so the page needs no assets.
+const htmlCSS = `
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+.charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
+figure { margin: 0; } figcaption { font-size: 0.85em; color: #555; max-width: 40em; }
+svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #333; }
+.meta { color: #555; font-size: 0.9em; }
+`
+
+// seriesColors colours the bars of a chart's series in order.
+var seriesColors = []string{"#9aa5b1", "#2f6fb0", "#3b9a57", "#c27c2c"}
+
+// WriteHTML writes a self-contained HTML report (inline CSS, hand-written
+// SVG, no external assets): grouped bars of SR under the none, asker and
+// full conditions per oracle with the gap to full marked; precision,
+// recall and F1 bars; the four leakage diagnostics as bars with their
+// bootstrap whiskers; then the Table 8 and gain tables. The output is also
+// well-formed XML.
+func (r *Report) WriteHTML(w io.Writer) error {
+	var b strings.Builder
+	esc := html.EscapeString
+	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n")
+	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
+	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
+	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). Reference oracle %s, hybrid %s.</p>\n",
+		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(r.Reference), esc(r.Hybrid))
+
+	groups := make([]string, len(r.Rows))
+	sr := make([][]Summary, len(r.Rows))
+	pr := make([][]Summary, len(r.Rows))
+	dg := make([][]Summary, len(r.Rows))
+	notes := make([]string, len(r.Rows))
+	for i, row := range r.Rows {
+		groups[i] = row.Oracle
+		sr[i] = []Summary{row.SRNone, row.SRAsker, row.SRFull}
+		pr[i] = []Summary{row.Precision, row.Recall, row.F1}
+		dg[i] = []Summary{row.DJResp, row.DRecSpec, row.DJFull, row.DRecNone}
+		if row.Gap.Mean != nil {
+			notes[i] = fmt.Sprintf("gap %+.1f", 100**row.Gap.Mean)
+		}
+	}
+	b.WriteString("<h2>Charts</h2>\n<div class=\"charts\">\n")
+	writeChart(&b, "sr", "Success rate (%) without disambiguation, with the evaluated asker and with full disambiguation; the bracket marks the signed gap J(full) − J(asker).",
+		groups, []string{"SR none", "SR asker", "SR full"}, sr, notes, true)
+	writeChart(&b, "pr", "Asking precision, recall and F1 of the evaluated asker (%).",
+		groups, []string{"Precision", "Recall", "F1"}, pr, nil, false)
+	writeChart(&b, "diag", "Leakage diagnostics (percentage points; ΔRec_spec^Q is a raw recall).",
+		groups, []string{"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}, dg, nil, false)
+	b.WriteString("</div>\n")
+
+	b.WriteString("<h2>Inference and leakage across oracles</h2>\n")
+	b.WriteString("<p class=\"meta\">Cells: mean ± sample SD across seeds [95% bootstrap interval], in % (diagnostics in percentage points); " + Dash + " where undefined.</p>\n")
+	writeHTMLTable(&b, "table8", table8Header, r, table8Cells)
+	b.WriteString("<h2>Asking gain and gap to full</h2>\n")
+	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
+	if len(r.GroupSignal) > 0 {
+		b.WriteString("<h2>GRPO groups with a training signal</h2>\n<table id=\"group-signal\">\n<tr><th class=\"l\">Reward</th><th>Groups with unequal rewards</th></tr>\n")
+		for _, k := range sortedKeys(r.GroupSignal) {
+			fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td>%s%%</td></tr>\n", esc(k), pct(r.GroupSignal[k]))
+		}
+		b.WriteString("</table>\n")
+	}
+	b.WriteString("</body>\n</html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row) []string) {
+	fmt.Fprintf(b, "<table id=\"%s\">\n<tr>", id)
+	for i, h := range header {
+		cls := ""
+		if i < 2 {
+			cls = " class=\"l\""
+		}
+		fmt.Fprintf(b, "<th%s>%s</th>", cls, html.EscapeString(h))
+	}
+	b.WriteString("</tr>\n")
+	for i := range r.Rows {
+		b.WriteString("<tr>")
+		for j, c := range cells(r, &r.Rows[i]) {
+			cls := ""
+			if j < 2 {
+				cls = " class=\"l\""
+			}
+			fmt.Fprintf(b, "<td%s>%s</td>", cls, html.EscapeString(c))
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n")
+}
+
+// writeChart draws a grouped bar chart in SVG: one group per oracle, one
+// bar per series at the mean (in percent), a whisker for the bootstrap
+// interval, a zero line, and (when gapBracket) a bracket from the second
+// to the third bar labelled with notes[group].
+func writeChart(b *strings.Builder, id, caption string, groups, series []string, vals [][]Summary, notes []string, gapBracket bool) {
+	const (
+		barW, barGap, groupGap = 22.0, 4.0, 28.0
+		left, right, top       = 48.0, 12.0, 46.0
+		plotH, bottom          = 200.0, 40.0
+	)
+	groupW := float64(len(series))*(barW+barGap) - barGap
+	width := left + right + float64(len(groups))*(groupW+groupGap)
+	legendW := 0.0
+	for _, s := range series {
+		legendW += legendItemWidth(s)
+	}
+	width = math.Max(width, math.Max(320, left+legendW+right))
+	height := top + plotH + bottom
+	// The y range covers 0, every mean and every whisker, in percent.
+	lo, hi := 0.0, 0.0
+	for _, g := range vals {
+		for _, s := range g {
+			for _, p := range []*float64{s.Mean, s.Lo, s.Hi} {
+				if p != nil {
+					lo = math.Min(lo, 100**p)
+					hi = math.Max(hi, 100**p)
+				}
+			}
+		}
+	}
+	if hi-lo < 1e-9 {
+		hi = lo + 100
+	}
+	step := niceStep((hi - lo) / 5)
+	lo = math.Floor(lo/step) * step
+	hi = math.Ceil(hi/step) * step
+	y := func(v float64) float64 { return top + plotH*(hi-v)/(hi-lo) }
+
+	fmt.Fprintf(b, "<figure id=\"chart-%s\">\n<svg class=\"chart\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n", id, width, height, width, height)
+	// Legend.
+	lx := left
+	for k, s := range series {
+		fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"8\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%.1f\" y=\"17\">%s</text>\n",
+			lx, seriesColors[k%len(seriesColors)], lx+14, html.EscapeString(s))
+		lx += legendItemWidth(s)
+	}
+	// Grid and axis.
+	for v := lo; v <= hi+step/2; v += step {
+		fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+			left, y(v), width-right, y(v), left-6, y(v)+4, trimNum(v))
+	}
+	fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\"/>\n", left, y(0), width-right, y(0))
+	for g, name := range groups {
+		gx := left + groupGap/2 + float64(g)*(groupW+groupGap)
+		tops := make([]float64, len(series))
+		for k := range series {
+			s := vals[g][k]
+			x := gx + float64(k)*(barW+barGap)
+			tops[k] = math.NaN()
+			if s.Mean == nil {
+				fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", x+barW/2, y(0)-4, Dash)
+				continue
+			}
+			m := 100 * *s.Mean
+			y0, y1 := y(0), y(m)
+			if y1 > y0 {
+				y0, y1 = y1, y0
+			}
+			tops[k] = y(m)
+			fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: %s</title></rect>\n",
+				x, y1, barW, y0-y1, seriesColors[k%len(seriesColors)], html.EscapeString(name), html.EscapeString(series[k]), html.EscapeString(FormatSummary(s)))
+			if s.Lo != nil && s.Hi != nil {
+				cx := x + barW/2
+				fmt.Fprintf(b, "<path class=\"whisker\" d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"#111\" fill=\"none\"/>\n",
+					cx, y(100**s.Lo), y(100**s.Hi), cx-4, y(100**s.Lo), cx+4, cx-4, y(100**s.Hi), cx+4)
+			}
+		}
+		if gapBracket && len(tops) >= 3 && !math.IsNaN(tops[1]) && !math.IsNaN(tops[2]) && notes != nil && notes[g] != "" {
+			x1 := gx + 1*(barW+barGap) + barW/2
+			x2 := gx + 2*(barW+barGap) + barW/2
+			yt := math.Min(tops[1], tops[2]) - 12
+			fmt.Fprintf(b, "<path class=\"gap\" d=\"M%.1f %.1fV%.1fH%.1fV%.1f\" stroke=\"#b03030\" fill=\"none\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"#b03030\">%s</text>\n",
+				x1, tops[1]-2, yt, x2, tops[2]-2, (x1+x2)/2, yt-3, html.EscapeString(notes[g]))
+		}
+		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", gx+groupW/2, top+plotH+18, html.EscapeString(name))
+	}
+	fmt.Fprintf(b, "</svg>\n<figcaption>%s</figcaption>\n</figure>\n", html.EscapeString(caption))
+}
+
+// legendItemWidth estimates the width of a legend entry: swatch, label
+// (about 7 px a character at 11 px) and spacing.
+func legendItemWidth(label string) float64 { return 14 + 7*float64(len([]rune(label))) + 16 }
+
+// niceStep rounds a raw axis step up to 1, 2 or 5 times a power of ten.
+func niceStep(raw float64) float64 {
+	if raw <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if raw <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func trimNum(v float64) string {
+	if math.Abs(v) < 1e-9 {
+		return "0"
+	}
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", v), "0"), ".")
+}

@@ -1,0 +1,67 @@
+package eval
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestFormatSummary checks the "mean ± SD [lo, hi]" cells.
+func TestFormatSummary(t *testing.T) {
+	p := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		s    Summary
+		want string
+	}{
+		{Summary{}, Dash},
+		{Summary{Mean: p(0.5833333), SD: p(0.117851), Lo: p(0.25), Hi: p(0.75)}, "58.3 ± 11.8 [25.0, 75.0]"},
+		{Summary{Mean: p(0.5), Lo: p(0.5), Hi: p(0.5)}, "50.0 [50.0, 50.0]"},
+		{Summary{Mean: p(-0.0000001), SD: p(0)}, "0.0 ± 0.0"},
+		{Summary{Mean: p(-0.125), SD: p(0.1), Lo: p(-0.5), Hi: p(0.25)}, "-12.5 ± 10.0 [-50.0, 25.0]"},
+	} {
+		if got := FormatSummary(c.s); got != c.want {
+			t.Errorf("FormatSummary(%+v) = %q, want %q", c.s, got, c.want)
+		}
+	}
+}
+
+// TestReportOutputs checks the group signal and the multi-corpus table,
+// and that the JSON decodes back.
+func TestReportOutputs(t *testing.T) {
+	eps := loadEpisodes(t, "testdata/episodes.jsonl")
+	r, err := Analyze(eps, AnalyzeOptions{Resamples: 50, BootstrapSeed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.GroupSignal = map[string]float64{"question_f1": 0.625, "outcome": 0.25}
+	r2 := *r
+	r2.Corpus = "other"
+	var md bytes.Buffer
+	if err := WriteMarkdownReports(&md, []*Report{r, &r2}); err != nil {
+		t.Fatal(err)
+	}
+	out := md.String()
+	for _, want := range []string{
+		"| Corpus | Oracle | SR none | SR asker | SR full | Precision | Recall | F1 | ΔJ_resp | ΔRec_spec^Q | ΔJ_full | ΔRec_none |",
+		"| demo | deterministic | 45.8 ± 29.5 [",
+		"| other | hybrid | – |",
+		"| question_f1 | 62.5% |",
+		"| outcome | 25.0% |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Corpus != "demo" || len(back.Rows) != 2 || back.GroupSignal["outcome"] != 0.25 || len(back.Cells) == 0 {
+		t.Errorf("decoded report = %+v", back)
+	}
+}

@@ -1,0 +1,868 @@
+package eval
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"avtgym/client"
+	"avtgym/policy"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// File names inside a run directory.
+const (
+	// EpisodesFile holds one JSON Episode per line, appended as episodes
+	// finish.
+	EpisodesFile = "episodes.jsonl"
+	// RunFile records the settings that must not change between reruns
+	// into the same directory (corpus, asker, solver, donor seed).
+	RunFile = "run.json"
+	// DonorsFile maps each evaluated task to its spec-randomization donor
+	// (written when the asker_spec condition runs).
+	DonorsFile = "donors.json"
+)
+
+// AllConditions lists every condition in report order.
+var AllConditions = []Condition{None, Asker, Full, FullAdv, NoneAdv, AskerSpec}
+
+// ParseCondition checks a condition name.
+func ParseCondition(s string) (Condition, error) {
+	for _, c := range AllConditions {
+		if string(c) == s {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("unknown condition %q (want none, asker, full, full_adv, none_adv or asker_spec)", s)
+}
+
+// ParseOracle maps an oracle name (deterministic, llm, llm_scoped, hybrid,
+// or any other type the generated enum knows, such as test_credit_all) to
+// its type, case-insensitively.
+func ParseOracle(s string) (pb.OracleType, error) {
+	name := strings.ToLower(strings.TrimSpace(s))
+	if name == "" || name == "unspecified" {
+		return 0, fmt.Errorf("unknown oracle %q", s)
+	}
+	v, ok := pb.OracleType_value["ORACLE_TYPE_"+strings.ToUpper(name)]
+	if !ok {
+		var known []string
+		for k, n := range pb.OracleType_value {
+			if n != 0 {
+				known = append(known, strings.ToLower(strings.TrimPrefix(k, "ORACLE_TYPE_")))
+			}
+		}
+		sort.Strings(known)
+		return 0, fmt.Errorf("unknown oracle %q (want one of %s)", s, strings.Join(known, ", "))
+	}
+	return pb.OracleType(v), nil
+}
+
+// OracleName is the lower-case name of an oracle type, as Episode.Oracle
+// records it.
+func OracleName(o pb.OracleType) string {
+	if o == pb.OracleType_ORACLE_TYPE_UNSPECIFIED {
+		return "deterministic"
+	}
+	return strings.ToLower(strings.TrimPrefix(o.String(), "ORACLE_TYPE_"))
+}
+
+// Trajectory is one line of a trajectory file (`--asker
+// trajectories:FILE`): the questions an external policy asked on one task
+// and seed, replayed in order before STOP. Condition is "asker" (the
+// default when empty) or "asker_spec" (the policy was shown the donor's
+// specification, see DonorsFile).
+type Trajectory struct {
+	// TaskID is the task the questions were asked on.
+	TaskID string `json:"task_id"`
+	// Seed is the evaluation seed of the episode.
+	Seed uint64 `json:"seed"`
+	// Condition is asker (when empty) or asker_spec.
+	Condition Condition `json:"condition,omitempty"`
+	// Questions are asked in order; then the runner stops.
+	Questions []string `json:"questions"`
+}
+
+// AskerPolicy is the evaluated asker of the asker and asker_spec conditions.
+// Make one with ScriptedAsker, LLMAsker or LoadTrajectories.
+type AskerPolicy struct {
+	name     string
+	scripted policy.Name
+	llm      policy.Player
+	traj     map[trajKey][]string
+}
+
+type trajKey struct {
+	task string
+	seed uint64
+	cond Condition
+}
+
+// Name describes the asker, as RunFile records it.
+func (a *AskerPolicy) Name() string { return a.name }
+
+// ScriptedAsker evaluates a scripted policy as the asker.
+func ScriptedAsker(n policy.Name) *AskerPolicy {
+	return &AskerPolicy{name: "scripted:" + string(n), scripted: n}
+}
+
+// LLMAsker evaluates a model asker (a *policy.LLMAsker). For asker_spec its
+// public observation at reset (the task view and the request turn) is
+// replaced by the donor's.
+func LLMAsker(p policy.Player) *AskerPolicy {
+	return &AskerPolicy{name: p.PolicyName(), llm: p}
+}
+
+// LoadTrajectories reads a trajectory file (JSON lines of Trajectory) into
+// an asker that replays it.
+func LoadTrajectories(path string) (*AskerPolicy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	a := &AskerPolicy{name: "trajectories:" + filepath.Base(path), traj: map[trajKey][]string{}}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var t Trajectory
+		if err := json.Unmarshal(b, &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if t.Condition == "" {
+			t.Condition = Asker
+		}
+		if t.TaskID == "" || (t.Condition != Asker && t.Condition != AskerSpec) {
+			return nil, fmt.Errorf("%s:%d: a trajectory needs a task_id and a condition of asker or asker_spec", path, line)
+		}
+		a.traj[trajKey{t.TaskID, t.Seed, t.Condition}] = append([]string(nil), t.Questions...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Config says what to evaluate.
+type Config struct {
+	// Corpus is the corpus name; empty means the server's first.
+	Corpus string
+	// Split restricts the evaluated tasks to one split.
+	Split string
+	// Limit keeps the first Limit tasks (corpus order); 0 means all.
+	Limit int
+	// Asker plays the asker and asker_spec conditions; it may be nil when
+	// neither runs.
+	Asker *AskerPolicy
+	// Oracles are the oracle types to run; none means deterministic.
+	Oracles []pb.OracleType
+	// Seeds are the evaluation seeds; none means {0}.
+	Seeds []uint64
+	// DonorSeed fixes the spec-randomization donors (PROTOCOL.md §5).
+	DonorSeed uint64
+	// Conditions to run; none means AllConditions. When the corpus has a
+	// single database, asker_spec cannot run and is dropped with a
+	// warning.
+	Conditions []Condition
+	// Solver writes the SQL at STOP: SOLVER_LOOKUP (the default) or
+	// SOLVER_LLM. Every episode uses the outcome reward.
+	Solver pb.Solver
+	// Dir is the run directory (created when missing).
+	Dir string
+	// Concurrency bounds the episodes in flight; 0 means 16.
+	Concurrency int
+	// Progress, when set, is called once with the number of cells to play
+	// (Start) and after each played episode (Done).
+	Progress ProgressSink
+	// Warn receives warnings; nil discards them.
+	Warn io.Writer
+}
+
+// ProgressSink follows a run. *Progress implements it.
+type ProgressSink interface {
+	// Start is called once: total cells to play, skipped ones already in
+	// the run directory.
+	Start(total, skipped int)
+	// Done is called after each finished episode.
+	Done()
+}
+
+// Result tells what a run did.
+type Result struct {
+	// Cells is the number of (task, condition, oracle, seed) cells planned.
+	Cells int
+	// Skipped cells were already in the run directory.
+	Skipped int
+	// Played episodes were played and appended by this call.
+	Played int
+	// Failed counts the played episodes that could not be scored
+	// (RPC_FAILED, ASKER_FAILED or the server's ERROR).
+	Failed int
+	// Donors maps each evaluated task to its donor (asker_spec only).
+	Donors map[string]string
+}
+
+// Key identifies an episode's cell: results are resumed by it.
+func Key(e *Episode) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%d", e.TaskID, e.Condition, e.Oracle, e.Seed)
+}
+
+// runSettings are recorded in RunFile and must match on reruns.
+type runSettings struct {
+	Corpus    string `json:"corpus"`
+	Asker     string `json:"asker"`
+	Solver    string `json:"solver"`
+	DonorSeed uint64 `json:"donor_seed"`
+}
+
+// cell is one episode to play.
+type cell struct {
+	task   *pb.TaskSummary
+	cond   Condition
+	oracle pb.OracleType
+	seed   uint64
+}
+
+// donorInfo is what a spec-randomized asker is shown.
+type donorInfo struct {
+	id    string
+	view  *pb.TaskView
+	terms []string
+}
+
+// Run plays every cell of cfg not already in cfg.Dir and appends the
+// episodes to Dir/episodes.jsonl as they finish. When ctx ends, the
+// episodes in flight are dropped (they are played again on the next run)
+// and Run returns ctx's error with the partial result.
+func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("eval: no run directory")
+	}
+	if len(cfg.Oracles) == 0 {
+		cfg.Oracles = []pb.OracleType{pb.OracleType_ORACLE_TYPE_DETERMINISTIC}
+	}
+	if len(cfg.Seeds) == 0 {
+		cfg.Seeds = []uint64{0}
+	}
+	if len(cfg.Conditions) == 0 {
+		cfg.Conditions = AllConditions
+	}
+	if cfg.Solver == pb.Solver_SOLVER_UNSPECIFIED {
+		cfg.Solver = pb.Solver_SOLVER_LOOKUP
+	}
+	if cfg.Solver != pb.Solver_SOLVER_LOOKUP && cfg.Solver != pb.Solver_SOLVER_LLM {
+		return nil, fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	warn := cfg.Warn
+	if warn == nil {
+		warn = io.Discard
+	}
+	needAsker := slices.Contains(cfg.Conditions, Asker) || slices.Contains(cfg.Conditions, AskerSpec)
+	if needAsker && cfg.Asker == nil {
+		return nil, errors.New("eval: the asker conditions need an asker")
+	}
+
+	tasks, err := listTasks(ctx, c, cfg.Corpus, cfg.Split)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("eval: no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
+	}
+	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
+		tasks = tasks[:cfg.Limit]
+	}
+	corpus := tasks[0].GetCorpus()
+
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	askerName := ""
+	if cfg.Asker != nil {
+		askerName = cfg.Asker.Name()
+	}
+	if err := checkSettings(filepath.Join(cfg.Dir, RunFile), runSettings{
+		Corpus: corpus, Asker: askerName, Solver: strings.ToLower(strings.TrimPrefix(cfg.Solver.String(), "SOLVER_")), DonorSeed: cfg.DonorSeed,
+	}); err != nil {
+		return nil, err
+	}
+
+	res := &Result{}
+	donors := map[string]*donorInfo{}
+	if slices.Contains(cfg.Conditions, AskerSpec) {
+		all, err := listTasks(ctx, c, corpus, "")
+		if err != nil {
+			return nil, err
+		}
+		assign, err := AssignDonors(ctx, c, corpus, tasks, all, cfg.DonorSeed)
+		if errors.Is(err, errNoDonor) {
+			fmt.Fprintf(warn, "eval: %v: the asker_spec condition is skipped\n", err)
+			cfg.Conditions = slices.DeleteFunc(slices.Clone(cfg.Conditions), func(c Condition) bool { return c == AskerSpec })
+		} else if err != nil {
+			return nil, err
+		} else {
+			res.Donors = assign
+			if donors, err = fetchDonors(ctx, c, corpus, assign); err != nil {
+				return nil, err
+			}
+			if err := writeJSONFile(filepath.Join(cfg.Dir, DonorsFile), assign); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	path := filepath.Join(cfg.Dir, EpisodesFile)
+	done, err := finishedKeys(path)
+	if err != nil {
+		return nil, err
+	}
+	var cells []cell
+	for _, t := range tasks {
+		for _, seed := range cfg.Seeds {
+			for _, o := range cfg.Oracles {
+				for _, cond := range cfg.Conditions {
+					res.Cells++
+					k := Key(&Episode{TaskID: t.GetTaskId(), Condition: cond, Oracle: OracleName(o), Seed: seed})
+					if done[k] {
+						res.Skipped++
+						continue
+					}
+					cells = append(cells, cell{task: t, cond: cond, oracle: o, seed: seed})
+				}
+			}
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress.Start(len(cells), res.Skipped)
+	}
+	if len(cells) == 0 {
+		return res, nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var (
+		mu       sync.Mutex
+		writeErr error
+	)
+	client.ForEach(ctx, len(cells), cfg.Concurrency, func(ctx context.Context, i int) error {
+		ep := playCell(ctx, c.Env, cfg, corpus, cells[i], donors)
+		if ctx.Err() != nil && !ep.Scored() {
+			return nil // cut short by the cancellation: played again next time
+		}
+		line, err := json.Marshal(ep)
+		if err != nil {
+			return err
+		}
+		line = append(line, '\n')
+		mu.Lock()
+		defer mu.Unlock()
+		if writeErr == nil {
+			if _, err := f.Write(line); err != nil {
+				writeErr = err
+				return err
+			}
+			res.Played++
+			if !ep.Scored() {
+				res.Failed++
+			}
+		}
+		if cfg.Progress != nil {
+			cfg.Progress.Done()
+		}
+		return nil
+	})
+	if writeErr != nil {
+		return res, fmt.Errorf("eval: writing %s: %w", path, writeErr)
+	}
+	if err := f.Close(); err != nil {
+		return res, err
+	}
+	return res, ctx.Err()
+}
+
+func listTasks(ctx context.Context, c *client.Client, corpus, split string) ([]*pb.TaskSummary, error) {
+	var tasks []*pb.TaskSummary
+	page := ""
+	for {
+		resp, err := c.Env.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpus, Split: split, PageSize: 1000, PageToken: page})
+		if err != nil {
+			return nil, fmt.Errorf("eval: listing tasks: %w", err)
+		}
+		tasks = append(tasks, resp.GetTasks()...)
+		if page = resp.GetNextPageToken(); page == "" {
+			return tasks, nil
+		}
+	}
+}
+
+// checkSettings writes the run's settings on the first run and checks them
+// on later ones.
+func checkSettings(path string, s runSettings) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return writeJSONFile(path, s)
+	}
+	if err != nil {
+		return err
+	}
+	var old runSettings
+	if err := json.Unmarshal(b, &old); err != nil {
+		return fmt.Errorf("eval: %s: %w", path, err)
+	}
+	if old != s {
+		return fmt.Errorf("eval: the run directory was made with other settings (%s: %+v, now %+v): use another --out", path, old, s)
+	}
+	return nil
+}
+
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+var errNoDonor = errors.New("no record on another database to draw a donor from")
+
+// GroupKey is the spec-randomization group of a record: its database and
+// its sorted distinct counted terms.
+func GroupKey(db string, countedTerms []string) string {
+	terms := slices.Clone(countedTerms)
+	sort.Strings(terms)
+	terms = slices.Compact(terms)
+	return db + "\x00" + strings.Join(terms, "\x1f")
+}
+
+// DrawDonors assigns one donor per group (PROTOCOL.md §5): groups maps a
+// record to its GroupKey, dbOf maps each record to its database, and
+// candidates lists the corpus's records in corpus order. Each group draws
+// uniformly among the candidates on a different database with a generator
+// seeded by the donor seed and the group key alone, so that the draw does
+// not depend on which other groups are evaluated or on the evaluation
+// seeds.
+func DrawDonors(groups map[string]string, dbOf map[string]string, candidates []string, donorSeed uint64) (map[string]string, error) {
+	perGroup := map[string]string{}
+	out := map[string]string{}
+	for task, key := range groups {
+		d, ok := perGroup[key]
+		if !ok {
+			db := dbOf[task]
+			var pool []string
+			for _, c := range candidates {
+				if dbOf[c] != db {
+					pool = append(pool, c)
+				}
+			}
+			if len(pool) == 0 {
+				return nil, fmt.Errorf("%w (task %s, database %s)", errNoDonor, task, db)
+			}
+			h := fnv.New64a()
+			h.Write([]byte(key))
+			r := rand.New(rand.NewPCG(donorSeed, h.Sum64()))
+			d = pool[r.IntN(len(pool))]
+			perGroup[key] = d
+		}
+		out[task] = d
+	}
+	return out, nil
+}
+
+// AssignDonors computes the donors of the evaluated tasks: it reads each
+// task's counted terms with a privileged reset, groups the tasks, and
+// draws donors from all, the corpus's records (DrawDonors).
+func AssignDonors(ctx context.Context, c *client.Client, corpus string, tasks, all []*pb.TaskSummary, donorSeed uint64) (map[string]string, error) {
+	dbOf := map[string]string{}
+	var candidates []string
+	for _, t := range all {
+		dbOf[t.GetTaskId()] = t.GetDatabase()
+		candidates = append(candidates, t.GetTaskId())
+	}
+	for _, t := range tasks {
+		dbOf[t.GetTaskId()] = t.GetDatabase()
+	}
+	terms := make([][]string, len(tasks))
+	errs := client.ForEach(ctx, len(tasks), 16, func(ctx context.Context, i int) error {
+		p, err := privileged(ctx, c.Env, corpus, tasks[i].GetTaskId())
+		terms[i] = policy.CountedTerms(p)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("eval: reading counted terms: %w", err)
+	}
+	groups := map[string]string{}
+	for i, t := range tasks {
+		groups[t.GetTaskId()] = GroupKey(t.GetDatabase(), terms[i])
+	}
+	return DrawDonors(groups, dbOf, candidates, donorSeed)
+}
+
+// privileged resets a task with the privileged channel, for its terms.
+func privileged(ctx context.Context, env pb.EnvServiceClient, corpus, task string) (*pb.Privileged, error) {
+	seed := uint64(0)
+	rr, err := env.Reset(ctx, &pb.ResetRequest{Corpus: corpus, TaskId: task, Seed: &seed, IncludePrivileged: true})
+	if err != nil {
+		return nil, err
+	}
+	if len(rr.GetEpisodes()) == 0 {
+		return nil, fmt.Errorf("reset %s: no episode", task)
+	}
+	return rr.GetEpisodes()[0].GetPrivileged(), nil
+}
+
+// fetchDonors reads what each donor's spec-randomized asker is shown: its
+// public task view, and its counted terms (for the scripted askers).
+func fetchDonors(ctx context.Context, c *client.Client, corpus string, assign map[string]string) (map[string]*donorInfo, error) {
+	var ids []string
+	for _, d := range assign {
+		if !slices.Contains(ids, d) {
+			ids = append(ids, d)
+		}
+	}
+	sort.Strings(ids)
+	infos := make([]*donorInfo, len(ids))
+	errs := client.ForEach(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		gt, err := c.Env.GetTask(ctx, &pb.GetTaskRequest{Corpus: corpus, TaskId: ids[i]})
+		if err != nil {
+			return err
+		}
+		p, err := privileged(ctx, c.Env, corpus, ids[i])
+		if err != nil {
+			return err
+		}
+		infos[i] = &donorInfo{id: ids[i], view: gt.GetTask(), terms: policy.CountedTerms(p)}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("eval: reading donors: %w", err)
+	}
+	out := map[string]*donorInfo{}
+	for task, d := range assign {
+		out[task] = infos[slices.Index(ids, d)]
+	}
+	return out, nil
+}
+
+// recorder wraps the environment client of one episode: it records the
+// reset's privileged data, the dialogue and the last step, and, for the
+// spec-randomized LLM asker, shows the donor's task instead of the real one.
+type recorder struct {
+	pb.EnvServiceClient
+	donor *pb.TaskView
+
+	mu         sync.Mutex
+	priv       *pb.Privileged
+	transcript []string
+	replies    int
+	asked      int
+	last       *pb.StepResponse
+}
+
+func (r *recorder) Reset(ctx context.Context, in *pb.ResetRequest, opts ...grpc.CallOption) (*pb.ResetResponse, error) {
+	resp, err := r.EnvServiceClient.Reset(ctx, in, opts...)
+	if err != nil || len(resp.GetEpisodes()) == 0 {
+		return resp, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ep := resp.GetEpisodes()[0]
+	r.priv = ep.GetPrivileged()
+	if r.donor != nil {
+		ep = proto.Clone(ep).(*pb.Episode)
+		obs := ep.GetObservation()
+		obs.Task = proto.Clone(r.donor).(*pb.TaskView)
+		for _, t := range obs.GetTurns() {
+			if t.GetKind() == pb.TurnKind_TURN_KIND_REQUEST {
+				t.Text = r.donor.GetRequest()
+			}
+		}
+		resp = &pb.ResetResponse{Episodes: append([]*pb.Episode{ep}, resp.GetEpisodes()[1:]...)}
+	}
+	return resp, nil
+}
+
+func (r *recorder) Step(ctx context.Context, in *pb.StepRequest, opts ...grpc.CallOption) (*pb.StepResponse, error) {
+	resp, err := r.EnvServiceClient.Step(ctx, in, opts...)
+	if err != nil {
+		return resp, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.note(resp)
+	return resp, nil
+}
+
+func (r *recorder) note(resp *pb.StepResponse) {
+	r.last = resp
+	for _, t := range resp.GetObservation().GetTurns() {
+		switch t.GetKind() {
+		case pb.TurnKind_TURN_KIND_QUESTION:
+			r.transcript = append(r.transcript, t.GetText())
+		case pb.TurnKind_TURN_KIND_REPLY:
+			r.transcript = append(r.transcript, t.GetText())
+			r.replies++
+		}
+	}
+	r.asked = max(r.asked, int(resp.GetObservation().GetQuestionsAsked()))
+}
+
+// playCell plays one cell and returns its episode (failed ones included).
+func playCell(ctx context.Context, env pb.EnvServiceClient, cfg Config, corpus string, cl cell, donors map[string]*donorInfo) *Episode {
+	ep := &Episode{
+		Corpus: corpus, TaskID: cl.task.GetTaskId(), DB: cl.task.GetDatabase(), Split: cl.task.GetSplit(),
+		Condition: cl.cond, Oracle: OracleName(cl.oracle), Seed: cl.seed,
+	}
+	seed := cl.seed
+	reset := &pb.ResetRequest{
+		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, GroupSize: 1, IncludePrivileged: true,
+		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: cl.oracle},
+	}
+	rec := &recorder{EnvServiceClient: env}
+	var donor *donorInfo
+	if cl.cond == AskerSpec {
+		donor = donors[cl.task.GetTaskId()]
+		if donor == nil {
+			ep.Status, ep.Error = "ASKER_FAILED", "no donor assigned"
+			return ep
+		}
+		ep.Donor = donor.id
+	}
+	var err error
+	switch {
+	case cl.cond == Asker || cl.cond == AskerSpec:
+		a := cfg.Asker
+		switch {
+		case a.llm != nil:
+			if donor != nil {
+				rec.donor = donor.view
+			}
+			var pe *policy.Episode
+			pe, err = a.llm.PlayEpisode(ctx, rec, reset)
+			if err == nil {
+				ep.FallbackStop = pe.FallbackStop
+			}
+		case a.traj != nil:
+			qs, ok := a.traj[trajKey{cl.task.GetTaskId(), cl.seed, cl.cond}]
+			if !ok {
+				ep.Status = "ASKER_FAILED"
+				ep.Error = fmt.Sprintf("the trajectory file has no %s trajectory for task %s seed %d", cl.cond, cl.task.GetTaskId(), cl.seed)
+				return ep
+			}
+			err = playQuestions(ctx, rec, reset, func(*pb.Privileged, int) []string { return qs })
+		default:
+			err = playQuestions(ctx, rec, reset, func(p *pb.Privileged, budget int) []string {
+				terms := policy.CountedTerms(p)
+				if donor != nil {
+					terms = donor.terms
+				}
+				return policy.Questions(a.scripted, terms, budget)
+			})
+		}
+	default:
+		name := policy.Name(cl.cond) // none, full, full_adv, none_adv
+		err = playQuestions(ctx, rec, reset, func(p *pb.Privileged, budget int) []string {
+			return policy.Questions(name, policy.CountedTerms(p), budget)
+		})
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.priv != nil {
+		ep.AVTID = rec.priv.GetAvtId()
+		for _, a := range rec.priv.GetAmbiguities() {
+			if a.GetCounted() {
+				ep.Counted++
+			}
+		}
+	}
+	if ep.AVTID == "" {
+		ep.AVTID = ep.TaskID
+	}
+	ep.Transcript = rec.transcript
+	ep.Questions = max(rec.replies, rec.asked)
+	if err != nil {
+		ep.Status, ep.Error = "RPC_FAILED", err.Error()
+		var ae *policy.AskerError
+		if errors.As(err, &ae) {
+			ep.Status = "ASKER_FAILED"
+		}
+		return ep
+	}
+	last := rec.last
+	if last == nil || !last.GetDone() {
+		ep.Status, ep.Error = "RPC_FAILED", "the episode did not end"
+		return ep
+	}
+	ep.Status = strings.TrimPrefix(last.GetStatus().String(), "EPISODE_STATUS_")
+	if r := last.GetReward(); r != nil {
+		get := func(k string) *float64 {
+			if x, ok := r.GetComponents()[k]; ok {
+				return &x
+			}
+			return nil
+		}
+		ep.Precision, ep.Recall, ep.Success = get("precision"), get("recall"), get("outcome")
+		if ep.Counted > 0 {
+			ep.F1 = get("question_f1")
+		} else {
+			ep.Recall = nil
+		}
+	}
+	return ep
+}
+
+// playQuestions plays one episode that asks the questions questions()
+// returns (from the reset's privileged data and the question budget) in
+// order, stopping early when the episode ends, then STOP.
+func playQuestions(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest, questions func(*pb.Privileged, int) []string) error {
+	rr, err := env.Reset(ctx, reset)
+	if err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	if len(rr.GetEpisodes()) == 0 {
+		return errors.New("reset: the server returned no episode")
+	}
+	e := rr.GetEpisodes()[0]
+	token := e.GetToken()
+	var last *pb.StepResponse
+	step := func(a *pb.Action) error {
+		resp, err := env.Step(ctx, &pb.StepRequest{Token: token, Action: a, IncludePrivileged: true})
+		if err != nil {
+			return err
+		}
+		token, last = resp.GetToken(), resp
+		return nil
+	}
+	for _, q := range questions(e.GetPrivileged(), int(e.GetObservation().GetQuestionBudget())) {
+		if err := step(&pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}); err != nil {
+			return fmt.Errorf("ask: %w", err)
+		}
+		if last.GetDone() || last.GetObservation().GetPhase() != pb.Phase_PHASE_ASKING {
+			break
+		}
+	}
+	if last == nil || (!last.GetDone() && last.GetObservation().GetPhase() == pb.Phase_PHASE_ASKING) {
+		if err := step(&pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}); err != nil {
+			return fmt.Errorf("stop: %w", err)
+		}
+	}
+	if !last.GetDone() {
+		return fmt.Errorf("the episode waits for SQL after STOP (phase %s): use the lookup or llm solver", last.GetObservation().GetPhase())
+	}
+	return nil
+}
+
+// finishedKeys reads the keys of the scored episodes of a results file
+// (failed ones are played again). A truncated last line, left by a crash,
+// is cut off so that appends start on a fresh line.
+func finishedKeys(path string) (map[string]bool, error) {
+	eps, err := readEpisodes(path, true)
+	if err != nil {
+		return nil, err
+	}
+	done := map[string]bool{}
+	for i := range eps {
+		if eps[i].Scored() {
+			done[Key(&eps[i])] = true
+		}
+	}
+	return done, nil
+}
+
+// ReadEpisodes reads a results file (or the EpisodesFile of a run
+// directory). Where a cell appears more than once (a failed episode played
+// again), the last line wins; the order is that of the cells' first lines.
+// A truncated last line is ignored.
+func ReadEpisodes(path string) ([]Episode, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		path = filepath.Join(path, EpisodesFile)
+	}
+	return readEpisodes(path, false)
+}
+
+func readEpisodes(path string, repair bool) ([]Episode, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var (
+		eps   []Episode
+		index = map[string]int{}
+		off   int
+	)
+	for off < len(b) {
+		end := bytes.IndexByte(b[off:], '\n')
+		complete := end >= 0
+		if !complete {
+			end = len(b) - off
+		}
+		line := bytes.TrimSpace(b[off : off+end])
+		var e Episode
+		if len(line) > 0 {
+			if err := json.Unmarshal(line, &e); err != nil {
+				if off+end >= len(b)-1 { // the last line: left by a crash
+					if repair {
+						if err := os.Truncate(path, int64(off)); err != nil {
+							return nil, err
+						}
+					}
+					break
+				}
+				return nil, fmt.Errorf("%s: bad line at byte %d: %w", path, off, err)
+			}
+			if !complete && repair { // a whole object without its newline
+				if err := appendNewline(path); err != nil {
+					return nil, err
+				}
+			}
+			k := Key(&e)
+			if i, ok := index[k]; ok {
+				eps[i] = e
+			} else {
+				index[k] = len(eps)
+				eps = append(eps, e)
+			}
+		}
+		off += end + 1
+	}
+	return eps, nil
+}
+
+func appendNewline(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte{'\n'}); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
