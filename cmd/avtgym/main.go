@@ -1,7 +1,9 @@
 // Command avtgym is the avtgym binary: `serve` runs the environment server,
-// `rollout` plays scripted policies against a server, `corpus validate`
-// checks a corpus, `bench` measures the server, and `keygen` writes a token
-// key. Each subcommand only parses flags and wires packages together.
+// `rollout` plays scripted policies or the LLM asker against a server,
+// `eval` runs an evaluation with leakage diagnostics and reports, `corpus`
+// validates, audits and imports corpora, `bench` measures the server, and
+// `keygen` writes a token key. Each subcommand only parses flags and wires
+// packages together.
 package main
 
 import (
