@@ -40,6 +40,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	solverName := fs.String("solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url)")
 	out := fs.String("out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
 	resamples := fs.Int("resamples", 2000, "bootstrap resamples")
+	groupsFile := fs.String("groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
 	bootSeed := fs.Uint64("bootstrap-seed", 0, "bootstrap seed")
 	reference := fs.String("reference", "deterministic", "the reference oracle of the diagnostics")
 	hybrid := fs.String("hybrid", "hybrid", "the hybrid oracle of ΔJ_resp and ΔRec_spec^Q")
@@ -189,6 +190,13 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rep, err := eval.Analyze(eps, eval.AnalyzeOptions{Resamples: *resamples, BootstrapSeed: *bootSeed, Reference: *reference, Hybrid: *hybrid})
 	if err != nil {
 		return fail(1, "analyze: %v", err)
+	}
+	if *groupsFile != "" {
+		groups, err := eval.ReadGroups(*groupsFile)
+		if err != nil {
+			return fail(1, "groups: %v", err)
+		}
+		rep.GroupSignal = eval.GroupSignal(groups)
 	}
 	var md bytes.Buffer
 	if err := rep.WriteMarkdown(&md); err != nil {
