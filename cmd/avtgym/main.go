@@ -1,4 +1,4 @@
-// Command avtgym is the avtgym binary: `serve` runs the environment server,
+// Package main is the avtgym command: `serve` runs the environment server,
 // `rollout` plays scripted policies or the LLM asker against a server,
 // `eval` runs an evaluation with leakage diagnostics and reports, `corpus`
 // validates, audits and imports corpora, `bench` measures the server, and
