@@ -10,7 +10,7 @@
 
 from avtgym.actions import ParsedAction, parse_action
 from avtgym.chat import policy_turn_text, render_chat
-from avtgym.client import AsyncClient, Client
+from avtgym.client import AsyncClient, Client, OracleReply
 from avtgym.errors import AvtgymError
 from avtgym.types import (
     Action,
@@ -34,6 +34,7 @@ __all__ = [
     "DatabaseView",
     "Episode",
     "KnowledgeEntry",
+    "OracleReply",
     "ParsedAction",
     "Reward",
     "StepResult",

@@ -8,6 +8,7 @@ pure function of (token, action), so a retried step gives the same result.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import inspect
 import random
 import time
@@ -28,8 +29,10 @@ from avtgym.types import (
 from avtgym.v1 import env_service_pb2 as pb
 from avtgym.v1 import env_service_pb2_grpc as pb_grpc
 from avtgym.v1 import episode_pb2 as epb
+from avtgym.v1 import oracle_service_pb2 as opb
+from avtgym.v1 import oracle_service_pb2_grpc as opb_grpc
 
-__all__ = ["Client", "AsyncClient", "EpisodeLike"]
+__all__ = ["Client", "AsyncClient", "EpisodeLike", "OracleReply"]
 
 EpisodeLike = Union[Episode, bytes]
 
@@ -98,6 +101,32 @@ def _batch_results(eps: Sequence[Episode], resp: pb.StepBatchResponse) -> list[S
     return out
 
 
+@dataclass(frozen=True)
+class OracleReply:
+    """OracleService.Ask's answer: the reply text and, when privileged=True was asked for, the
+    credited ambiguities (dicts with index, term, counted) and the oracle's validated action."""
+
+    reply: str
+    credits: tuple[dict[str, Any], ...] = ()
+    action: str = ""
+
+
+def _ask_request(question: str, task_id: str | None, history: Sequence[tuple[str, str]],
+                 corpus: str | None, avt_id: str | None, interpretation: str | None,
+                 oracle: str | None, privileged: bool) -> Any:
+    return opb.AskRequest(
+        corpus=corpus or "", task_id=task_id or "", avt_id=avt_id or "",
+        interpretation=interpretation or "", question=question, oracle=oracle_enum(oracle),
+        include_privileged=privileged,
+        history=[opb.DialogueTurn(question=q, reply=r) for q, r in history])
+
+
+def _oracle_reply(resp: Any) -> OracleReply:
+    p = resp.privileged
+    credits = tuple({"index": c.index, "term": c.term, "counted": c.counted} for c in p.credits)
+    return OracleReply(resp.reply, credits, p.oracle_action)
+
+
 class Client:
     """A synchronous EnvService client.
 
@@ -112,9 +141,10 @@ class Client:
         self.retries = retries
         self._channel = grpc.insecure_channel(target, options=list(_CHANNEL_OPTIONS) + list(options))
         self._stub = pb_grpc.EnvServiceStub(self._channel)
+        self._oracle = opb_grpc.OracleServiceStub(self._channel)
 
-    def _call(self, method: str, req: Any) -> Any:
-        fn = getattr(self._stub, method)
+    def _call(self, method: str, req: Any, stub: Any = None) -> Any:
+        fn = getattr(stub or self._stub, method)
         deadline = time.monotonic() + self.timeout
         attempt = 0
         while True:
@@ -163,6 +193,17 @@ class Client:
         req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
         return _batch_results([e for e, _ in pairs], self._call("StepBatch", req))
 
+    def ask_oracle(self, question: str, task_id: str | None = None,
+                   history: Sequence[tuple[str, str]] = (), corpus: str | None = None,
+                   avt_id: str | None = None, interpretation: str | None = None,
+                   oracle: str | None = None, privileged: bool = False) -> OracleReply:
+        """OracleService.Ask: the oracle on its own, for trainers that own their rollout loop.
+        Name the task (one interpretation) by task_id, or by avt_id and interpretation; history is
+        the earlier (question, reply) pairs, oldest first. No episode state is kept."""
+        return _oracle_reply(self._call("Ask", _ask_request(question, task_id, history, corpus, avt_id,
+                                                             interpretation, oracle, privileged),
+                                        stub=self._oracle))
+
     def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         """All task summaries of a corpus (every page)."""
         out: list[TaskSummary] = []
@@ -199,16 +240,19 @@ class AsyncClient:
         self._options = list(_CHANNEL_OPTIONS) + list(options)
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.EnvServiceStub | None = None
+        self._oracle: opb_grpc.OracleServiceStub | None = None
 
     def _get_stub(self) -> pb_grpc.EnvServiceStub:
         # Created lazily so that the channel binds to the running event loop.
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = pb_grpc.EnvServiceStub(self._channel)
+            self._oracle = opb_grpc.OracleServiceStub(self._channel)
         return self._stub
 
-    async def _call(self, method: str, req: Any) -> Any:
-        fn = getattr(self._get_stub(), method)
+    async def _call(self, method: str, req: Any, oracle: bool = False) -> Any:
+        stub = self._get_stub()
+        fn = getattr(self._oracle if oracle else stub, method)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         attempt = 0
@@ -253,6 +297,15 @@ class AsyncClient:
             return []
         req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
         return _batch_results([e for e, _ in pairs], await self._call("StepBatch", req))
+
+    async def ask_oracle(self, question: str, task_id: str | None = None,
+                         history: Sequence[tuple[str, str]] = (), corpus: str | None = None,
+                         avt_id: str | None = None, interpretation: str | None = None,
+                         oracle: str | None = None, privileged: bool = False) -> OracleReply:
+        """OracleService.Ask; see Client.ask_oracle."""
+        return _oracle_reply(await self._call("Ask", _ask_request(question, task_id, history, corpus, avt_id,
+                                                                   interpretation, oracle, privileged),
+                                              oracle=True))
 
     async def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         out: list[TaskSummary] = []
