@@ -52,17 +52,8 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) int {
 	code := 0
 	for _, dir := range dirs {
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
-		if err != nil {
-			var ve *corpus.ValidationError
-			if errors.As(err, &ve) {
-				for _, p := range ve.Problems {
-					fmt.Fprintln(stderr, p)
-				}
-				fmt.Fprintf(stderr, "%s: INVALID: %d problem(s)\n", dir, len(ve.Problems))
-			} else {
-				fmt.Fprintf(stderr, "%s: %v\n", dir, err)
-			}
+		c, ok := loadOrReport(ctx, dir, stderr)
+		if !ok {
 			code = 1
 			continue
 		}
@@ -80,4 +71,23 @@ func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) i
 		c.Close()
 	}
 	return code
+}
+
+// loadOrReport loads a corpus directory; on failure it prints every
+// problem as file:line: field: what is wrong, and a summary line.
+func loadOrReport(ctx context.Context, dir string, stderr io.Writer) (*corpus.Corpus, bool) {
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
+	if err == nil {
+		return c, true
+	}
+	var ve *corpus.ValidationError
+	if errors.As(err, &ve) {
+		for _, p := range ve.Problems {
+			fmt.Fprintln(stderr, p)
+		}
+		fmt.Fprintf(stderr, "%s: INVALID: %d problem(s)\n", dir, len(ve.Problems))
+	} else {
+		fmt.Fprintf(stderr, "%s: %v\n", dir, err)
+	}
+	return nil, false
 }

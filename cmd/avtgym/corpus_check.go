@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"avtgym/audit"
-	"avtgym/corpus"
 )
 
 // runCorpusCheck loads each corpus directory and audits it (package
@@ -38,17 +37,8 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	code := 0
 	for _, dir := range fs.Args() {
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
-		if err != nil {
-			var ve *corpus.ValidationError
-			if errors.As(err, &ve) {
-				for _, p := range ve.Problems {
-					fmt.Fprintln(stderr, p)
-				}
-				fmt.Fprintf(stderr, "%s: INVALID: %d problem(s)\n", dir, len(ve.Problems))
-			} else {
-				fmt.Fprintf(stderr, "%s: %v\n", dir, err)
-			}
+		c, ok := loadOrReport(ctx, dir, stderr)
+		if !ok {
 			code = 1
 			continue
 		}
