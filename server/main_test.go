@@ -43,7 +43,7 @@ func TestReflectionListsServices(t *testing.T) {
 		names = append(names, svc.GetName())
 	}
 	sort.Strings(names)
-	want := map[string]bool{"avtgym.v1.EnvService": true, "grpc.health.v1.Health": true, "grpc.reflection.v1.ServerReflection": true}
+	want := map[string]bool{"avtgym.v1.EnvService": true, "avtgym.v1.OracleService": true, "grpc.health.v1.Health": true, "grpc.reflection.v1.ServerReflection": true}
 	for _, n := range names {
 		delete(want, n)
 	}
@@ -51,8 +51,13 @@ func TestReflectionListsServices(t *testing.T) {
 		t.Fatalf("reflection lists %v; missing %v", names, want)
 	}
 	// The file descriptors resolve too (grpcurl describe).
-	stream2, _ := grpc_reflection_v1.NewServerReflectionClient(s.Client.Conn()).ServerReflectionInfo(ctxT(t))
-	stream2.Send(&grpc_reflection_v1.ServerReflectionRequest{MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "avtgym.v1.EnvService"}})
+	stream2, err := grpc_reflection_v1.NewServerReflectionClient(s.Client.Conn()).ServerReflectionInfo(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream2.Send(&grpc_reflection_v1.ServerReflectionRequest{MessageRequest: &grpc_reflection_v1.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "avtgym.v1.EnvService"}}); err != nil {
+		t.Fatal(err)
+	}
 	r2, err := stream2.Recv()
 	if err != nil || len(r2.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
 		t.Fatalf("describe EnvService: %v %v", r2, err)
