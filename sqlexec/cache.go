@@ -10,8 +10,8 @@ import (
 // Cache computes each key once (concurrent callers of one key wait for one computation)
 // and keeps the results and errors. Two outcomes are not kept, so that a later call
 // computes again: failures while the computing caller's context was done (the caller
-// left, the result says nothing about the key) and KindUnavailable errors (the
-// environment, not the key, failed). A waiting caller whose context ends stops waiting
+// left, the result says nothing about the key) and KindUnavailable and KindBusy
+// errors (the environment, not the key, failed). A waiting caller whose context ends stops waiting
 // with the context's error; the computation goes on for the others.
 //
 // The zero Cache is not usable; call NewCache. A Cache is safe for concurrent use.
@@ -79,7 +79,7 @@ func (c *Cache) fill(ctx context.Context, key string, e *cacheEntry, compute fun
 	if e.err == nil && e.res == nil {
 		e.err = fmt.Errorf("sqlexec: cache computation for %q returned no result", key)
 	}
-	if e.err != nil && (ctx.Err() != nil || KindOf(e.err) == KindUnavailable) {
+	if e.err != nil && (ctx.Err() != nil || KindOf(e.err) == KindUnavailable || KindOf(e.err) == KindBusy) {
 		e.retry = true
 	}
 	finished = true

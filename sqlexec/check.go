@@ -42,8 +42,8 @@ func CacheKey(refKey string, p Policy) string {
 //
 // A prediction that fails to run is a failed Verdict with Err set and a nil error. The
 // returned error is reserved for failures that are not the prediction's: the reference
-// failed (the record is invalid, e.g. it exceeds a cap), the database is unavailable, or
-// ctx ended.
+// failed (the record is invalid, e.g. it exceeds a cap), the database is unavailable or
+// saturated (KindBusy: no slot to run the query in time), or ctx ended.
 func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Policy, predicted string, reference string, lim Limits) (Verdict, error) {
 	predSQL := p.Rewrite(predicted)
 	refSQL := p.Rewrite(reference)
@@ -62,7 +62,7 @@ func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Polic
 				return Verdict{}, fmt.Errorf("sqlexec: checking prediction: %w", cerr)
 			}
 			switch KindOf(err) {
-			case 0, KindUnavailable:
+			case 0, KindUnavailable, KindBusy:
 				return Verdict{}, fmt.Errorf("sqlexec: running prediction: %w", err)
 			}
 			return Verdict{Success: false, Reason: err.Error(), Err: err}, nil

@@ -26,7 +26,43 @@ type token struct {
 
 func (t token) trivia() bool { return t.kind == tkSpace || t.kind == tkLineCmt || t.kind == tkBlkCmt }
 
-func (t token) isWord(w string) bool { return t.kind == tkWord && strings.EqualFold(t.text, w) }
+func (t token) isWord(w string) bool { return t.kind == tkWord && asciiEqualFold(t.text, w) }
+
+// asciiEqualFold reports whether a and b are equal up to the case of ASCII
+// letters: SQLite folds only ASCII, so "DIſTINCT" (long s) is no keyword
+// and "\u212A" (Kelvin sign) is not the identifier "k".
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if asciiLower(a[i]) != asciiLower(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func asciiLower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// asciiToLower lowercases the ASCII letters of s, as SQLite folds names.
+func asciiToLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				b[j] = asciiLower(b[j])
+			}
+			return string(b)
+		}
+	}
+	return s
+}
 
 func (t token) isPunct(c byte) bool { return t.kind == tkPunct && t.text[0] == c }
 
@@ -35,6 +71,9 @@ func isIdentStart(c byte) bool {
 }
 
 func isIdentPart(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
+
+// sqlSpace is the whitespace of isSpace, for strings.Trim.
+const sqlSpace = " \t\n\r\f\v"
 
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
@@ -163,7 +202,10 @@ func SplitStatements(sql string) []string {
 	empty := true
 	flush := func(end int) {
 		if !empty {
-			out = append(out, strings.TrimSpace(sql[start:end]))
+			// Trim only the lexer's (ASCII) whitespace: strings.TrimSpace also
+			// trims Unicode spaces, which SQLite reads as identifier characters,
+			// and could leave an empty statement, which crashes the driver.
+			out = append(out, strings.Trim(sql[start:end], sqlSpace))
 		}
 	}
 	for _, t := range toks {
@@ -261,7 +303,7 @@ func NormalizeSQL(sql string) string {
 			}
 			space = false
 			if t.kind == tkWord {
-				b.WriteString(strings.ToLower(t.text))
+				b.WriteString(asciiToLower(t.text))
 			} else {
 				b.WriteString(t.text)
 			}

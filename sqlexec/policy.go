@@ -121,7 +121,11 @@ func (p Policy) Rewrite(sql string) string {
 		toks = out
 	}
 	if p.StripRound {
-		toks = stripRound(toks)
+		// Nested calls cost a scan each: the budget bounds the whole work
+		// (calls past it stay as they are), so that a long text of nested
+		// calls takes milliseconds, not minutes.
+		budget := 32*len(toks) + 1<<20
+		toks = stripRound(toks, &budget)
 	}
 	var b strings.Builder
 	b.Grow(len(sql))
@@ -131,8 +135,9 @@ func (p Policy) Rewrite(sql string) string {
 	return b.String()
 }
 
-// stripRound replaces ROUND(...) calls in toks by their first argument.
-func stripRound(toks []token) []token {
+// stripRound replaces ROUND(...) calls in toks by their first argument,
+// while *budget (token visits) lasts.
+func stripRound(toks []token, budget *int) []token {
 	out := make([]token, 0, len(toks))
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
@@ -141,15 +146,17 @@ func stripRound(toks []token) []token {
 			continue
 		}
 		open := nextSignificant(toks, i+1)
-		if open < 0 || !toks[open].isPunct('(') {
+		if open < 0 || !toks[open].isPunct('(') || *budget < 0 {
 			out = append(out, t)
 			continue
 		}
 		closeAt := matchParen(toks, open)
 		if closeAt < 0 {
+			*budget -= len(toks) - open
 			out = append(out, t)
 			continue
 		}
+		*budget -= 4 * (closeAt + 1 - i) // matching, the first argument, the term test, the copy
 		args := toks[open+1 : closeAt]
 		first := args
 		depth := 0
@@ -163,7 +170,7 @@ func stripRound(toks []token) []token {
 				break
 			}
 		}
-		x := trimTrivia(stripRound(first))
+		x := trimTrivia(stripRound(first, budget))
 		if len(x) == 0 { // ROUND() stays as it is: it is an error either way.
 			out = append(out, toks[i:closeAt+1]...)
 		} else if isTerm(x) {

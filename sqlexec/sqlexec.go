@@ -22,18 +22,20 @@ type Result struct {
 	Bytes int64
 }
 
-// CellBytes is the size a cell counts against the byte cap: 8 for numbers,
-// the length for text and blobs, 1 for NULL and other values.
+// CellBytes is the size a cell counts against the byte cap, about what it
+// takes in memory: 16 bytes for the cell itself, plus 8 for a number or the
+// length of a text or blob. A million NULLs therefore cost 16 MB, as they do
+// in Go, not 1 MB.
 func CellBytes(v any) int64 {
 	switch x := v.(type) {
 	case int64, float64:
-		return 8
+		return 16 + 8
 	case string:
-		return int64(len(x))
+		return 16 + int64(len(x))
 	case []byte:
-		return int64(len(x))
+		return 16 + int64(len(x))
 	default:
-		return 1
+		return 16
 	}
 }
 
@@ -46,11 +48,16 @@ type Limits struct {
 	MaxRows int
 	// MaxBytes is the most bytes (CellBytes summed) the result may have; 0 means unlimited.
 	MaxBytes int64
+	// MaxMemory is the most memory the engine may allocate for the call
+	// (sorters, temporary values, caches it grows meanwhile); 0 means
+	// unlimited.
+	MaxMemory int64
 }
 
-// DefaultLimits returns the default limits: 5s per statement, 10000 rows, 8 MiB.
+// DefaultLimits returns the default limits: 5s per call, 10000 rows, 8 MiB
+// of result, 32 MiB of engine memory.
 func DefaultLimits() Limits {
-	return Limits{Timeout: 5 * time.Second, MaxRows: 10000, MaxBytes: 8 << 20}
+	return Limits{Timeout: 5 * time.Second, MaxRows: 10000, MaxBytes: 8 << 20, MaxMemory: 32 << 20}
 }
 
 // Engine is one database.
@@ -91,9 +98,15 @@ const (
 	// KindUnavailable: the database could not serve the call (closed, missing, corrupt,
 	// busy, or the caller's context was canceled). The environment's fault, not the query's.
 	KindUnavailable
+	// KindTooMuchMemory: the query needed more engine memory than Limits.MaxMemory.
+	KindTooMuchMemory
+	// KindBusy: the verifier was saturated: no slot to run the query became free
+	// within the wait bound (see Lanes). The environment's condition, not the query's
+	// fault: retry later.
+	KindBusy
 )
 
-var kindNames = [...]string{"", "syntax", "denied", "timeout", "too_many_rows", "too_many_bytes", "execution", "unavailable"}
+var kindNames = [...]string{"", "syntax", "denied", "timeout", "too_many_rows", "too_many_bytes", "execution", "unavailable", "too_much_memory", "busy"}
 
 // String returns the kind's stable name ("syntax", "denied", ...).
 func (k ErrorKind) String() string {

@@ -613,3 +613,21 @@ func TestCompareBag10k(t *testing.T) {
 		t.Fatal("a changed row was not seen")
 	}
 }
+
+// TestNormalizeSQLFoldsASCIIOnly: SQLite folds the case of ASCII letters
+// only, so a Unicode look-alike must not normalise to the ASCII name (the
+// verifier would then reuse the reference's result without running a
+// prediction that fails).
+func TestNormalizeSQLFoldsASCIIOnly(t *testing.T) {
+	if a, b := NormalizeSQL("SELECT \u212A FROM t"), NormalizeSQL("SELECT k FROM t"); a == b {
+		t.Errorf("the Kelvin sign normalises like k: %q", a)
+	}
+	if NormalizeSQL("SELECT K FROM T") != NormalizeSQL("select k from t") {
+		t.Error("ASCII case is not folded")
+	}
+	p := DefaultPolicy()
+	p.StripDistinct = true
+	if got := p.Rewrite("SELECT DI\u017fTINCT x FROM t"); !strings.Contains(got, "DI\u017fTINCT") {
+		t.Errorf("a long s made DISTINCT: %q", got)
+	}
+}

@@ -21,12 +21,13 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"avtgym/sqlexec"
@@ -35,36 +36,54 @@ import (
 )
 
 // DriverName is the database/sql driver name of the read-only driver: connections come
-// up with the authorizer installed (through the ConnectHook).
+// up with the authorizer installed (through the ConnectHook) and the C-level accounting
+// of capi.go attached.
 const DriverName = "avtgym-sqlite-readonly"
 
 func init() { sql.Register(DriverName, roDriver{}) }
 
 // roDriver opens mattn connections whose ConnectHook installs a fresh authorizer, and
-// wraps them so that DB can reach the authorizer's state through sql.Conn.Raw.
+// wraps them so that DB can reach the authorizer's state and the connection's C-level
+// state through sql.Conn.Raw.
 type roDriver struct{}
 
 func (roDriver) Open(dsn string) (driver.Conn, error) {
+	if accountingErr != nil {
+		return nil, accountingErr
+	}
 	st := &authState{}
+	var cc *cconn
 	d := &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
 		c.RegisterAuthorizer(st.authorize)
-		return nil
+		var err error
+		cc, err = newCConn(c)
+		return err
 	}}
 	c, err := d.Open(dsn)
 	if err != nil {
 		return nil, err
 	}
-	return &roConn{c: c.(*sqlite3.SQLiteConn), auth: st}, nil
+	return &roConn{c: c.(*sqlite3.SQLiteConn), auth: st, cc: cc}, nil
 }
 
 // roConn is a connection of the read-only driver.
 type roConn struct {
 	c    *sqlite3.SQLiteConn
 	auth *authState
+	cc   *cconn
+
+	// mu guards gen, which numbers the connection's queries so that a
+	// cancellation arriving after its query ended cannot stop the next one.
+	mu  sync.Mutex
+	gen uint64
 }
 
 func (r *roConn) Prepare(query string) (driver.Stmt, error) { return r.c.Prepare(query) }
-func (r *roConn) Close() error                              { return r.c.Close() }
+func (r *roConn) Close() error {
+	err := r.c.Close()
+	r.cc.free()
+	return err
+}
 func (r *roConn) Begin() (driver.Tx, error) {
 	return nil, errors.New("sqlite: transactions are not allowed on a read-only engine")
 }
@@ -75,7 +94,9 @@ type Options struct {
 	// Immutable opens the file with immutable=1: SQLite then assumes nobody changes it
 	// and takes no locks. Use it for corpus files that never change.
 	Immutable bool
-	// MaxOpenConns bounds the connection pool; 0 means 2*GOMAXPROCS.
+	// MaxOpenConns bounds the connection pool; 0 means 4*GOMAXPROCS, as many
+	// queries as the default sqlexec.Lanes let run at once, so that scheduled
+	// queries never wait for a connection.
 	MaxOpenConns int
 }
 
@@ -111,10 +132,12 @@ func Open(path string, opt Options) (*DB, error) {
 	}
 	n := opt.MaxOpenConns
 	if n <= 0 {
-		n = 2 * runtime.GOMAXPROCS(0)
+		n = 4 * runtime.GOMAXPROCS(0)
 	}
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
+	// An idle connection keeps its page cache; give the memory back after a while.
+	db.SetConnMaxIdleTime(time.Minute)
 	d := &DB{db: db, path: abs}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -145,24 +168,31 @@ func (d *DB) Close() error { return d.db.Close() }
 // Query runs sqlText (statements separated by ';') and returns the last statement's
 // result. Every statement is prepared first, which runs the authorizer on it, and must
 // pass the read-only check, before any runs; then the statements run in order (earlier
-// ones are stepped to the end and their rows dropped) under one deadline, lim.Timeout,
-// which interrupts a running statement. Rows past lim.MaxRows or bytes past
-// lim.MaxBytes stop the reading at once. Failures are *sqlexec.Error values.
+// ones are stepped to the end and their rows dropped). Limits, each enforced before the
+// work it bounds (see capi.go):
+//
+//   - lim.Timeout is the CPU time the whole call may use on its own thread; a wall-clock
+//     backstop of wallFactor times it also applies, and so does ctx's deadline;
+//   - lim.MaxRows and lim.MaxBytes stop the reading before the row past the cap is
+//     copied out of SQLite (a row's size is read before its values);
+//   - lim.MaxBytes also bounds the longest string or blob SQLite may build (at least
+//     minLengthLimit), so oversized values are refused before they are allocated;
+//   - lim.MaxMemory bounds the memory SQLite allocates for the call.
+//
+// Values come out as SQLite stores them (declared types such as DATE or BOOLEAN are
+// not converted). Failures are *sqlexec.Error values.
 func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sqlexec.Result, error) {
-	stmts := sqlexec.SplitStatements(sqlText)
-	if len(stmts) == 0 {
+	if strings.TrimSpace(sqlText) == "" {
 		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "no SQL statement to run")
+	}
+	if strings.IndexByte(sqlText, 0) >= 0 {
+		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "the SQL contains a NUL byte")
 	}
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return nil, unavailable(ctx, err)
 	}
 	defer conn.Close()
-	qctx, cancel := ctx, context.CancelFunc(func() {})
-	if lim.Timeout > 0 {
-		qctx, cancel = context.WithTimeout(ctx, lim.Timeout)
-	}
-	defer cancel()
 	var res *sqlexec.Result
 	var qerr error
 	err = conn.Raw(func(dc any) error {
@@ -170,7 +200,7 @@ func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sq
 		if !ok {
 			return fmt.Errorf("sqlite: unexpected driver connection %T", dc)
 		}
-		res, qerr = rc.run(qctx, ctx, stmts, lim)
+		res, qerr = rc.query(ctx, sqlText, lim)
 		return nil
 	})
 	if err != nil {
@@ -186,60 +216,160 @@ func unavailable(ctx context.Context, err error) error {
 	return sqlexec.Errorf(sqlexec.KindUnavailable, err, "database unavailable: %v", err)
 }
 
-// run prepares and runs stmts on one connection; qctx carries the query deadline and
-// parent is the caller's context.
-func (r *roConn) run(qctx, parent context.Context, stmts []string, lim sqlexec.Limits) (*sqlexec.Result, error) {
-	prepared := make([]*sqlite3.SQLiteStmt, 0, len(stmts))
+const (
+	// wallFactor times lim.Timeout is the wall-clock backstop of a call: it stops a
+	// query that waits (on I/O, or on a CPU it cannot get) far longer than it computes.
+	wallFactor = 3
+	// minLengthLimit is the least SQLITE_LIMIT_LENGTH is set to, however small the
+	// byte cap: SQLite also applies that limit to the rows it sorts, so a tiny cap
+	// must not break sorting.
+	minLengthLimit = 1 << 20
+	// maxColumns is SQLITE_LIMIT_COLUMN: the most columns a result (or table, index,
+	// ORDER BY) may have. It is SQLite's default, pinned here.
+	maxColumns = 2000
+)
+
+// query runs text on this connection. The calling goroutine is locked to its thread for
+// the call, so that the thread's CPU clock measures this query.
+func (r *roConn) query(ctx context.Context, text string, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, r.canceled(ctx)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cc := r.cc
+	length := int64(1_000_000_000) // SQLite's own default
+	if lim.MaxBytes > 0 {
+		length = min(max(lim.MaxBytes, minLengthLimit), length)
+	}
+	cc.setLimit(limitLength, int(length))
+	cc.setLimit(limitColumn, maxColumns)
+	var wall time.Duration
+	if lim.Timeout > 0 {
+		wall = wallFactor * lim.Timeout
+	}
+	cc.begin(lim.MaxMemory, lim.Timeout, wall)
+	defer cc.end()
+
+	r.mu.Lock()
+	gen := r.gen
+	r.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		if r.gen == gen {
+			cc.cancel()
+		}
+		r.mu.Unlock()
+	})
 	defer func() {
-		for _, s := range prepared {
-			s.Close()
-		}
+		stop()
+		r.mu.Lock()
+		r.gen++ // a cancellation still on its way now finds another number
+		r.mu.Unlock()
 	}()
-	for i, text := range stmts {
-		s, err := r.prepare(text, i, len(stmts))
-		if err != nil {
-			return nil, err
-		}
-		prepared = append(prepared, s)
-	}
-	for i, s := range prepared[:len(prepared)-1] {
-		if _, err := r.step(qctx, parent, s, stmts[i], lim, false); err != nil {
-			return nil, err
-		}
-	}
-	last := len(prepared) - 1
-	res, err := r.step(qctx, parent, prepared[last], stmts[last], lim, true)
-	var dt *declTypesError
-	if errors.As(err, &dt) {
-		prepared[last].Close()
-		res, err = r.runWrapped(qctx, parent, stmts[last], dt.cols, lim)
-	}
-	return res, err
+	return r.run(ctx, text, lim)
 }
 
-// prepare compiles one statement, running the authorizer, and applies the read-only check.
-func (r *roConn) prepare(text string, i, n int) (*sqlite3.SQLiteStmt, error) {
-	r.auth.reset()
-	ds, err := r.c.Prepare(text)
-	if err != nil {
-		return nil, r.prepareError(err, text, i, n)
-	}
-	s := ds.(*sqlite3.SQLiteStmt)
-	if !s.Readonly() {
-		s.Close()
-		if f := strings.Fields(text); len(f) > 0 && strings.EqualFold(f[0], "VACUUM") {
-			return nil, sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: VACUUM is not allowed (it rewrites the database or writes a new file)",
-				stmtLabel(i, n))
+// run prepares every statement of text, checks each is read-only, then runs them.
+func (r *roConn) run(ctx context.Context, text string, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	cc := r.cc
+	var (
+		stmts []cstmt
+		texts []string
+	)
+	defer func() {
+		for _, s := range stmts {
+			cc.finalize(s)
 		}
-		return nil, sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: it is not read-only (%s); only queries that read are allowed",
-			stmtLabel(i, n), firstWords(text))
+	}()
+	n := len(sqlexec.SplitStatements(text)) // for messages only
+	for rest := text; strings.TrimSpace(rest) != ""; {
+		r.auth.reset()
+		s, tail, rc := cc.prepare(rest)
+		if rc != rcOK {
+			return nil, r.prepareError(ctx, rc, rest, len(stmts), n)
+		}
+		if s != nil {
+			stmts = append(stmts, s)
+			texts = append(texts, rest[:tail])
+			if !stmtReadonly(s) {
+				return nil, notReadOnly(rest[:tail], len(stmts)-1, n)
+			}
+		}
+		if tail <= 0 {
+			break
+		}
+		rest = rest[tail:]
 	}
-	return s, nil
+	if len(stmts) == 0 {
+		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "no SQL statement to run (only comments)")
+	}
+	for _, s := range stmts[:len(stmts)-1] {
+		for {
+			rc, _ := r.cc.step(s, false, nil, 0)
+			if rc == rcDone {
+				break
+			}
+			if rc != rcRow {
+				return nil, r.runError(ctx, rc, lim)
+			}
+		}
+	}
+	return r.collect(ctx, stmts[len(stmts)-1], lim)
+}
+
+// collect runs the last statement and keeps its rows under the caps. A row's cost (16
+// bytes per cell plus 8 per number and the bytes of a text or blob: about what the row
+// takes in Go memory) is known before its values are copied, so a cap stops the
+// reading before the row that would pass it is copied.
+func (r *roConn) collect(ctx context.Context, s cstmt, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	names := columnNames(s)
+	res := &sqlexec.Result{Columns: names, Rows: [][]any{}}
+	cols := make([]ccol, len(names))
+	for {
+		budget := int64(math.MaxInt64)
+		if lim.MaxBytes > 0 {
+			budget = lim.MaxBytes - res.Bytes
+		}
+		rc, cost := r.cc.step(s, true, cols, budget)
+		if rc == rcDone {
+			return res, nil
+		}
+		if rc != rcRow {
+			return nil, r.runError(ctx, rc, lim)
+		}
+		if lim.MaxRows > 0 && len(res.Rows) >= lim.MaxRows {
+			return nil, sqlexec.Errorf(sqlexec.KindTooManyRows, nil,
+				"the result has more than %d rows (the row cap); add a LIMIT or aggregate", lim.MaxRows)
+		}
+		if cost > budget {
+			return nil, sqlexec.Errorf(sqlexec.KindTooManyBytes, nil,
+				"the result is larger than %d bytes (the byte cap) after %d rows", lim.MaxBytes, len(res.Rows))
+		}
+		row := make([]any, len(cols))
+		for i := range cols {
+			row[i] = cell(&cols[i])
+		}
+		res.Rows = append(res.Rows, row)
+		res.Bytes += cost
+	}
+}
+
+func notReadOnly(text string, i, n int) error {
+	if f := strings.Fields(text); len(f) > 0 && strings.EqualFold(strings.TrimRight(f[0], ";"), "VACUUM") {
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: VACUUM is not allowed (it rewrites the database or writes a new file)",
+			stmtLabel(i, n))
+	}
+	return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: it is not read-only (%s); only queries that read are allowed",
+		stmtLabel(i, n), firstWords(text))
 }
 
 func stmtLabel(i, n int) string {
-	if n == 1 {
+	if n <= 1 && i == 0 {
 		return "the statement"
+	}
+	if i >= n {
+		return fmt.Sprintf("statement %d", i+1)
 	}
 	return fmt.Sprintf("statement %d of %d", i+1, n)
 }
@@ -261,208 +391,100 @@ func firstWords(text string) string {
 	return s
 }
 
-func (r *roConn) prepareError(err error, text string, i, n int) error {
-	if r.auth.schema {
-		return sqlexec.Errorf(sqlexec.KindDenied, err, "%s was denied: schema changes (%s) are not allowed: the database is read-only",
-			stmtLabel(i, n), firstWords(text))
-	}
-	if r.auth.denied != "" {
-		return sqlexec.Errorf(sqlexec.KindDenied, err, "%s was denied: %s", stmtLabel(i, n), r.auth.denied)
-	}
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		switch se.Code {
-		case sqlite3.ErrAuth:
-			return sqlexec.Errorf(sqlexec.KindDenied, err, "%s was denied: not authorized", stmtLabel(i, n))
-		case sqlite3.ErrReadonly:
-			return sqlexec.Errorf(sqlexec.KindDenied, err, "%s was denied: %v", stmtLabel(i, n), err)
-		case sqlite3.ErrError:
-			return sqlexec.Errorf(sqlexec.KindSyntax, err, "%s did not compile: %v", stmtLabel(i, n), err)
-		case sqlite3.ErrInterrupt:
-			return sqlexec.Errorf(sqlexec.KindTimeout, err, "%s was interrupted while compiling", stmtLabel(i, n))
-		case sqlite3.ErrCantOpen, sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrIoErr,
-			sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrNomem:
-			return sqlexec.Errorf(sqlexec.KindUnavailable, err, "database unavailable: %v", err)
-		case sqlite3.ErrTooBig:
-			return sqlexec.Errorf(sqlexec.KindSyntax, err, "%s is too big: %v", stmtLabel(i, n), err)
-		}
-	}
-	return sqlexec.Errorf(sqlexec.KindSyntax, err, "%s did not compile: %v", stmtLabel(i, n), err)
-}
+// SQLite primary result codes that mean the database, not the query, failed.
+var unavailableCodes = map[int]bool{5: true, 6: true, 10: true, 11: true, 14: true, 26: true} // BUSY LOCKED IOERR CORRUPT CANTOPEN NOTADB
 
-// declTypesError says that the last statement's columns carry a declared type that
-// makes mattn's driver convert values (date, datetime, timestamp, boolean).
-type declTypesError struct{ cols []string }
-
-func (e *declTypesError) Error() string {
-	return "sqlite: result columns with converting declared types"
-}
-
-// convertingDeclTypes are the declared types for which mattn converts values.
-var convertingDeclTypes = map[string]bool{"date": true, "datetime": true, "timestamp": true, "boolean": true}
-
-// step runs a prepared statement. With keep it collects the rows under the caps; without,
-// it steps to the end and drops them. With keep it returns a *declTypesError (and nothing
-// else) when a column's declared type would make the driver convert its values.
-func (r *roConn) step(qctx, parent context.Context, s *sqlite3.SQLiteStmt, text string, lim sqlexec.Limits, keep bool) (*sqlexec.Result, error) {
-	dr, err := s.QueryContext(qctx, nil)
-	if err != nil {
-		return nil, r.runError(qctx, parent, err, lim)
-	}
-	rows := dr.(*sqlite3.SQLiteRows)
-	defer rows.Close()
-	cols := rows.Columns()
-	if keep {
-		for _, t := range rows.DeclTypes() {
-			if convertingDeclTypes[t] {
-				return nil, &declTypesError{cols: append([]string(nil), cols...)}
-			}
-		}
-	}
-	return collect(qctx, parent, rows, cols, lim, keep, r)
-}
-
-// runWrapped reruns text so that no result column has a declared type, which makes the
-// driver return values as SQLite stores them (dates stay text, booleans stay integers):
-//
-//	WITH q(c1, ..., cn) AS (text) SELECT +c1, ..., +cn FROM q
-//
-// A unary plus is the identity on every value but is no column reference, so it has no
-// declared type. The rows keep the statement's order (the CTE is flattened or run as a
-// co-routine). If the wrapped text does not compile, the statement runs as it is, with
-// the driver's converted values turned back into text and integers.
-func (r *roConn) runWrapped(qctx, parent context.Context, text string, cols []string, lim sqlexec.Limits) (*sqlexec.Result, error) {
-	var b strings.Builder
-	b.WriteString(`WITH "avtgym_q"(`)
-	for i := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, `"c%d"`, i)
-	}
-	b.WriteString(") AS (\n")
-	b.WriteString(text)
-	b.WriteString("\n) SELECT ")
-	for i := range cols {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, `+"c%d"`, i)
-	}
-	b.WriteString(` FROM "avtgym_q"`)
-
-	ws, err := r.prepare(b.String(), 0, 1)
-	if err != nil {
-		if ws, err = r.prepare(text, 0, 1); err != nil {
-			return nil, err
-		}
-	}
-	defer ws.Close()
-	dr, err := ws.QueryContext(qctx, nil)
-	if err != nil {
-		return nil, r.runError(qctx, parent, err, lim)
-	}
-	rows := dr.(*sqlite3.SQLiteRows)
-	defer rows.Close()
-	return collect(qctx, parent, rows, cols, lim, true, r)
-}
-
-func collect(qctx, parent context.Context, rows *sqlite3.SQLiteRows, cols []string, lim sqlexec.Limits, keep bool, r *roConn) (*sqlexec.Result, error) {
-	res := &sqlexec.Result{Columns: append([]string(nil), cols...), Rows: [][]any{}}
-	dest := make([]driver.Value, len(cols))
-	for {
-		err := rows.Next(dest)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, r.runError(qctx, parent, err, lim)
-		}
-		if !keep {
-			continue
-		}
-		row := make([]any, len(dest))
-		for i, v := range dest {
-			row[i] = convert(v)
-			res.Bytes += sqlexec.CellBytes(row[i])
-		}
-		res.Rows = append(res.Rows, row)
-		if lim.MaxRows > 0 && len(res.Rows) > lim.MaxRows {
-			return nil, sqlexec.Errorf(sqlexec.KindTooManyRows, nil,
-				"the result has more than %d rows (the row cap); add a LIMIT or aggregate", lim.MaxRows)
-		}
-		if lim.MaxBytes > 0 && res.Bytes > lim.MaxBytes {
-			return nil, sqlexec.Errorf(sqlexec.KindTooManyBytes, nil,
-				"the result is larger than %d bytes (the byte cap) after %d rows", lim.MaxBytes, len(res.Rows))
-		}
-	}
-	return res, nil
-}
-
-// convert maps a driver value to a Result cell.
-func convert(v driver.Value) any {
-	switch x := v.(type) {
-	case bool:
-		if x {
-			return int64(1)
-		}
-		return int64(0)
-	case time.Time:
-		return formatTime(x)
-	case []byte:
-		if x == nil {
-			return []byte{}
-		}
-		return x
-	}
-	return v
-}
-
-// formatTime renders a time the driver parsed back as SQLite-style text (only reached
-// when the wrapping in runWrapped could not be used).
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	t = t.UTC()
+func (r *roConn) prepareError(ctx context.Context, rc int, text string, i, n int) error {
+	rc &= 0xff
+	msg := r.cc.errmsg()
+	label := stmtLabel(i, n)
 	switch {
-	case t.Hour() == 0 && t.Minute() == 0 && t.Second() == 0 && t.Nanosecond() == 0:
-		return t.Format("2006-01-02")
-	case t.Nanosecond() == 0:
-		return t.Format("2006-01-02 15:04:05")
-	default:
-		return t.Format("2006-01-02 15:04:05.999999999")
+	case r.auth.schema:
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: schema changes (%s) are not allowed: the database is read-only",
+			label, firstWords(text))
+	case r.auth.denied != "":
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: %s", label, r.auth.denied)
+	case rc == rcAuth:
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: not authorized", label)
+	case rc == rcReadonly:
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: %s", label, msg)
+	case rc == rcInterrupt:
+		return r.runError(ctx, rc, sqlexec.Limits{})
+	case rc == rcNoMem:
+		return r.runError(ctx, rc, sqlexec.Limits{})
+	case unavailableCodes[rc]:
+		return sqlexec.Errorf(sqlexec.KindUnavailable, nil, "database unavailable: %s", msg)
+	case rc == rcTooBig:
+		return sqlexec.Errorf(sqlexec.KindSyntax, nil, "%s is too big: %s", label, msg)
 	}
+	return sqlexec.Errorf(sqlexec.KindSyntax, nil, "%s did not compile: %s", label, msg)
+}
+
+// canceled classifies a call whose context ended: its deadline is a timeout (like the
+// statement limit), a cancellation by the caller is not the query's fault.
+func (r *roConn) canceled(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded, "the query did not finish before the deadline and was interrupted")
+	}
+	return sqlexec.Errorf(sqlexec.KindUnavailable, ctx.Err(), "the query was canceled by the caller")
 }
 
 // runError classifies an error raised while a statement runs.
-func (r *roConn) runError(qctx, parent context.Context, err error, lim sqlexec.Limits) error {
-	if perr := parent.Err(); perr != nil && !errors.Is(perr, context.DeadlineExceeded) {
-		return sqlexec.Errorf(sqlexec.KindUnavailable, perr, "the query was canceled by the caller")
-	}
-	var se sqlite3.Error
-	isSE := errors.As(err, &se)
-	if qctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || isSE && se.Code == sqlite3.ErrInterrupt {
-		if lim.Timeout > 0 {
+func (r *roConn) runError(ctx context.Context, rc int, lim sqlexec.Limits) error {
+	cc := r.cc
+	msg := cc.errmsg()
+	switch rc {
+	case rcInterrupt:
+		switch cc.stopReason() {
+		case stopCPU:
 			return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
 				"the query did not finish within the time limit of %v and was interrupted", lim.Timeout)
+		case stopWall:
+			return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
+				"the query ran for %v of wall-clock time (%d times its time limit of %v) and was interrupted", wallFactor*lim.Timeout, wallFactor, lim.Timeout)
 		}
-		return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded, "the query did not finish before the deadline and was interrupted")
-	}
-	if isSE {
-		switch se.Code {
-		case sqlite3.ErrAuth:
-			why := r.auth.denied
-			if why == "" {
-				why = "not authorized"
-			}
-			return sqlexec.Errorf(sqlexec.KindDenied, err, "the query was denied: %s", why)
-		case sqlite3.ErrReadonly:
-			return sqlexec.Errorf(sqlexec.KindDenied, err, "the query was denied: %v", err)
-		case sqlite3.ErrCantOpen, sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrIoErr,
-			sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrNomem:
-			return sqlexec.Errorf(sqlexec.KindUnavailable, err, "database unavailable: %v", err)
+		if ctx.Err() != nil {
+			return r.canceled(ctx)
 		}
+		return sqlexec.Errorf(sqlexec.KindUnavailable, nil, "the query was interrupted")
+	case rcNoMem:
+		if cc.memExceeded() {
+			return sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil,
+				"the query needed more than %s of memory (the memory limit) and was stopped", formatBytes(lim.MaxMemory))
+		}
+		return sqlexec.Errorf(sqlexec.KindUnavailable, nil, "database unavailable: out of memory")
+	case rcTooBig:
+		return sqlexec.Errorf(sqlexec.KindTooManyBytes, nil,
+			"the query built a string or blob larger than the byte cap (%s): %s", formatBytes(lengthOf(lim)), msg)
+	case rcAuth:
+		why := r.auth.denied
+		if why == "" {
+			why = "not authorized"
+		}
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "the query was denied: %s", why)
+	case rcReadonly:
+		return sqlexec.Errorf(sqlexec.KindDenied, nil, "the query was denied: %s", msg)
 	}
-	return sqlexec.Errorf(sqlexec.KindExecution, err, "the query failed while running: %v", err)
+	if unavailableCodes[rc] {
+		return sqlexec.Errorf(sqlexec.KindUnavailable, nil, "database unavailable: %s", msg)
+	}
+	return sqlexec.Errorf(sqlexec.KindExecution, nil, "the query failed while running: %s", msg)
+}
+
+func lengthOf(lim sqlexec.Limits) int64 {
+	if lim.MaxBytes <= 0 {
+		return 1_000_000_000
+	}
+	return max(lim.MaxBytes, minLengthLimit)
+}
+
+// formatBytes renders a size for messages: "32 MiB", "1500 bytes".
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -397,8 +397,8 @@ func TestCaps(t *testing.T) {
 		{"at row cap", 10, sqlexec.Limits{MaxRows: 10}, 0},
 		{"past row cap", 11, sqlexec.Limits{MaxRows: 10}, sqlexec.KindTooManyRows},
 		{"endless rows stop at the cap", 1 << 62, sqlexec.Limits{MaxRows: 10, Timeout: 10 * time.Second}, sqlexec.KindTooManyRows},
-		{"at byte cap", 10, sqlexec.Limits{MaxBytes: 160}, 0},
-		{"past byte cap", 11, sqlexec.Limits{MaxBytes: 160}, sqlexec.KindTooManyBytes},
+		{"at byte cap", 10, sqlexec.Limits{MaxBytes: 480}, 0},
+		{"past byte cap", 11, sqlexec.Limits{MaxBytes: 480}, sqlexec.KindTooManyBytes},
 		{"endless bytes stop at the cap", 1 << 62, sqlexec.Limits{MaxBytes: 1000, Timeout: 10 * time.Second}, sqlexec.KindTooManyBytes},
 		{"no caps", 20000, sqlexec.Limits{}, 0},
 	}
@@ -411,7 +411,7 @@ func TestCaps(t *testing.T) {
 				t.Fatalf("got %v, want kind %v", err, tc.kind)
 			}
 			if tc.kind == 0 {
-				if len(res.Rows) != tc.n || res.Bytes != int64(16*tc.n) {
+				if len(res.Rows) != tc.n || res.Bytes != int64(48*tc.n) /* 16 per cell, 8 per number, 8 text bytes */ {
 					t.Errorf("rows %d bytes %d", len(res.Rows), res.Bytes)
 				}
 			}
