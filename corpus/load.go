@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"avtgym/corpus/demo"
 	"avtgym/sqlexec"
@@ -30,33 +31,76 @@ type Options struct {
 	// sqlexec.DefaultLimits(). A reference that exceeds them makes its
 	// record invalid.
 	Limits sqlexec.Limits
-	// WorkDir is where databases built from scripts are written; empty
-	// means a fresh temporary directory, removed by Corpus.Close.
+	// WorkDir is where databases built from scripts are written (in a
+	// subdirectory named after the corpus, one file per database id);
+	// empty means a fresh temporary directory, removed by Corpus.Close.
 	WorkDir string
+	// BuildTimeout bounds the build of each database from its script;
+	// zero means sqlite.DefaultBuildTimeout. A build that runs past it
+	// makes the database fail to load.
+	BuildTimeout time.Duration
+	// MaxBuildBytes bounds the size of each database built from a script;
+	// zero means sqlite.DefaultMaxBuildBytes. A script that grows the
+	// database past it makes the database fail to load.
+	MaxBuildBytes int64
 	// Progress, when set, is called after each reference check with the
 	// number checked and the total.
 	Progress func(done, total int)
+	// Lanes schedule every query on the corpus's databases (the references
+	// checked at load time, and every verification after); nil means
+	// sqlexec.DefaultLanes(). One Lanes value should serve a whole process.
+	Lanes *sqlexec.Lanes
 }
 
 // LoadDemo loads the embedded demo corpus.
 func LoadDemo(ctx context.Context, opt Options) (*Corpus, error) {
-	return load(ctx, demo.FS, "demo", "", opt)
+	l := &loader{fsys: demo.FS, label: "demo", opt: opt}
+	return l.load(ctx)
 }
 
-// LoadDir loads and validates the corpus in directory dir.
+// LoadDir loads and validates the corpus in directory dir. Every file the
+// manifest names must lie inside dir: files are read through an os.Root on
+// dir, and a path with ".." elements, an absolute path or a symbolic link
+// that leads outside dir is a problem of the manifest field that names it.
 func LoadDir(ctx context.Context, dir string, opt Options) (*Corpus, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	return load(ctx, os.DirFS(abs), dir, abs, opt)
+	cannot := func(err error) error {
+		return &ValidationError{Problems: []Problem{{File: path.Join(dir, ManifestFile), Msg: fmt.Sprintf("cannot read the corpus manifest: %v", err)}}}
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, cannot(err)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, cannot(err)
+	}
+	defer root.Close()
+	l := &loader{fsys: root.FS(), root: root, label: dir, realDir: real, opt: opt}
+	return l.load(ctx)
 }
+
+// ValidID reports whether s is a valid corpus name, record id or database
+// id: letters, digits, '.', '_', ':' and '-', starting with a letter or
+// digit (so never "", "." or "..", and never containing a '/').
+func ValidID(s string) bool { return idPattern.MatchString(s) }
 
 // loader carries the state of one load.
 type loader struct {
-	fsys     fs.FS
-	label    string // how problems name the corpus directory
-	realDir  string // the directory on disk; "" for an embedded corpus
+	fsys  fs.FS
+	label string // how problems name the corpus directory
+	// root is the corpus directory (nil for an embedded corpus); fsys reads
+	// through it.
+	root *os.Root
+	// realDir is the corpus directory on disk with symbolic links resolved;
+	// "" for an embedded corpus.
+	realDir string
+	// resolved maps each file the manifest names to its real path, once
+	// confine has checked it (files that exist only).
+	resolved map[string]string
 	opt      Options
 	problems []Problem
 	mu       sync.Mutex
@@ -74,11 +118,11 @@ func (l *loader) problem(file string, line int, field, format string, args ...an
 
 func (l *loader) file(name string) string { return path.Join(l.label, name) }
 
-func load(ctx context.Context, fsys fs.FS, label, realDir string, opt Options) (_ *Corpus, err error) {
-	if opt.Limits == (sqlexec.Limits{}) {
-		opt.Limits = sqlexec.DefaultLimits()
+func (l *loader) load(ctx context.Context) (_ *Corpus, err error) {
+	if l.opt.Limits == (sqlexec.Limits{}) {
+		l.opt.Limits = sqlexec.DefaultLimits()
 	}
-	l := &loader{fsys: fsys, label: label, realDir: realDir, opt: opt}
+	l.resolved = map[string]string{}
 	c := &Corpus{Cache: sqlexec.NewCache(), byID: map[string]*Task{}, avts: map[string][]*Task{}, dbs: map[string]*DB{}}
 	defer func() {
 		if err != nil {
@@ -135,25 +179,44 @@ func (l *loader) manifest() (*Manifest, bool) {
 	}
 	if len(m.Records) == 0 {
 		m.Records = []string{"records.jsonl"}
+		l.confine(file, "records", m.Records[0])
+	} else {
+		for i, name := range m.Records {
+			l.confine(file, fmt.Sprintf("records[%d]", i), name)
+		}
 	}
 	if len(m.Databases) == 0 {
 		l.problem(file, 0, "databases", "at least one database is required")
 	}
 	seen := map[string]bool{}
+	folded := map[string]string{} // lower-cased id -> id
 	for i, d := range m.Databases {
 		f := fmt.Sprintf("databases[%d]", i)
 		switch {
 		case d.ID == "":
 			l.problem(file, 0, f+".id", "is required")
+		case !idPattern.MatchString(d.ID):
+			l.problem(file, 0, f+".id", "%q must be letters, digits, '.', '_', ':' or '-', starting with a letter or digit", d.ID)
 		case seen[d.ID]:
 			l.problem(file, 0, f+".id", "%q is used twice", d.ID)
+		case folded[strings.ToLower(d.ID)] != "":
+			// A built database's file is named after its id; on a
+			// case-insensitive file system the two would share a file.
+			l.problem(file, 0, f+".id", "%q differs from the id %q only in letter case", d.ID, folded[strings.ToLower(d.ID)])
 		}
 		seen[d.ID] = true
+		folded[strings.ToLower(d.ID)] = d.ID
 		if d.Engine != "sqlite" {
 			l.problem(file, 0, f+".engine", "%q is not supported (want \"sqlite\")", d.Engine)
 		}
 		if (d.Path == "") == (d.Script == "") {
 			l.problem(file, 0, f, "exactly one of path and script must be set")
+		}
+		if d.Path != "" {
+			l.confine(file, f+".path", d.Path)
+		}
+		if d.Script != "" {
+			l.confine(file, f+".script", d.Script)
 		}
 		kseen := map[string]bool{}
 		for j, k := range d.Knowledge {
@@ -175,27 +238,148 @@ func (l *loader) manifest() (*Manifest, bool) {
 	return &m, len(l.problems) == 0
 }
 
-func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) error {
-	var workDir string
-	ensureWorkDir := func() (string, error) {
-		if workDir != "" {
-			return workDir, nil
-		}
-		if l.opt.WorkDir != "" {
-			workDir = filepath.Join(l.opt.WorkDir, m.Name)
-			if err := os.MkdirAll(workDir, 0o755); err != nil {
-				return "", err
-			}
-			return workDir, nil
-		}
-		d, err := os.MkdirTemp("", "avtgym-"+m.Name+"-*")
-		if err != nil {
-			return "", err
-		}
-		workDir = d
-		c.cleanup = func() error { return os.RemoveAll(d) }
-		return d, nil
+// confine checks that name, a file that the manifest's field names, stays
+// inside the corpus directory: a relative path with '/' separators and no
+// "." or ".." elements that, on disk, resolves (symbolic links included)
+// to a regular file inside the directory, both through the os.Root and by
+// its real path (SQLite opens files by path). It reports a problem and
+// returns false otherwise. A file that does not exist passes: the caller
+// reports it when it reads the file.
+func (l *loader) confine(file, field, name string) bool {
+	if !fs.ValidPath(name) || name == "." || strings.Contains(name, `\`) {
+		l.problem(file, 0, field, "%q must be a relative path inside the corpus directory, with '/' separators and no '.' or '..' elements", name)
+		return false
 	}
+	if l.root == nil {
+		return true // an embedded corpus: its fs.FS cannot reach outside it
+	}
+	real, rerr := filepath.EvalSymlinks(filepath.Join(l.realDir, filepath.FromSlash(name)))
+	if rerr == nil && !within(l.realDir, real) {
+		l.problem(file, 0, field, "%q resolves outside the corpus directory (to %s, through a symbolic link)", name, real)
+		return false
+	}
+	fi, err := l.root.Stat(name)
+	switch {
+	case err != nil && errors.Is(err, fs.ErrNotExist) && rerr != nil:
+		return true
+	case err != nil:
+		l.problem(file, 0, field, "%q cannot be opened inside the corpus directory: %v", name, err)
+		return false
+	case rerr != nil:
+		l.problem(file, 0, field, "%q: %v", name, rerr)
+		return false
+	case !fi.Mode().IsRegular():
+		l.problem(file, 0, field, "%q is not a regular file", name)
+		return false
+	}
+	l.resolved[name] = real
+	return true
+}
+
+// within reports whether the clean absolute path p is dir or lies inside it.
+func within(dir, p string) bool {
+	if p == dir {
+		return true
+	}
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		dir += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, dir)
+}
+
+// workDir is where databases are built or copied out: a directory written
+// only through its os.Root and only under names made from validated ids.
+type workDir struct {
+	path string // its real path, for SQLite
+	root *os.Root
+}
+
+// file returns the name and the path of database id's file.
+func (w *workDir) file(id string) (name, path string) {
+	name = id + ".sqlite"
+	return name, filepath.Join(w.path, name)
+}
+
+// clear removes what an earlier run in the same WorkDir left under name.
+func (w *workDir) clear(name string) error {
+	for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
+		if err := w.root.Remove(name + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// openWorkDir opens opt.WorkDir/<corpus name> (created if needed), or a
+// fresh temporary directory that Corpus.Close removes.
+func (l *loader) openWorkDir(c *Corpus, name string) (*workDir, error) {
+	if l.opt.WorkDir == "" {
+		d, err := os.MkdirTemp("", "avtgym-"+name+"-*")
+		if err != nil {
+			return nil, err
+		}
+		c.cleanup = func() error { return os.RemoveAll(d) }
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return nil, err
+		}
+		r, err := os.OpenRoot(real)
+		if err != nil {
+			return nil, err
+		}
+		return &workDir{path: real, root: r}, nil
+	}
+	if err := os.MkdirAll(l.opt.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	base, err := filepath.EvalSymlinks(l.opt.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	if base, err = filepath.Abs(base); err != nil {
+		return nil, err
+	}
+	br, err := os.OpenRoot(base)
+	if err != nil {
+		return nil, err
+	}
+	defer br.Close()
+	if err := br.MkdirAll(name, 0o755); err != nil {
+		return nil, err
+	}
+	r, err := br.OpenRoot(name) // refuses a link that leads out of WorkDir
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(base, name))
+	if err == nil && !within(base, real) {
+		err = fmt.Errorf("%s leads outside %s", filepath.Join(base, name), base)
+	}
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &workDir{path: real, root: r}, nil
+}
+
+func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) error {
+	var work *workDir
+	ensureWorkDir := func() (*workDir, error) {
+		if work != nil {
+			return work, nil
+		}
+		w, err := l.openWorkDir(c, m.Name)
+		if err != nil {
+			return nil, fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
+		}
+		work = w
+		return w, nil
+	}
+	defer func() {
+		if work != nil {
+			work.root.Close()
+		}
+	}()
 	file := l.file(ManifestFile)
 	l.failedDBs = map[string]bool{}
 	for i, spec := range m.Databases {
@@ -212,45 +396,66 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 				l.problem(file, 0, field+".script", "cannot read %s: %v", spec.Script, err)
 				continue
 			}
-			dir, err := ensureWorkDir()
+			w, err := ensureWorkDir()
 			if err != nil {
+				return err
+			}
+			name, p := w.file(spec.ID)
+			if err := w.clear(name); err != nil { // a stale build from an earlier run in the same WorkDir
 				return fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
 			}
-			dbPath = filepath.Join(dir, spec.ID+".sqlite")
-			os.Remove(dbPath) // a stale build from an earlier run in the same WorkDir
-			if err := sqlite.BuildFromScript(ctx, string(script), dbPath); err != nil {
-				l.problem(l.file(spec.Script), 0, "", "building database %q: %v", spec.ID, err)
+			err = sqlite.Build(ctx, string(script), p, sqlite.BuildOptions{
+				Name: l.file(spec.Script), Timeout: l.opt.BuildTimeout, MaxBytes: l.opt.MaxBuildBytes})
+			if err != nil {
+				msg := err.Error()
+				var be *sqlite.BuildError
+				if errors.As(err, &be) {
+					msg = be.Reason()
+				}
+				l.problem(l.file(spec.Script), 0, "", "building database %q: %s", spec.ID, msg)
 				continue
 			}
+			dbPath = p
 			immutable = true // private to this process: it cannot change under us
-		case l.realDir != "":
-			dbPath = filepath.Join(l.realDir, filepath.FromSlash(spec.Path))
-			if _, err := os.Stat(dbPath); err != nil {
+		case l.root != nil:
+			real, ok := l.resolved[spec.Path]
+			if !ok { // confine passed it, so it does not exist
+				_, err := l.root.Stat(spec.Path)
 				l.problem(file, 0, field+".path", "%v", err)
 				continue
 			}
+			dbPath = real
 		default: // an embedded corpus with a database file: copy it out
 			b, err := fs.ReadFile(l.fsys, spec.Path)
 			if err != nil {
 				l.problem(file, 0, field+".path", "%v", err)
 				continue
 			}
-			dir, err := ensureWorkDir()
+			w, err := ensureWorkDir()
 			if err != nil {
+				return err
+			}
+			name, p := w.file(spec.ID)
+			if err := w.clear(name); err != nil {
 				return fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
 			}
-			dbPath = filepath.Join(dir, spec.ID+".sqlite")
-			if err := os.WriteFile(dbPath, b, 0o444); err != nil {
+			if err := w.root.WriteFile(name, b, 0o444); err != nil {
 				return fmt.Errorf("corpus %s: %w", m.Name, err)
 			}
+			dbPath = p
 			immutable = true
 		}
-		eng, err := sqlite.Open(dbPath, sqlite.Options{Immutable: immutable})
+		lanes := l.opt.Lanes
+		if lanes == nil {
+			lanes = sqlexec.DefaultLanes()
+		}
+		// The pool holds a connection for every query the lanes let run at once.
+		eng, err := sqlite.Open(dbPath, sqlite.Options{Immutable: immutable, MaxOpenConns: lanes.Capacity()})
 		if err != nil {
 			l.problem(file, 0, field, "opening database %q: %v", spec.ID, err)
 			continue
 		}
-		db := &DB{Spec: spec, Engine: eng, Schema: spec.Schema}
+		db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema}
 		delete(l.failedDBs, spec.ID)
 		c.dbs[spec.ID] = db
 		c.dbOrder = append(c.dbOrder, spec.ID)

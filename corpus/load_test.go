@@ -663,7 +663,7 @@ func TestLoadPathDatabase(t *testing.T) {
 		t.Errorf("%d tasks", len(c.Tasks))
 	}
 	count, _ := c.Task("count")
-	if p := count.DB.Engine.(*sqlite.DB).Path(); p != dbFile {
+	if p := sqlexec.Unscheduled(count.DB.Engine).(*sqlite.DB).Path(); p != dbFile {
 		t.Errorf("engine path %s, want %s", p, dbFile)
 	}
 	check := func(when string) {
@@ -706,7 +706,7 @@ func TestCloseRemovesBuiltDatabases(t *testing.T) {
 		t.Fatal(err)
 	}
 	task, _ := c.Task("count")
-	dbFile := task.DB.Engine.(*sqlite.DB).Path()
+	dbFile := sqlexec.Unscheduled(task.DB.Engine).(*sqlite.DB).Path()
 	work := filepath.Dir(dbFile)
 	if strings.HasPrefix(dbFile, dir) {
 		t.Fatalf("built database %s lies in the corpus directory", dbFile)
@@ -731,7 +731,7 @@ func TestLoadWorkDirKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		task, _ := c.Task("count")
-		if p := task.DB.Engine.(*sqlite.DB).Path(); p != filepath.Join(work, "tiny", "mini.sqlite") {
+		if p := sqlexec.Unscheduled(task.DB.Engine).(*sqlite.DB).Path(); p != filepath.Join(work, "tiny", "mini.sqlite") {
 			t.Errorf("built at %s", p)
 		}
 		if err := c.Close(); err != nil {

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -23,6 +22,7 @@ import (
 	"strings"
 
 	"avtgym/corpus"
+	"avtgym/corpus/corpuswrite"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
@@ -150,24 +150,19 @@ func dbID(dbFile string) string {
 }
 
 // Import reads the AMBROSIA folder in (tasks_validation.jsonl and dbs/) and
-// writes the corpus to out. It refuses a non-empty out unless opt.Force.
-// The corpus is written to a temporary directory next to out, loaded with
-// corpus.LoadDir, and renamed into place only if it validates, so a failed
-// import leaves no half-written corpus.
+// writes the corpus to out through package corpuswrite: it refuses an out
+// that is, lies inside or contains in, and a non-empty out unless
+// opt.Force; the corpus is written to a temporary directory next to out,
+// loaded with corpus.LoadDir, and renamed into place only if it validates,
+// so a failed import leaves nothing behind. Every db_file must name a file
+// inside in/dbs (symbolic links included); one that does not is a
+// rejection of its question.
 func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) {
 	if opt.Limits == (sqlexec.Limits{}) {
 		opt.Limits = sqlexec.DefaultLimits()
 	}
-	if fi, err := os.Stat(in); err != nil {
-		return nil, fmt.Errorf("ambrosia: input directory: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("ambrosia: input %s is not a directory", in)
-	}
-	if out == "" {
-		return nil, errors.New("ambrosia: no output directory")
-	}
-	if err := checkOut(out, opt.Force); err != nil {
-		return nil, err
+	if err := corpuswrite.Check(in, out, opt.Force); err != nil {
+		return nil, fmt.Errorf("ambrosia: %w", err)
 	}
 	tasks, err := ReadTasks(filepath.Join(in, TasksFile))
 	if err != nil {
@@ -197,7 +192,11 @@ func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) 
 		if err, ok := openErr[dbFile]; ok {
 			return nil, err
 		}
-		p := filepath.Join(in, "dbs", filepath.FromSlash(dbFile))
+		p, err := resolveDB(in, dbFile)
+		if err != nil {
+			openErr[dbFile] = err
+			return nil, err
+		}
 		e, err := sqlite.Open(p, sqlite.Options{})
 		if err != nil {
 			openErr[dbFile] = err
@@ -249,27 +248,14 @@ func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) 
 	return sum, nil
 }
 
-// checkOut refuses an existing non-empty directory (or a file) at out
-// unless force.
-func checkOut(out string, force bool) error {
-	fi, err := os.Stat(out)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// resolveDB returns the real path of a task's db_file, which must name a
+// file inside in/dbs (checked by corpuswrite.ResolveInput, symbolic links
+// included).
+func resolveDB(in, dbFile string) (string, error) {
+	if dbFile == "" || strings.Contains(dbFile, `\`) || !filepath.IsLocal(filepath.FromSlash(dbFile)) {
+		return "", fmt.Errorf("db_file %q is not a relative path inside dbs/", dbFile)
 	}
-	if err != nil {
-		return fmt.Errorf("ambrosia: output: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("ambrosia: output %s exists and is not a directory", out)
-	}
-	ents, err := os.ReadDir(out)
-	if err != nil {
-		return fmt.Errorf("ambrosia: output: %w", err)
-	}
-	if len(ents) > 0 && !force {
-		return fmt.Errorf("ambrosia: output directory %s is not empty (use --force to replace it)", out)
-	}
-	return nil
+	return corpuswrite.ResolveInput(in, path.Join("dbs", dbFile))
 }
 
 // importOne builds the records of one ambiguous question, or says why not.
@@ -298,6 +284,9 @@ func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error
 	term, rule, err := DeriveTerm(t.Question, t.AmbigType, qs)
 	if err != nil {
 		return nil, &Rejection{Category: RejectTerm, Reason: "term: " + err.Error()}
+	}
+	if id := dbID(t.DBFile); !corpus.ValidID(id) {
+		return nil, &Rejection{Category: RejectDatabase, Reason: fmt.Sprintf("db_file %q gives no valid database id (%q)", t.DBFile, id)}
 	}
 	eng, err := open(t.DBFile)
 	if err != nil {
@@ -354,25 +343,14 @@ func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error
 	return recs, nil
 }
 
-// write writes the corpus into a temporary directory beside out, validates
-// it and renames it to out.
-func write(ctx context.Context, in, out string, force bool, records []corpus.Record, dbs map[string]string) (err error) {
-	parent := filepath.Dir(filepath.Clean(out))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("ambrosia: output: %w", err)
-	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-*")
+// write writes the corpus through a corpuswrite.Writer: into a temporary
+// directory beside out, validated, then renamed to out.
+func write(ctx context.Context, in, out string, force bool, records []corpus.Record, dbs map[string]string) error {
+	w, err := corpuswrite.New(in, out, force)
 	if err != nil {
-		return fmt.Errorf("ambrosia: output: %w", err)
+		return fmt.Errorf("ambrosia: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(tmp)
-		}
-	}()
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
+	defer w.Discard()
 
 	ids := make([]string, 0, len(dbs))
 	for id := range dbs {
@@ -387,7 +365,7 @@ func write(ctx context.Context, in, out string, force bool, records []corpus.Rec
 	}
 	for _, id := range ids {
 		rel := path.Join("dbs", dbs[id])
-		if err := copyFile(filepath.Join(in, "dbs", filepath.FromSlash(dbs[id])), filepath.Join(tmp, filepath.FromSlash(rel))); err != nil {
+		if err := w.CopyFromInput(rel, rel); err != nil {
 			return fmt.Errorf("ambrosia: copying database %s: %w", dbs[id], err)
 		}
 		m.Databases = append(m.Databases, corpus.Database{ID: id, Engine: "sqlite", Path: rel})
@@ -396,8 +374,8 @@ func write(ctx context.Context, in, out string, force bool, records []corpus.Rec
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, corpus.ManifestFile), append(mb, '\n'), 0o644); err != nil {
-		return err
+	if err := w.WriteFile(corpus.ManifestFile, append(mb, '\n')); err != nil {
+		return fmt.Errorf("ambrosia: %w", err)
 	}
 	var b strings.Builder
 	for _, r := range records {
@@ -408,45 +386,17 @@ func write(ctx context.Context, in, out string, force bool, records []corpus.Rec
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "records.jsonl"), []byte(b.String()), 0o644); err != nil {
-		return err
+	if err := w.WriteFile("records.jsonl", []byte(b.String())); err != nil {
+		return fmt.Errorf("ambrosia: %w", err)
 	}
 
-	c, err := corpus.LoadDir(ctx, tmp, corpus.Options{})
+	c, err := w.Validate(ctx, corpus.Options{})
 	if err != nil {
 		return fmt.Errorf("ambrosia: the imported corpus does not validate: %w", err)
 	}
 	c.Close()
-
-	if force {
-		if err := os.RemoveAll(out); err != nil {
-			return fmt.Errorf("ambrosia: replacing %s: %w", out, err)
-		}
-	} else if err := os.Remove(out); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("ambrosia: output: %w", err) // not empty any more
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return fmt.Errorf("ambrosia: output: %w", err)
+	if err := w.Commit(); err != nil {
+		return fmt.Errorf("ambrosia: %w", err)
 	}
 	return nil
-}
-
-func copyFile(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	s, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	d, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(d, s); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
 }

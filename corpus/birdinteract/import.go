@@ -24,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"avtgym/corpus"
+	"avtgym/corpus/corpuswrite"
 	"avtgym/oracle"
 	"avtgym/policy"
 	"avtgym/sqlexec"
@@ -45,7 +46,7 @@ type Options struct {
 	// In is the input directory (task file(s) and database folders).
 	In string
 	// Out is the corpus directory to write. It must not exist or be empty,
-	// unless Force is set.
+	// unless Force is set, and it must not be, lie inside or contain In.
 	Out string
 	// Responses is an optional response catalog: JSONL lines
 	// {instance_id, term, resolution} with natural-language resolutions.
@@ -174,7 +175,7 @@ func Import(ctx context.Context, opt Options) (*Summary, error) {
 	if opt.In == "" || opt.Out == "" {
 		return nil, errors.New("both --in and --out are required")
 	}
-	if err := checkOut(opt); err != nil {
+	if err := corpuswrite.Check(opt.In, opt.Out, opt.Force); err != nil {
 		return nil, err
 	}
 	im := &importer{opt: opt}
@@ -245,36 +246,6 @@ func Import(ctx context.Context, opt Options) (*Summary, error) {
 		im.sum.Served = append(im.sum.Served, t.InstanceID)
 	}
 	return im.write(ctx, records, served, unserved, dbs, usedDB)
-}
-
-// checkOut refuses an output directory that would lose data.
-func checkOut(opt Options) error {
-	absIn, err1 := filepath.Abs(opt.In)
-	absOut, err2 := filepath.Abs(opt.Out)
-	if err := errors.Join(err1, err2); err != nil {
-		return err
-	}
-	if absOut == absIn || strings.HasPrefix(absIn+string(filepath.Separator), absOut+string(filepath.Separator)) {
-		return fmt.Errorf("--out %s would contain or replace the input directory %s", opt.Out, opt.In)
-	}
-	fi, err := os.Stat(opt.Out)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("--out %s exists and is not a directory", opt.Out)
-	}
-	ents, err := os.ReadDir(opt.Out)
-	if err != nil {
-		return err
-	}
-	if len(ents) > 0 && !opt.Force {
-		return fmt.Errorf("--out %s is not empty; pass --force to replace it", opt.Out)
-	}
-	return nil
 }
 
 // findTaskFiles picks the task file and the optional ground-truth file
@@ -735,24 +706,14 @@ func isParseError(err error) bool {
 		strings.Contains(m, "unrecognized token") || strings.Contains(m, "no SQL statement")
 }
 
-// write writes the corpus into a temporary sibling of opt.Out, validates
-// it, and moves it into place.
+// write writes the corpus through a corpuswrite.Writer (a temporary
+// sibling of opt.Out), validates it, and moves it into place.
 func (im *importer) write(ctx context.Context, records []*corpus.Record, served []*task, unserved []map[string]any, dbs map[string]*database, usedDB map[string]bool) (*Summary, error) {
-	out := im.opt.Out
-	parent := filepath.Dir(filepath.Clean(out))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, err
-	}
-	tmp, err := os.MkdirTemp(parent, ".birdinteract-import-*")
+	w, err := corpuswrite.New(im.opt.In, im.opt.Out, im.opt.Force)
 	if err != nil {
 		return nil, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer w.Discard()
 
 	m := corpus.Manifest{
 		Name:        im.opt.Name,
@@ -763,7 +724,7 @@ func (im *importer) write(ctx context.Context, records []*corpus.Record, served 
 	ids := sortedKeys(usedDB)
 	for _, id := range ids {
 		d := dbs[id]
-		if err := copyFile(d.sqliteFile, filepath.Join(tmp, id+".sqlite")); err != nil {
+		if err := w.CopyFromInput(d.sqliteRel, id+".sqlite"); err != nil {
 			return nil, err
 		}
 		m.Databases = append(m.Databases, corpus.Database{
@@ -776,19 +737,20 @@ func (im *importer) write(ctx context.Context, records []*corpus.Record, served 
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, corpus.ManifestFile), append(mb, '\n'), 0o644); err != nil {
+	if err := w.WriteFile(corpus.ManifestFile, append(mb, '\n')); err != nil {
 		return nil, err
 	}
-	if err := writeJSONL(filepath.Join(tmp, RecordsFile), records); err != nil {
+	if err := writeJSONL(w, RecordsFile, records); err != nil {
 		return nil, err
 	}
 	if len(unserved) > 0 {
-		if err := writeJSONL(filepath.Join(tmp, UnservedFile), unserved); err != nil {
+		if err := writeJSONL(w, UnservedFile, unserved); err != nil {
 			return nil, err
 		}
 	}
 
-	c, err := corpus.LoadDir(ctx, tmp, corpus.Options{})
+	tmp := w.Dir()
+	c, err := w.Validate(ctx, corpus.Options{})
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {
@@ -803,16 +765,9 @@ func (im *importer) write(ctx context.Context, records []*corpus.Record, served 
 	if len(probs) > 0 {
 		return nil, &Error{Problems: im.mapProblems(probs, tmp, served)}
 	}
-
-	if _, err := os.Stat(out); err == nil {
-		if err := os.RemoveAll(out); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := w.Commit(); err != nil {
 		return nil, err
 	}
-	committed = true
 	return &im.sum, nil
 }
 
@@ -844,7 +799,7 @@ func (im *importer) mapProblems(ps []corpus.Problem, tmp string, served []*task)
 	return out
 }
 
-func writeJSONL[T any](file string, vs []T) error {
+func writeJSONL[T any](w *corpuswrite.Writer, name string, vs []T) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -853,30 +808,14 @@ func writeJSONL[T any](file string, vs []T) error {
 			return err
 		}
 	}
-	return os.WriteFile(file, buf.Bytes(), 0o644)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	o, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(o, in); err != nil {
-		o.Close()
-		return err
-	}
-	return o.Close()
+	return w.WriteFile(name, buf.Bytes())
 }
 
 // database is one input database folder, read and checked.
 type database struct {
 	id         string
 	sqliteFile string
+	sqliteRel  string // sqliteFile relative to the input directory, '/'-separated
 	kbFile     string
 	eng        *sqlite.DB
 	schema     string
@@ -924,16 +863,18 @@ func (im *importer) readDatabase(id string, t *task) *database {
 		bad(dir, "missing database folder")
 		return nil
 	}
-	d := &database{id: id, sqliteFile: filepath.Join(dir, id+".sqlite"), kbFile: filepath.Join(dir, id+"_kb.jsonl")}
+	d := &database{id: id, sqliteFile: filepath.Join(dir, id+".sqlite"), sqliteRel: id + "/" + id + ".sqlite", kbFile: filepath.Join(dir, id+"_kb.jsonl")}
 	if _, err := os.Stat(d.sqliteFile); err != nil {
 		if looksLikePostgres(dir, id) {
 			bad(d.sqliteFile, "missing: this looks like the PostgreSQL release of BIRD-Interact (lite/full), which is not supported yet; only mini-interact (SQLite, <db>.sqlite per database folder) can be imported")
 		} else {
 			bad(d.sqliteFile, "missing SQLite database file")
 		}
-	} else if !isSQLite(d.sqliteFile) {
+	} else if real, err := corpuswrite.ResolveInput(im.opt.In, d.sqliteRel); err != nil {
+		bad(d.sqliteFile, "%v", err)
+	} else if !isSQLite(real) {
 		bad(d.sqliteFile, "is not a SQLite database file (only mini-interact's SQLite databases are supported; PostgreSQL comes later)")
-	} else if eng, err := sqlite.Open(d.sqliteFile, sqlite.Options{}); err != nil {
+	} else if eng, err := sqlite.Open(real, sqlite.Options{}); err != nil {
 		bad(d.sqliteFile, "cannot open: %v", err)
 	} else {
 		d.eng = eng

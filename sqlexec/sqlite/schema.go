@@ -2,10 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -110,36 +107,3 @@ func literal(v any) string {
 func commentSafe(s string) string { return strings.ReplaceAll(s, "*/", "* /") }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-// BuildFromScript creates a new database file at dest by running the SQL script on a
-// writable connection. It fails if dest exists; when the script fails, dest is removed.
-// It is meant only for building corpora from SQL scripts, never for submitted SQL.
-func BuildFromScript(ctx context.Context, script string, dest string) (err error) {
-	f, err := os.OpenFile(dest, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("sqlite: build %s: %w", dest, err)
-	}
-	f.Close()
-	defer func() {
-		if err != nil {
-			os.Remove(dest)
-			os.Remove(dest + "-journal")
-		}
-	}()
-	db, err := sql.Open("sqlite3", "file:"+escapePath(dest)+"?mode=rw&_sync=OFF&_journal=MEMORY")
-	if err != nil {
-		return fmt.Errorf("sqlite: build %s: %w", dest, err)
-	}
-	db.SetMaxOpenConns(1)
-	if _, err = db.ExecContext(ctx, script); err != nil {
-		db.Close()
-		return fmt.Errorf("sqlite: build %s: %w", dest, err)
-	}
-	if err = db.Close(); err != nil {
-		return fmt.Errorf("sqlite: build %s: %w", dest, err)
-	}
-	if _, err = os.Stat(dest); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("sqlite: build %s: the database file was not written", dest)
-	}
-	return nil
-}
