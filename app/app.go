@@ -13,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"avtgym/corpus"
@@ -22,6 +23,7 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/server"
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/sqlite"
 )
 
 // KeyFileEnv names the environment variable that may name the token key
@@ -44,6 +46,9 @@ type Config struct {
 	TokenTTL time.Duration
 	// Limits bound every submitted statement.
 	Limits sqlexec.Limits
+	// Lanes schedule every query of the process (fast and slow lanes, slots
+	// and waits; see sqlexec.Lanes). Zero values are the defaults.
+	Lanes sqlexec.LaneOptions
 	// ShutdownGrace is how long shutdown waits for calls in flight.
 	ShutdownGrace time.Duration
 	// Logger receives logs; nil means none.
@@ -80,8 +85,17 @@ func (c *Config) Validate() error {
 	if c.Limits == (sqlexec.Limits{}) {
 		c.Limits = sqlexec.DefaultLimits()
 	}
-	if c.Limits.Timeout <= 0 || c.Limits.MaxRows <= 0 || c.Limits.MaxBytes <= 0 {
-		return fmt.Errorf("statement timeout, row cap and byte cap must be positive")
+	if c.Limits.MaxMemory == 0 {
+		c.Limits.MaxMemory = sqlexec.DefaultLimits().MaxMemory
+	}
+	if c.Limits.Timeout <= 0 || c.Limits.MaxRows <= 0 || c.Limits.MaxBytes <= 0 || c.Limits.MaxMemory <= 0 {
+		return fmt.Errorf("statement timeout, row cap, byte cap and memory cap must be positive")
+	}
+	if l := c.Lanes; l.Fast < 0 || l.Slow < 0 || l.Slice < 0 || l.Wait < 0 {
+		return fmt.Errorf("query lanes: slots, slice and wait must not be negative")
+	}
+	if c.Lanes.SlowThread == nil {
+		c.Lanes.SlowThread = sqlite.LowerThreadPriority
 	}
 	if c.TokenTTL < 0 {
 		return fmt.Errorf("token TTL must not be negative")
@@ -97,6 +111,8 @@ func (c *Config) Validate() error {
 
 // App is an assembled server, ready to serve.
 type App struct {
+	// Lanes schedule every query of the process.
+	Lanes   *sqlexec.Lanes
 	Env     *env.Env
 	Server  *server.Server
 	Metrics *server.Metrics
@@ -119,9 +135,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg}
+	a := &App{cfg: cfg, Lanes: sqlexec.NewLanes(cfg.Lanes)}
 	if len(cfg.Corpora) == 0 {
-		c, err := corpus.LoadDemo(ctx, corpus.Options{})
+		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes})
 		if err != nil {
 			return nil, fmt.Errorf("demo corpus: %w", err)
 		}
@@ -129,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	for _, dir := range cfg.Corpora {
 		start := time.Now()
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir)})
+		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes})
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("corpus %s: %w", dir, err)
@@ -138,6 +154,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.corpora = append(a.corpora, c)
 	}
 	a.Metrics = server.NewMetrics()
+	registerLaneMetrics(a.Metrics.Registerer(), a.Lanes)
 	ecfg := env.Config{
 		Corpora:  a.corpora,
 		Sealer:   sealer,
@@ -167,6 +184,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Server = server.New(a.Env, sopt)
 	return a, nil
+}
+
+// registerLaneMetrics exports the query lanes' activity.
+func registerLaneMetrics(reg prometheus.Registerer, l *sqlexec.Lanes) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "avtgym_sql_fast_lane_running", Help: "Queries running in the fast lane."},
+			func() float64 { return float64(l.Stats().FastRunning) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "avtgym_sql_slow_lane_running", Help: "Queries running in the slow lane (they outlived their first slice)."},
+			func() float64 { return float64(l.Stats().SlowRunning) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_demoted_total", Help: "Queries moved to the slow lane after their first slice."},
+			func() float64 { return float64(l.Stats().Demoted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_busy_total", Help: "Queries refused because no lane slot became free within the wait bound (VERIFIER_BUSY)."},
+			func() float64 { return float64(l.Stats().Busy) }),
+	)
 }
 
 func progressLogger(log *zap.Logger, dir string) func(done, total int) {

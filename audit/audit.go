@@ -3,9 +3,10 @@
 // environment; within an AVT, one interpretation's reference fails on
 // another interpretation's record whenever their raw results differ; the
 // deterministic oracle gives the scripted probes of PROTOCOL.md §5 their
-// required recall and precision; and no public field of a record contains
-// its reference SQL or any resolution text of the corpus. It is what
-// `avtgym corpus check` runs; see docs/corpus-check.md.
+// required recall and precision; no public field of a record contains
+// its reference SQL or any resolution text of the corpus; and, given the
+// models' context lengths, every record's base prompts fit them. It is
+// what `avtgym corpus check` runs; see docs/corpus-check.md.
 package audit
 
 import (
@@ -47,10 +48,15 @@ const (
 	// Leak: no public field of the record contains its reference SQL or
 	// a resolution text of any record of the corpus. Unit: a record.
 	Leak Check = "public_leak"
+	// Context: the record's base prompts (no question, no dialogue) fit
+	// the model contexts given in Options: each LLM oracle stage and the
+	// LLM solver's (with its schema cut). Skipped when no context is
+	// given. Unit: a record.
+	Context Check = "context"
 )
 
 // Checks lists the checks in table order.
-var Checks = []Check{Reference, Cross, Oracle, Leak}
+var Checks = []Check{Reference, Cross, Oracle, Leak, Context}
 
 // DefaultMinResolutionLen is the shortest resolution text (in bytes, after
 // normalisation) that the leak check searches for: shorter ones ("Yes.",
@@ -69,7 +75,18 @@ type Options struct {
 	// Progress, when set, is called after each unit (a record for one
 	// check, or a pair) with the number done and the total. Calls come
 	// from several goroutines but never at once, with done increasing.
+	// The context check, which runs no query, is not reported.
 	Progress func(done, total int)
+	// OracleContextTokens, when positive, is the LLM oracles' context
+	// length (serve --oracle-context-tokens): the context check reports
+	// records whose base prompts for an oracle stage exceed it.
+	OracleContextTokens int
+	// SolverContextTokens, when positive, is the LLM solver's context
+	// length (serve --solver-context-tokens), and SolverMaxTokens its
+	// completion limit (0: llm.DefaultMaxTokens): the context check
+	// reports tasks whose solver prompt without dialogue exceeds it.
+	SolverContextTokens int
+	SolverMaxTokens     int
 }
 
 // Count is one row of the summary table. Checked = Passed + Failed +
@@ -247,6 +264,9 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	for _, t := range c.Tasks {
+		results = append(results, a.checkContext(t))
 	}
 
 	r := &Report{Corpus: c.Name, Tasks: len(c.Tasks), AVTs: c.AVTCount(), Counts: map[Check]Count{}}

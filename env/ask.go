@@ -2,21 +2,49 @@ package env
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"avtgym/corpus"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 )
 
+// Bounds of an OracleService request's dialogue, checked before any work.
+const (
+	// MaxHistoryTurns bounds the turns of AskRequest.history: the largest
+	// question budget of an episode, corpus.MaxAmbiguities counted
+	// ambiguities plus the most extra questions (maxExtraQuestions), so
+	// that any episode's dialogue can be replayed.
+	MaxHistoryTurns = corpus.MaxAmbiguities + maxExtraQuestions
+	// maxHistoryReplyBytes bounds each reply of AskRequest.history (a
+	// question is bounded by maxQuestionBytes, like an episode's). It is at
+	// least the longest reply an oracle gives (the LLM client's default
+	// reply limit, llm.DefaultMaxReplyBytes, and the episode's own cap on
+	// replies), so that any episode's dialogue can be replayed.
+	maxHistoryReplyBytes = 16 << 10
+)
+
 // Ask answers one question outside any episode (OracleService): the task
 // is named by id, or by AVT id and interpretation label. It keeps no state;
-// the caller sends the dialogue so far.
+// the caller sends the dialogue so far. The question (non-empty, at most
+// maxQuestionBytes) and the history (at most MaxHistoryTurns turns, each
+// question at most maxQuestionBytes and each reply at most
+// maxHistoryReplyBytes, all valid UTF-8) are checked first:
+// INVALID_ARGUMENT naming the field ("history[3].reply"). Unlike in an
+// episode, where a malformed question is the policy's scored turn, a
+// malformed request here is the caller's error.
 func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, error) {
-	t, err := e.askTask(req)
-	if err != nil {
+	if err := checkAskText("question", req.GetQuestion(), maxQuestionBytes, false); err != nil {
 		return nil, err
 	}
-	if err := checkText("question", req.GetQuestion(), maxQuestionBytes); err != nil {
+	if err := checkHistory(req.GetHistory()); err != nil {
+		return nil, err
+	}
+	t, err := e.askTask(req)
+	if err != nil {
 		return nil, err
 	}
 	kind := req.GetOracle()
@@ -35,6 +63,10 @@ func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, err
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, oracle.ErrRecordTooLong) {
+			// Retrying cannot help: the record does not fit the model.
+			return nil, errorf(Internal, ReasonOracleFailed, "", "the oracle failed: %v", err)
 		}
 		return nil, errorf(Unavailable, ReasonOracleFailed, "", "the oracle failed: %v", err)
 	}
@@ -69,4 +101,34 @@ func (e *Env) askTask(req *pb.AskRequest) (*corpus.Task, error) {
 		}
 	}
 	return nil, errorf(NotFound, ReasonUnknownTask, "interpretation", "corpus %q has no AVT %q with interpretation %q", c.Name, req.GetAvtId(), req.GetInterpretation())
+}
+
+// checkHistory checks an AskRequest's dialogue against the bounds above.
+func checkHistory(h []*pb.DialogueTurn) error {
+	if len(h) > MaxHistoryTurns {
+		return errorf(InvalidArgument, ReasonInvalidAction, "history", "has %d turns, more than %d", len(h), MaxHistoryTurns)
+	}
+	for i, turn := range h {
+		if err := checkAskText(fmt.Sprintf("history[%d].question", i), turn.GetQuestion(), maxQuestionBytes, true); err != nil {
+			return err
+		}
+		if err := checkAskText(fmt.Sprintf("history[%d].reply", i), turn.GetReply(), maxHistoryReplyBytes, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkAskText checks one text field of an AskRequest: its size, its
+// encoding and (unless allowEmpty) that it is not blank.
+func checkAskText(field, s string, max int, allowEmpty bool) error {
+	switch {
+	case !allowEmpty && strings.TrimSpace(s) == "":
+		return errorf(InvalidArgument, ReasonInvalidAction, field, "is empty")
+	case len(s) > max:
+		return errorf(InvalidArgument, ReasonInvalidAction, field, "is %d bytes, more than %d", len(s), max)
+	case !utf8.ValidString(s):
+		return errorf(InvalidArgument, ReasonInvalidAction, field, "is not valid UTF-8")
+	}
+	return nil
 }

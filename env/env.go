@@ -6,11 +6,13 @@ package env
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
@@ -35,16 +37,10 @@ type Solver interface {
 }
 
 // Defaults of the episode options (PROTOCOL.md §2).
+// (The limits are in limits.go.)
 const (
 	DefaultExtraQuestions      = 2
 	DefaultZeroAmbiguityBudget = 0
-	// MaxGroupSize bounds one reset's GRPO group.
-	MaxGroupSize = 1024
-	// maxExtraQuestions bounds C and the zero-ambiguity budget.
-	maxExtraQuestions = 64
-	// maxQuestionBytes bounds a question and maxSQLBytes a submission.
-	maxQuestionBytes = 16 << 10
-	maxSQLBytes      = 256 << 10
 )
 
 // Config is what an Env needs.
@@ -74,6 +70,9 @@ type Env struct {
 	corpora map[string]*corpus.Corpus
 	views   map[*corpus.Task]*pb.TaskView
 	splits  map[*corpus.Corpus]map[string][]*corpus.Task
+	// maxState bounds every state seal writes, and maxToken every token
+	// open reads (limits.go); maxStep bounds one StepResponse.
+	maxState, maxToken, maxStep int
 }
 
 // New checks the configuration and prepares the public views of all tasks.
@@ -110,11 +109,31 @@ func New(cfg Config) (*Env, error) {
 			if t.Split != "" {
 				bySplit[t.Split] = append(bySplit[t.Split], t)
 			}
+			e.maxState = max(e.maxState, StateBound(len(c.Name), len(t.ID)))
+			e.maxStep = max(e.maxStep, StepResponseBound(t))
 		}
 		e.splits[c] = bySplit
 	}
+	longest := func(f func(*corpus.Task) int) int {
+		n := idAllowance
+		for _, c := range cfg.Corpora {
+			for _, t := range c.Tasks {
+				n = max(n, f(t))
+			}
+		}
+		return n
+	}
+	e.maxToken = TokenBound(longest(func(t *corpus.Task) int { return len(t.Corpus.Name) }), longest(func(t *corpus.Task) int { return len(t.ID) }))
 	return e, nil
 }
+
+// MaxTokenBytes is the longest episode token this server accepts: the
+// token bound (limits.go) of the served corpora's longest identifiers.
+func (e *Env) MaxTokenBytes() int { return e.maxToken }
+
+// MaxStepResponseBytes bounds the encoded size of any StepResponse this
+// environment builds (limits.go).
+func (e *Env) MaxStepResponseBytes() int { return e.maxStep }
 
 // Corpora returns the served corpora, the default first.
 func (e *Env) Corpora() []*corpus.Corpus { return e.cfg.Corpora }
@@ -147,8 +166,37 @@ func (e *Env) Task(corpusName, id string) (*corpus.Task, error) {
 // View returns the public view of a task.
 func (e *Env) View(t *corpus.Task) *pb.TaskView { return e.views[t] }
 
-// Reset starts one episode or a GRPO group on one task.
+// Reset starts one episode or a GRPO group on one task: PlanReset, then
+// BuildReset.
 func (e *Env) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
+	p, err := e.PlanReset(req)
+	if err != nil {
+		return nil, err
+	}
+	return e.BuildReset(p)
+}
+
+// ResetPlan is a validated reset whose episodes are not built yet: it
+// knows how large its response will be, so that a server can refuse what
+// it could not send before building it.
+type ResetPlan struct {
+	// Episodes is the number of episodes (the group size).
+	Episodes int
+	// Size bounds the encoded size of the ResetResponse.
+	Size int
+
+	task *corpus.Task
+	base *statepb.EpisodeState
+	seed uint64
+	obs  *pb.Observation // the first observation, shared by the group
+	priv *pb.Privileged  // nil unless asked for; shared by the group
+}
+
+// PlanReset checks a reset request, picks its task and computes a bound on
+// its response's size: every episode of the group is the same but for its
+// seed, index, id and token, so one template episode with the widest seed
+// and index, and the token of its state, bounds them all.
+func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	c, err := e.Corpus(req.GetCorpus())
 	if err != nil {
 		return nil, err
@@ -180,32 +228,52 @@ func (e *Env) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetRespons
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.ResetResponse{Episodes: make([]*pb.Episode, n)}
-	for i := range n {
-		st := proto.Clone(base).(*statepb.EpisodeState)
-		st.Seed = seed + uint64(i)
+	p := &ResetPlan{Episodes: n, task: task, base: base, seed: seed}
+	p.obs = &pb.Observation{
+		Task:               e.views[task],
+		Turns:              []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
+		Phase:              pb.Phase_PHASE_ASKING,
+		QuestionBudget:     base.Budget,
+		QuestionsRemaining: base.Budget,
+	}
+	if req.GetIncludePrivileged() {
+		p.priv = resetPrivileged(task)
+	}
+	// The template: the widest seed and group index there are.
+	widest := proto.Clone(base).(*statepb.EpisodeState)
+	widest.Seed, widest.GroupIndex = math.MaxUint64, int32(n-1)
+	tok := e.cfg.Sealer.TokenSize(widest.SizeVT())
+	tmpl := &pb.Episode{
+		Seed:        math.MaxUint64,
+		GroupIndex:  int32(n - 1),
+		EpisodeId:   episodeID(task, math.MaxUint64),
+		Observation: p.obs,
+		Privileged:  p.priv,
+	}
+	one := tmpl.SizeVT() + protowire.SizeTag(1) + protowire.SizeBytes(tok)
+	p.Size = n * (protowire.SizeTag(1) + protowire.SizeBytes(one))
+	return p, nil
+}
+
+// BuildReset seals and builds the planned episodes.
+func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
+	resp := &pb.ResetResponse{Episodes: make([]*pb.Episode, p.Episodes)}
+	for i := range p.Episodes {
+		st := proto.Clone(p.base).(*statepb.EpisodeState)
+		st.Seed = p.seed + uint64(i)
 		st.GroupIndex = int32(i)
 		tok, err := e.seal(st)
 		if err != nil {
 			return nil, err
 		}
-		ep := &pb.Episode{
-			Token:      tok,
-			Seed:       st.Seed,
-			GroupIndex: int32(i),
-			EpisodeId:  episodeID(task, st.Seed),
-			Observation: &pb.Observation{
-				Task:               e.views[task],
-				Turns:              []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
-				Phase:              pb.Phase_PHASE_ASKING,
-				QuestionBudget:     st.Budget,
-				QuestionsRemaining: st.Budget,
-			},
+		resp.Episodes[i] = &pb.Episode{
+			Token:       tok,
+			Seed:        st.Seed,
+			GroupIndex:  int32(i),
+			EpisodeId:   episodeID(p.task, st.Seed),
+			Observation: p.obs,
+			Privileged:  p.priv,
 		}
-		if req.GetIncludePrivileged() {
-			ep.Privileged = resetPrivileged(task)
-		}
-		resp.Episodes[i] = ep
 	}
 	return resp, nil
 }
@@ -247,14 +315,14 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
 	if o != nil && o.ExtraQuestions != nil {
 		extra = o.GetExtraQuestions()
-		if extra < 0 || extra > maxExtraQuestions {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "%d is outside 0..%d", extra, maxExtraQuestions)
+		if extra < 0 || extra > MaxExtraQuestions {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "%d is outside 0..%d", extra, MaxExtraQuestions)
 		}
 	}
 	if o != nil && o.ZeroAmbiguityBudget != nil {
 		zero = o.GetZeroAmbiguityBudget()
-		if zero < 0 || zero > maxExtraQuestions {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.zero_ambiguity_budget", "%d is outside 0..%d", zero, maxExtraQuestions)
+		if zero < 0 || zero > MaxExtraQuestions {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.zero_ambiguity_budget", "%d is outside 0..%d", zero, MaxExtraQuestions)
 		}
 	}
 	if m := int32(len(t.Counted())); m > 0 {
@@ -309,11 +377,16 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b 
 const recordHashSize = 16
 
 func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
+	n := st.SizeVT()
+	if n > e.maxState {
+		// Unreachable while limits.go's arithmetic covers every field.
+		return nil, errorf(Internal, ReasonInternal, "", "the episode state is %d bytes, more than the bound of %d (env/limits.go)", n, e.maxState)
+	}
 	// The generated (non-reflective) vtprotobuf codec writes the state
 	// straight into the token: reflection-based proto.Marshal was one of
 	// the largest costs of a step (bench/RESULTS.md).
 	var err error
-	tok := e.cfg.Sealer.SealFunc(st.SizeVT(), func(buf []byte) {
+	tok := e.cfg.Sealer.SealFunc(n, func(buf []byte) {
 		_, err = st.MarshalToSizedBufferVT(buf)
 	})
 	if err != nil {
@@ -325,6 +398,10 @@ func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
 func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	if len(token) == 0 {
 		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "the episode token is missing")
+	}
+	if len(token) > e.maxToken {
+		// Checked before decrypting: no token this server seals is longer.
+		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token is %d bytes, longer than any token this server issues (%d)", len(token), e.maxToken)
 	}
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
@@ -345,6 +422,12 @@ func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
 	}
 	if st.Version != stateVersion {
 		return nil, nil, errorf(FailedPrecondition, ReasonTokenMalformed, "token", "episode state version %d is not supported (want %d)", st.Version, stateVersion)
+	}
+	if e.cfg.Oracles[st.Oracle] == nil || st.Solver == pb.Solver_SOLVER_LLM && e.cfg.LLMSolver == nil {
+		// Sealed by a server configured otherwise that shares the key (a
+		// replica, or this one before a restart): stepping it would call a
+		// nil oracle or solver.
+		return nil, nil, errorf(FailedPrecondition, ReasonInvalidOption, "token", "the episode's oracle (%s) or solver (%s) is not available on this server", st.Oracle, st.Solver)
 	}
 	if ttl := e.cfg.TokenTTL; ttl > 0 && e.cfg.Now().Sub(time.Unix(st.IssuedUnix, 0)) > ttl {
 		return nil, nil, errorf(FailedPrecondition, ReasonTokenExpired, "token", "the episode was reset more than %s ago", ttl)

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -451,41 +453,186 @@ func TestOracleBadCreditEndsInError(t *testing.T) {
 	}
 }
 
+// TestActionTextLimits: text the policy wrote is scored, never rejected.
+// A question that is empty, not valid UTF-8 or over the limit is answered
+// with a refusal without calling the oracle (it counts, credits nothing,
+// and the history keeps its bounded, valid form); such SQL is a failed
+// solution with feedback. Only a request that is wrong as an API call (no
+// action) is INVALID_ARGUMENT.
 func TestActionTextLimits(t *testing.T) {
-	e, _ := newEnv(t, loadTiny(t), nil)
+	key := RandomKey()
+	spy := &spyOracle{Oracle: oracle.Deterministic()}
+	e, _ := newEnv(t, loadTiny(t), key, withOracle(spy))
+	s := mustSealer(t, key)
 	ep := resetOne(t, e, "big", outcomeOpts())
 	base := "What are big sales?"
-	exact := base + strings.Repeat(" ", 16<<10-len(base))
-	if len(exact) != 16<<10 {
-		t.Fatalf("test bug: %d", len(exact))
+	exact := base + strings.Repeat(" ", MaxQuestionBytes-len(base))
+	resp := mustStep(t, e, ep.Token, askAction(exact), true)
+	if resp.Observation.QuestionsAsked != 1 || len(resp.Privileged.GetCredits()) != 1 || spy.calls.Load() != 1 {
+		t.Fatalf("a 16 KiB question was not put to the oracle: asked %d credits %v", resp.Observation.QuestionsAsked, resp.Privileged.GetCredits())
 	}
-	resp := mustStep(t, e, ep.Token, askAction(exact), false)
-	if resp.Observation.QuestionsAsked != 1 {
-		t.Fatalf("a 16 KiB question was not answered")
+
+	badQuestions := map[string]*pb.Action{
+		"question over 16 KiB":    askAction(exact + "x"),
+		"question invalid UTF-8":  askAction("What are big sales? \xff\xfe"),
+		"question truncated rune": askAction("What are big sales \xe2\x82"),
+		"question empty":          askAction(""),
+		"question blank":          askAction(" \n\t"),
+		"ask with nil ask":        {Kind: &pb.Action_Ask_{}},
+		"huge invalid question":   askAction(strings.Repeat("big sales \xff", 100_000)),
 	}
-	bad := map[string]*pb.Action{
-		"question over 16 KiB":      askAction(exact + "x"),
-		"question invalid UTF-8":    askAction("What are big sales? \xff\xfe"),
-		"question truncated rune":   askAction("What are big sales \xe2\x82"),
-		"question empty":            askAction(""),
-		"question blank":            askAction(" \n\t"),
-		"sql invalid UTF-8":         submitAction("SELECT '\xc3\x28'"),
-		"sql over the limit":        submitAction("SELECT 1" + strings.Repeat(" ", 256<<10)),
-		"sql empty":                 submitAction(""),
-		"no action kind":            {},
-		"nil action":                nil,
-		"ask with nil ask":          {Kind: &pb.Action_Ask_{}},
-		"submit with nil submit_sq": {Kind: &pb.Action_SubmitSql_{}},
-	}
-	for name, a := range bad {
-		resp, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.Token, Action: a})
-		if err == nil {
-			t.Errorf("%s: accepted (status %s)", name, resp.Status)
+	for name, a := range badQuestions {
+		spy.calls.Store(0)
+		resp := mustStep(t, e, ep.Token, a, true)
+		if spy.calls.Load() != 0 {
+			t.Errorf("%s: the oracle was called", name)
+		}
+		if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || resp.Observation.QuestionsAsked != 1 || resp.Observation.QuestionsRemaining != 3 {
+			t.Errorf("%s: status %s asked %d remaining %d, want a counted question", name, resp.Status, resp.Observation.QuestionsAsked, resp.Observation.QuestionsRemaining)
+		}
+		turns := resp.Observation.Turns
+		if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || !strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") {
+			t.Errorf("%s: turns %v, want the question and a refusal", name, turns)
 			continue
 		}
-		var ee *Error
-		if !errors.As(err, &ee) || ee.Code != InvalidArgument || ee.Reason != ReasonInvalidAction {
-			t.Errorf("%s: %v, want INVALID_ACTION", name, err)
+		if q := turns[0].Text; !utf8.ValidString(q) || len(q) > MaxQuestionBytes {
+			t.Errorf("%s: the question turn is %d bytes, valid UTF-8 %v", name, len(q), utf8.ValidString(q))
+		}
+		if len(resp.Privileged.GetCredits()) != 0 {
+			t.Errorf("%s: credited %v", name, resp.Privileged.GetCredits())
+		}
+		st := openState(t, s, resp.Token)
+		if len(st.Questions) != 1 || st.Questions[0].Question != turns[0].Text || st.Questions[0].Reply != turns[1].Text || st.Questions[0].GetCreditMask() != 0 {
+			t.Errorf("%s: the state keeps %v", name, st.Questions)
+		}
+		// The episode goes on: it ends with a reward that counts the question.
+		end := mustStep(t, e, resp.Token, submitAction("SELECT 1"), false)
+		if !end.Done || end.Reward == nil {
+			t.Errorf("%s: the episode did not end normally: %v", name, end)
+		}
+	}
+	if got := mustStep(t, e, ep.Token, badQuestions["question over 16 KiB"], false).Observation.Turns[1].Text; !strings.Contains(got, "longer than the limit of 16384 bytes") {
+		t.Errorf("the refusal of a long question does not say why: %q", got)
+	}
+
+	badSQL := map[string]struct {
+		a   *pb.Action
+		why string
+	}{
+		"sql invalid UTF-8":         {submitAction("SELECT '\xc3\x28'"), "not valid UTF-8"},
+		"sql over the limit":        {submitAction("SELECT 1" + strings.Repeat(" ", MaxSQLBytes)), "longer than the limit of 262144 bytes"},
+		"sql empty":                 {submitAction(""), "empty"},
+		"sql blank":                 {submitAction("  \n"), "empty"},
+		"submit with nil submit_sq": {&pb.Action{Kind: &pb.Action_SubmitSql_{}}, "empty"},
+	}
+	for name, tc := range badSQL {
+		resp := mustStep(t, e, ep.Token, tc.a, true)
+		if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || resp.Reward.GetValue() != 0 || resp.Reward.GetComponents()["outcome"] != 0 {
+			t.Errorf("%s: done %v status %s reward %v, want a failed solution", name, resp.Done, resp.Status, resp.Reward)
+			continue
+		}
+		turns := resp.Observation.Turns
+		if len(turns) != 2 || turns[0].Kind != pb.TurnKind_TURN_KIND_SQL || turns[1].Kind != pb.TurnKind_TURN_KIND_FEEDBACK || !strings.Contains(turns[1].Text, tc.why) {
+			t.Errorf("%s: turns %v, want the SQL and feedback saying %q", name, turns, tc.why)
+			continue
+		}
+		if !utf8.ValidString(turns[0].Text) || len(turns[0].Text) > MaxSQLBytes {
+			t.Errorf("%s: the SQL turn is %d bytes, valid UTF-8 %v", name, len(turns[0].Text), utf8.ValidString(turns[0].Text))
+		}
+		if !strings.Contains(resp.Privileged.GetVerifierReason(), tc.why) {
+			t.Errorf("%s: verifier reason %q", name, resp.Privileged.GetVerifierReason())
+		}
+	}
+
+	for name, a := range map[string]*pb.Action{"no action kind": {}, "nil action": nil} {
+		_, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.Token, Action: a})
+		wantEnvError(t, err, InvalidArgument, ReasonInvalidAction)
+		_ = name
+	}
+}
+
+// spyOracle counts the questions put to an oracle.
+type spyOracle struct {
+	Oracle
+	calls atomic.Int32
+}
+
+func (s *spyOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+	s.calls.Add(1)
+	return s.Oracle.Ask(ctx, rec, history, q)
+}
+
+// TestLongRepliesAreCut: whatever the oracle replies, the observation and
+// the token keep at most MaxReplyBytes of it, cut at a rune boundary and
+// marked.
+func TestLongRepliesAreCut(t *testing.T) {
+	key := RandomKey()
+	long := strings.Repeat("réponse ", 10_000) // 90 KB of two-byte runes and spaces
+	e, _ := newEnv(t, loadTiny(t), key, withOracle(&fakeOracle{reply: oracle.Reply{Text: long, Credits: []int{0}, Action: strings.Repeat("a", 100_000)}}))
+	ep := resetOne(t, e, "big", nil)
+	resp := mustStep(t, e, ep.Token, askAction("What are big sales?"), true)
+	reply := resp.Observation.Turns[1].Text
+	if len(reply) > MaxReplyBytes || !utf8.ValidString(reply) || !strings.HasSuffix(reply, TruncationMarker) || !strings.HasPrefix(long, strings.TrimSuffix(reply, TruncationMarker)) {
+		t.Fatalf("the reply is %d bytes (valid %v), ends %q", len(reply), utf8.ValidString(reply), reply[max(0, len(reply)-20):])
+	}
+	if len(reply) < MaxReplyBytes-8 {
+		t.Errorf("the reply was cut to %d bytes, far below the limit", len(reply))
+	}
+	if a := resp.Privileged.GetOracleAction(); len(a) > MaxReplyBytes {
+		t.Errorf("the oracle action is %d bytes", len(a))
+	}
+	st := openState(t, mustSealer(t, key), resp.Token)
+	if st.Questions[0].Reply != reply {
+		t.Errorf("the token keeps a %d-byte reply, the observation %d bytes", len(st.Questions[0].Reply), len(reply))
+	}
+	if len(resp.Token) > TokenBound(len("tiny"), len("big")) || len(resp.Token) > 2*MaxReplyBytes {
+		t.Errorf("the token is %d bytes", len(resp.Token))
+	}
+}
+
+// TestOpenRejectsLongTokens: a token longer than any this server issues is
+// malformed, before it is decrypted (it would otherwise fail
+// authentication).
+func TestOpenRejectsLongTokens(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	ep := resetOne(t, e, "big", nil)
+	long := append(bytes.Clone(ep.Token), make([]byte, e.MaxTokenBytes()+1-len(ep.Token))...)
+	_, err := e.Step(context.Background(), &pb.StepRequest{Token: long, Action: stopAction()})
+	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+	var ee *Error
+	if errors.As(err, &ee) && !strings.Contains(ee.Msg, "longer than any token") {
+		t.Errorf("message %q", ee.Msg)
+	}
+	// One byte shorter, the same bytes fail authentication instead.
+	_, err = e.Step(context.Background(), &pb.StepRequest{Token: long[:len(long)-1], Action: stopAction()})
+	wantEnvError(t, err, InvalidArgument, ReasonTokenTampered)
+	if e.MaxTokenBytes() < TokenBound(1<<10, 1<<10) {
+		t.Errorf("MaxTokenBytes %d is below the identifier allowance's bound", e.MaxTokenBytes())
+	}
+}
+
+// TestResetPlanSize: the planned size bounds the built response, closely.
+func TestResetPlanSize(t *testing.T) {
+	e, _ := newEnv(t, loadTiny(t), nil)
+	for _, id := range []string{"top-a", "big", "strong", "count"} {
+		for _, n := range []int32{0, 1, 2, 17, 300, MaxGroupSize} {
+			for _, priv := range []bool{false, true} {
+				for _, sd := range []*uint64{nil, u64(0), u64(math.MaxUint64 - 5)} {
+					req := &pb.ResetRequest{TaskId: id, GroupSize: n, IncludePrivileged: priv, Seed: sd}
+					p, err := e.PlanReset(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					resp, err := e.BuildReset(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := proto.Size(resp)
+					if got > p.Size || p.Size-got > p.Episodes*32 {
+						t.Errorf("%s group %d priv %v seed %v: built %d bytes, planned %d", id, n, priv, sd, got, p.Size)
+					}
+				}
+			}
 		}
 	}
 }

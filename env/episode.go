@@ -2,10 +2,11 @@ package env
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"strings"
-	"unicode/utf8"
+	"time"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
@@ -61,63 +62,71 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 		if st.Phase != pb.Phase_PHASE_ASKING {
 			return errorf(FailedPrecondition, ReasonWrongPhase, "action.ask", "asking has ended; only submit_sql is allowed now")
 		}
-		q := k.Ask.GetText()
-		if err := checkText("action.ask.text", q, maxQuestionBytes); err != nil {
-			return err
-		}
-		return ep.ask(ctx, q)
+		// An ask without text is an empty question (on the wire the two
+		// cannot be told apart): the policy's fault, scored.
+		return ep.ask(ctx, k.Ask.GetText())
 	case *pb.Action_Stop_:
 		if st.Phase != pb.Phase_PHASE_ASKING {
 			return errorf(FailedPrecondition, ReasonWrongPhase, "action.stop", "asking has already ended; only submit_sql is allowed now")
 		}
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_STOP, "")
-		ep.endAsking(ctx, false)
-		return nil
+		return ep.endAsking(ctx, false)
 	case *pb.Action_SubmitSql_:
 		sql := k.SubmitSql.GetSql()
-		if err := checkText("action.submit_sql.sql", sql, maxSQLBytes); err != nil {
-			return err
-		}
 		if st.Phase == pb.Phase_PHASE_ASKING {
 			// STOP followed by this submission (PROTOCOL.md §2).
 			st.Phase = pb.Phase_PHASE_SOLVING
 			st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
 		}
+		if fault := policyFault(sql, MaxSQLBytes); fault != "" {
+			// Not run: a failed solution, and the policy is told why.
+			clean := BoundText(sql, MaxSQLBytes)
+			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, clean)
+			ep.reject(clean, "the SQL "+fault)
+			ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, "Your SQL was not run: it "+fault+".")
+			return nil
+		}
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-		ep.verify(ctx, sql)
-		return nil
+		return ep.verify(ctx, sql)
 	default:
 		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, stop or submit_sql)")
 	}
 }
 
-func checkText(field, s string, max int) error {
-	switch {
-	case strings.TrimSpace(s) == "":
-		return errorf(InvalidArgument, ReasonInvalidAction, field, "is empty")
-	case len(s) > max:
-		return errorf(InvalidArgument, ReasonInvalidAction, field, "is %d bytes, more than %d", len(s), max)
-	case !utf8.ValidString(s):
-		return errorf(InvalidArgument, ReasonInvalidAction, field, "is not valid UTF-8")
-	}
-	return nil
+// questionRefusal is the environment's reply, in the oracle's place, to a
+// question it does not put to the oracle.
+func questionRefusal(fault string) string {
+	return "I can't answer that: the question " + fault + "."
 }
 
 func (ep *episode) ask(ctx context.Context, q string) error {
 	st := ep.st
 	st.Attempted++
+	// The history keeps the question's bounded, valid UTF-8 form; a usable
+	// question is its own bounded form.
+	fault := policyFault(q, MaxQuestionBytes)
+	if fault != "" {
+		q = BoundText(q, MaxQuestionBytes)
+	}
 	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, q)
 	if int32(len(st.Questions)) >= st.Budget {
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, budgetNotice)
-		ep.endAsking(ctx, true)
-		return nil
+		return ep.endAsking(ctx, true)
 	}
-	reply, err := ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, dialogue(st), q)
-	if err != nil {
-		// The oracle failed: the environment's fault. The episode ends in
-		// ERROR, and the caller may retry the same token later.
-		ep.fail("the oracle failed: " + err.Error())
-		return nil
+	var reply oracle.Reply
+	if fault != "" {
+		// The policy's fault: answered without the oracle, with a refusal;
+		// it counts as a question and credits nothing.
+		reply.Text = questionRefusal(fault)
+	} else {
+		var err error
+		reply, err = ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, dialogue(st), q)
+		if err != nil {
+			// The oracle failed: the environment's fault. The episode ends in
+			// ERROR, and the caller may retry the same token later.
+			ep.fail("the oracle failed: " + err.Error())
+			return nil
+		}
 	}
 	var mask uint64
 	for _, c := range reply.Credits {
@@ -127,17 +136,20 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		}
 		mask |= 1 << c
 	}
+	// Whatever the oracle, its reply is cut to the reply limit here, so that
+	// the state and the step stay within their bounds (limits.go).
+	text := BoundText(reply.Text, MaxReplyBytes)
 	// One allocation for the question and its mask.
 	a := &struct {
 		q    statepb.AnsweredQuestion
 		mask uint64
 	}{mask: mask}
-	a.q.Question, a.q.Reply, a.q.CreditMask = q, reply.Text, &a.mask
+	a.q.Question, a.q.Reply, a.q.CreditMask = q, text, &a.mask
 	st.Questions = append(st.Questions, &a.q)
-	ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, reply.Text)
+	ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, text)
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
-		ep.out.Privileged.OracleAction = reply.Action
+		ep.out.Privileged.OracleAction = BoundText(reply.Action, MaxReplyBytes)
 	}
 	return nil
 }
@@ -145,8 +157,8 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 // endAsking moves the episode out of the asking phase. With the lookup
 // solver the server solves at once; with the question-F1 reward and the
 // client as solver no SQL is needed and the episode ends; otherwise it
-// waits for the client's SQL.
-func (ep *episode) endAsking(ctx context.Context, truncated bool) {
+// waits for the client's SQL. The error is verify's.
+func (ep *episode) endAsking(ctx context.Context, truncated bool) error {
 	st := ep.st
 	st.Phase = pb.Phase_PHASE_SOLVING
 	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
@@ -157,60 +169,88 @@ func (ep *episode) endAsking(ctx context.Context, truncated bool) {
 	case pb.Solver_SOLVER_LOOKUP:
 		sql := ep.lookup()
 		if ep.priv {
-			ep.out.Privileged.SolverSql = sql
+			ep.out.Privileged.SolverSql = BoundText(sql, MaxSQLBytes)
 		}
-		ep.verify(ctx, sql)
-		return
+		return ep.verify(ctx, sql)
 	case pb.Solver_SOLVER_LLM:
 		sql, err := ep.env.cfg.LLMSolver.Solve(ctx, ep.task, dialogue(st))
 		if err != nil {
 			ep.fail("the solver failed: " + err.Error())
-			return
+			return nil
 		}
 		if ep.priv {
-			ep.out.Privileged.SolverSql = sql
+			ep.out.Privileged.SolverSql = BoundText(sql, MaxSQLBytes)
 		}
 		if strings.TrimSpace(sql) == "" {
 			// Not the environment's fault: a solution that is no SQL.
-			st.Verified, st.Outcome, st.VerifierReason = true, false, "the solver wrote no SQL"
-			st.Phase = pb.Phase_PHASE_DONE
-			return
+			ep.reject("", "the solver wrote no SQL")
+			return nil
 		}
-		ep.verify(ctx, sql)
-		return
+		if fault := policyFault(sql, MaxSQLBytes); fault != "" {
+			// Held to the policy's rules: a failed solution.
+			ep.reject(BoundText(sql, MaxSQLBytes), "the solver's SQL "+fault)
+			return nil
+		}
+		return ep.verify(ctx, sql)
 	}
 	if st.Reward == pb.RewardType_REWARD_TYPE_QUESTION_F1 {
 		st.Phase = pb.Phase_PHASE_DONE // no SQL needed
 	}
+	return nil
 }
 
-// verify runs the solution against the reference and ends the episode.
-func (ep *episode) verify(ctx context.Context, sql string) {
+// verifierBusyDelay is the retry delay suggested when the verifier is
+// saturated.
+const verifierBusyDelay = time.Second
+
+// verify runs the solution against the reference and ends the episode. A
+// verifier that is saturated (no query slot within its wait bound) is an
+// environment condition that says nothing about the SQL: the step fails
+// with RESOURCE_EXHAUSTED / VERIFIER_BUSY and the same token can be
+// retried; any other failure of the verifier ends the episode in ERROR.
+func (ep *episode) verify(ctx context.Context, sql string) error {
 	st, t := ep.st, ep.task
 	v, err := sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, ep.env.cfg.Limits)
+	var se *sqlexec.Error
+	if errors.As(err, &se) && se.Kind == sqlexec.KindBusy {
+		return &Error{Code: ResourceExhausted, Reason: ReasonVerifierBusy, Msg: se.Msg, Retryable: true, RetryDelay: verifierBusyDelay}
+	}
 	if err != nil {
 		ep.fail("the verifier failed: " + err.Error())
-		return
+		return nil
 	}
-	st.SolutionSql = sql
+	// The solution as the state keeps it: a server solver's SQL (the lookup
+	// solver's is a reference) may be longer than a policy's may be.
+	st.SolutionSql = BoundText(sql, MaxSQLBytes)
 	st.Verified = true
 	st.Outcome = v.Success
-	st.VerifierReason = v.Reason
+	st.VerifierReason = BoundText(v.Reason, MaxNoticeBytes)
 	if v.Err != nil {
 		// The policy's own SQL failed: a failed solution, shown to the
 		// policy because the database's message is about its own SQL.
-		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, "Your SQL failed: "+v.Err.Error())
+		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, BoundText("Your SQL failed: "+v.Err.Error(), MaxNoticeBytes))
 		if st.VerifierReason == "" {
-			st.VerifierReason = v.Err.Error()
+			st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
 		}
 	}
+	st.Phase = pb.Phase_PHASE_DONE
+	return nil
+}
+
+// reject ends the episode with a failed solution that was not run: SQL
+// that is empty, not valid UTF-8 or too long (sql is its bounded form).
+func (ep *episode) reject(sql, reason string) {
+	st := ep.st
+	st.SolutionSql = sql
+	st.Verified, st.Outcome = true, false
+	st.VerifierReason = BoundText(reason, MaxNoticeBytes)
 	st.Phase = pb.Phase_PHASE_DONE
 }
 
 func (ep *episode) fail(reason string) {
 	ep.st.Phase = pb.Phase_PHASE_DONE
 	ep.st.Status = pb.EpisodeStatus_EPISODE_STATUS_ERROR
-	ep.st.VerifierReason = reason
+	ep.st.VerifierReason = BoundText(reason, MaxNoticeBytes)
 	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, "The environment failed; this episode cannot be scored. Drop it, or retry the step.")
 }
 

@@ -1,6 +1,9 @@
 package env
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Code classifies an episode error; the server maps each code to one gRPC
 // status code.
@@ -22,6 +25,10 @@ const (
 	// Unavailable: a dependency (an LLM endpoint) failed; retrying may
 	// succeed.
 	Unavailable
+	// ResourceExhausted: a limit of the server was reached: a request or
+	// a response too large to send (split it), or a component saturated
+	// (retry later; such errors are Retryable).
+	ResourceExhausted
 )
 
 // Stable reasons, sent as google.rpc.ErrorInfo.reason. Clients may switch on
@@ -42,6 +49,19 @@ const (
 	ReasonInvalidPage    = "INVALID_PAGE_TOKEN"
 	ReasonInternal       = "INTERNAL"
 	ReasonOracleFailed   = "ORACLE_FAILED"
+	// ReasonRequestMalformed: the request message does not decode.
+	ReasonRequestMalformed = "REQUEST_MALFORMED"
+	// ReasonRequestTooLarge: the request message is larger than the
+	// server accepts.
+	ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
+	// ReasonResponseTooLarge: the response (or a batch item's result)
+	// would be larger than the server sends.
+	ReasonResponseTooLarge = "RESPONSE_TOO_LARGE"
+	// ReasonBatchTooLarge: a batch holds more items, or asks for more
+	// episodes, than one call may.
+	ReasonBatchTooLarge = "BATCH_TOO_LARGE"
+	// ReasonVerifierBusy: the verifier is saturated; retry later.
+	ReasonVerifierBusy = "VERIFIER_BUSY"
 )
 
 // Error is an episode error: a code, a stable reason, the request field at
@@ -51,6 +71,14 @@ type Error struct {
 	Reason string
 	Field  string
 	Msg    string
+	// Meta is added to the ErrorInfo's metadata (sizes and limits, for
+	// clients that split requests themselves).
+	Meta map[string]string
+	// Retryable marks an error that a retry of the same request (for a
+	// batch item: in another batch) may not meet, after waiting
+	// RetryDelay; the server then attaches a google.rpc.RetryInfo.
+	Retryable  bool
+	RetryDelay time.Duration
 }
 
 func (e *Error) Error() string {

@@ -31,31 +31,121 @@ const solverSystem = `You write SQL for a data analyst. You get a database schem
 	`Reply with a JSON object only: {"sql": "<the query>"}.`
 
 // Solve asks the model for the SQL. A reply without usable SQL is returned
-// as "" (a failed solution, not an error); endpoint failures are errors.
-// When the prompt is over the model's context, the schema is cut at table
-// boundaries and the call retried once; if it still does not fit the error
-// names the task.
+// as "" (a failed solution, not an error): no SQL in it, SQL in a reply cut
+// to the client's reply limit, or SQL longer than the environment accepts
+// (maxSQLBytes). Endpoint failures are errors.
+//
+// A prompt over the model's context: the schema is cut at table boundaries
+// (SolverSchema) and the call made once more. If it still does not fit,
+// the dialogue is to blame when the prompt without it fits — decided from
+// the estimate when the client estimated the overflow, else by sending
+// that prompt once — and the solution fails (""): a policy that talks too
+// much is scored, not dropped. Otherwise (the task's own prompt does not
+// fit) the error names the task.
 func (s *LLMSolver) Solve(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (string, error) {
+	cfg := s.client.Config()
 	schema := t.DB.Schema
 	for attempt := 0; ; attempt++ {
-		resp, err := s.client.Chat(ctx, llm.Request{
-			Messages: solverMessages(t, schema, dialogue),
-			JSON:     true,
-			Purpose:  "solver",
-			CacheKey: t.Corpus.Name + "/" + t.ID,
-		})
-		if llm.KindOf(err) == llm.KindContextOverflow && attempt == 0 {
-			budget := s.client.Config().ContextTokens/2 - s.client.Config().MaxTokens
-			if cut, truncated := llm.TruncateSchema(schema, budget); truncated {
-				schema = cut
-				continue
+		resp, err := s.chat(ctx, t, schema, dialogue, "solver")
+		if llm.KindOf(err) == llm.KindContextOverflow {
+			if attempt == 0 {
+				if cut, truncated := SolverSchema(t, cfg.ContextTokens, cfg.MaxTokens); truncated {
+					schema = cut
+					continue
+				}
 			}
+			if len(dialogue) == 0 {
+				return "", fmt.Errorf("task %s: the solver's prompt does not fit the model's context without any dialogue (see avtgym corpus check --solver-context-tokens): %w", t.ID, err)
+			}
+			if err := s.blame(ctx, t, schema, err); err != nil {
+				return "", err
+			}
+			return "", nil // the dialogue is too long: a failed solution
 		}
 		if err != nil {
 			return "", fmt.Errorf("task %s: %w", t.ID, err)
 		}
-		return extractSQL(resp.Content), nil
+		sql := extractSQL(resp.Content, resp.Truncated)
+		if len(sql) > maxSQLBytes {
+			return "", nil
+		}
+		return sql, nil
 	}
+}
+
+func (s *LLMSolver) chat(ctx context.Context, t *corpus.Task, schema string, dialogue []oracle.Turn, purpose string) (*llm.Response, error) {
+	return s.client.Chat(ctx, llm.Request{
+		Messages: solverMessages(t, schema, dialogue),
+		JSON:     true,
+		Purpose:  purpose,
+		CacheKey: t.Corpus.Name + "/" + t.ID,
+	})
+}
+
+// blame decides whether a prompt that overflowed (overflow) would fit
+// without the dialogue: nil when it would (the dialogue is to blame), else
+// an error naming the task.
+func (s *LLMSolver) blame(ctx context.Context, t *corpus.Task, schema string, overflow error) error {
+	cfg := s.client.Config()
+	if llm.OverflowEstimated(overflow) {
+		if need := llm.EstimatePromptTokens(solverMessages(t, schema, nil)) + cfg.MaxTokens; need > cfg.ContextTokens {
+			return fmt.Errorf("task %s: the solver's prompt needs ~%d tokens (estimated, %d of them for the reply) without any dialogue, more than the context of %d tokens (see avtgym corpus check --solver-context-tokens): %w",
+				t.ID, need, cfg.MaxTokens, cfg.ContextTokens, overflow)
+		}
+		return nil
+	}
+	_, err := s.chat(ctx, t, schema, nil, "solver.probe")
+	switch {
+	case err == nil:
+		return nil
+	case llm.KindOf(err) == llm.KindContextOverflow:
+		return fmt.Errorf("task %s: the solver's prompt overflows the model's context even without any dialogue (see avtgym corpus check --solver-context-tokens): %w", t.ID, err)
+	default:
+		return fmt.Errorf("task %s: checking whether the solver's prompt fits without the dialogue: %w", t.ID, err)
+	}
+}
+
+// SolverSchema returns the schema text the LLM solver uses for t once its
+// prompt has overflowed a context of contextTokens tokens with maxTokens
+// for the reply (0: llm.DefaultMaxTokens): the schema cut at table
+// boundaries (llm.TruncateSchema) to half of what the context leaves after
+// the reply and the rest of the prompt without dialogue, so that the other
+// half stays for the dialogue. It reports false, with t's whole schema,
+// when the schema fits that budget already, no context is configured or
+// the budget is not positive.
+func SolverSchema(t *corpus.Task, contextTokens, maxTokens int) (string, bool) {
+	if contextTokens <= 0 {
+		return t.DB.Schema, false
+	}
+	if maxTokens <= 0 {
+		maxTokens = llm.DefaultMaxTokens
+	}
+	rest := llm.EstimatePromptTokens(solverMessages(t, "", nil))
+	budget := (contextTokens - maxTokens - rest) / 2
+	if budget < 1 {
+		return t.DB.Schema, false
+	}
+	return llm.TruncateSchema(t.DB.Schema, budget)
+}
+
+// SolverBaseTokens returns the context, in tokens, that the LLM solver's
+// prompt for t needs without any dialogue: the estimate of the prompt with
+// t's schema — or, when that does not fit contextTokens, with the schema
+// SolverSchema cuts — plus maxTokens (0: llm.DefaultMaxTokens) for the
+// reply. A task whose base exceeds the context cannot be solved by the
+// model: its episodes end in ERROR when the solver is called.
+func SolverBaseTokens(t *corpus.Task, contextTokens, maxTokens int) int {
+	if maxTokens <= 0 {
+		maxTokens = llm.DefaultMaxTokens
+	}
+	need := llm.EstimatePromptTokens(solverMessages(t, t.DB.Schema, nil)) + maxTokens
+	if contextTokens <= 0 || need <= contextTokens {
+		return need
+	}
+	if cut, truncated := SolverSchema(t, contextTokens, maxTokens); truncated {
+		need = llm.EstimatePromptTokens(solverMessages(t, cut, nil)) + maxTokens
+	}
+	return need
 }
 
 func solverMessages(t *corpus.Task, schema string, dialogue []oracle.Turn) []llm.Message {
@@ -91,8 +181,9 @@ func solverMessages(t *corpus.Task, schema string, dialogue []oracle.Turn) []llm
 var fence = regexp.MustCompile("(?s)```(?:sql)?\\s*(.*?)```")
 
 // extractSQL reads {"sql": ...}; failing that, a fenced code block; failing
-// that, text that starts like a query.
-func extractSQL(content string) string {
+// that, text that starts like a query — unless the content was truncated,
+// when such text is only the beginning of a query.
+func extractSQL(content string, truncated bool) string {
 	var v struct {
 		SQL string `json:"sql"`
 	}
@@ -101,6 +192,9 @@ func extractSQL(content string) string {
 	}
 	if m := fence.FindStringSubmatch(content); m != nil {
 		return strings.TrimSpace(m[1])
+	}
+	if truncated {
+		return ""
 	}
 	trimmed := strings.TrimSpace(content)
 	upper := strings.ToUpper(trimmed)

@@ -31,7 +31,17 @@ const (
 	headerSize   = 1 + keyIDSize
 	minBucket    = 128
 	bucketStep   = 64
+	nonceSize    = 12 // AES-GCM's standard nonce
+	tagSize      = 16 // AES-GCM's tag
 )
+
+// tokenSize is the length of the token that seals n bytes of state:
+// header, nonce, and the bucket holding the 4-byte length prefix, the
+// state and the tag, rounded up to a multiple of bucketStep (at least
+// minBucket).
+func tokenSize(n int) int {
+	return headerSize + nonceSize + max(minBucket, (4+n+tagSize+bucketStep-1)/bucketStep*bucketStep)
+}
 
 // KeySize is the size of a token key: AES-256.
 const KeySize = 32
@@ -55,6 +65,9 @@ func NewSealer(key []byte) (*Sealer, error) {
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
 		return nil, err
+	}
+	if aead.NonceSize() != nonceSize || aead.Overhead() != tagSize {
+		return nil, fmt.Errorf("AES-GCM has a %d-byte nonce and a %d-byte tag, want %d and %d", aead.NonceSize(), aead.Overhead(), nonceSize, tagSize)
 	}
 	s := &Sealer{aead: aead}
 	sum := sha256.Sum256(append([]byte("avtgym episode token key id\x00"), key...))
@@ -115,9 +128,7 @@ func (s *Sealer) SealFunc(n int, fill func(buf []byte)) []byte {
 // header, nonce and length prefix, and returns the token and the slice the
 // plaintext goes into. The padding is already zero.
 func (s *Sealer) prepare(n int) (tok, buf []byte) {
-	overhead, nonceSize := s.aead.Overhead(), s.aead.NonceSize()
-	bucket := max(minBucket, (4+n+overhead+bucketStep-1)/bucketStep*bucketStep)
-	tok = make([]byte, headerSize+nonceSize+bucket)
+	tok = make([]byte, tokenSize(n))
 	tok[0] = tokenVersion
 	copy(tok[1:headerSize], s.keyID[:])
 	if _, err := rand.Read(tok[headerSize : headerSize+nonceSize]); err != nil {
@@ -128,11 +139,13 @@ func (s *Sealer) prepare(n int) (tok, buf []byte) {
 	return tok, body[4 : 4+n]
 }
 
+// TokenSize is the length of the token that seals n bytes of plaintext.
+func (s *Sealer) TokenSize(n int) int { return tokenSize(n) }
+
 // seal encrypts a prepared token in place.
 func (s *Sealer) seal(tok []byte) []byte {
-	nonceSize, overhead := s.aead.NonceSize(), s.aead.Overhead()
 	start := headerSize + nonceSize
-	plain := tok[start : len(tok)-overhead]
+	plain := tok[start : len(tok)-tagSize]
 	s.aead.Seal(plain[:0], tok[headerSize:start], plain, tok[:headerSize])
 	return tok
 }
@@ -145,8 +158,7 @@ func (s *Sealer) Open(token []byte) ([]byte, error) {
 // OpenAppend is Open decrypting into dst's storage (from dst[:0]), so that
 // callers on a hot path can reuse a buffer.
 func (s *Sealer) OpenAppend(dst, token []byte) ([]byte, error) {
-	nonceSize := s.aead.NonceSize()
-	if len(token) < headerSize+nonceSize+s.aead.Overhead()+4 {
+	if len(token) < headerSize+nonceSize+tagSize+4 {
 		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token is %d bytes, too short to be a token", len(token))
 	}
 	if token[0] != tokenVersion {

@@ -40,10 +40,19 @@ const (
 	DefaultConcurrency = 16
 	DefaultBackoffBase = 250 * time.Millisecond
 	DefaultBackoffMax  = 20 * time.Second
+	// DefaultMaxTokens is the completion limit sent when neither the
+	// config nor the request sets one: every request carries max_tokens,
+	// so that an endpoint never writes until its context is full.
+	DefaultMaxTokens = 2048
+	// DefaultMaxReplyBytes bounds a reply's content (Config.MaxReplyBytes).
+	DefaultMaxReplyBytes = 16 << 10
+	// MaxMaxReplyBytes is the largest Config.MaxReplyBytes New accepts.
+	MaxMaxReplyBytes = 16 << 20
 )
 
-// maxBody bounds the size of a response body the client reads.
-const maxBody = 32 << 20
+// bodyMargin is what a response body may hold besides its content: the
+// JSON framing, the usage report, a reasoning text. See Client.bodyLimit.
+const bodyMargin = 64 << 10
 
 // Config configures a Client. Zero fields take the defaults above.
 type Config struct {
@@ -69,8 +78,17 @@ type Config struct {
 	ContextTokens int
 	// Temperature is the sampling temperature (default 0).
 	Temperature float64
-	// MaxTokens is the default completion limit; 0 sends none.
+	// MaxTokens is the completion limit of requests that set none
+	// (default DefaultMaxTokens); max_tokens is sent with every request.
 	MaxTokens int
+	// MaxReplyBytes bounds the content of a reply, in bytes (default
+	// DefaultMaxReplyBytes, at most MaxMaxReplyBytes). Longer content, from
+	// an endpoint that ignored max_tokens, is cut at a UTF-8 boundary and
+	// the Response says so (Truncated). The response body is read up to
+	// 6×MaxReplyBytes (the worst case of JSON escaping) plus 64 KiB of
+	// framing; a longer body is not read further, and its content is
+	// salvaged from what was read.
+	MaxReplyBytes int
 	// JSONMode asks the endpoint for response_format json_object on
 	// requests with Request.JSON. If the endpoint answers 400 that it does
 	// not support it, the client retries without it and stops asking.
@@ -112,8 +130,13 @@ type Request struct {
 
 // Response is the outcome of a chat call.
 type Response struct {
-	// Content is the first choice's message content.
+	// Content is the first choice's message content: valid UTF-8 (invalid
+	// bytes replaced by U+FFFD), at most Config.MaxReplyBytes bytes.
 	Content string `json:"content"`
+	// Truncated reports that the endpoint's content was longer than
+	// Config.MaxReplyBytes (or its body longer than the client reads) and
+	// Content is its beginning.
+	Truncated bool `json:"truncated,omitempty"`
 	// PromptTokens and CompletionTokens are the endpoint's usage report.
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
@@ -149,8 +172,17 @@ func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("llm: Model is required")
 	}
-	if cfg.Timeout < 0 || cfg.Concurrency < 0 || cfg.ContextTokens < 0 || cfg.MaxTokens < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
-		return nil, errors.New("llm: Timeout, Concurrency, ContextTokens, MaxTokens and backoffs must not be negative")
+	if cfg.Timeout < 0 || cfg.Concurrency < 0 || cfg.ContextTokens < 0 || cfg.MaxTokens < 0 || cfg.MaxReplyBytes < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
+		return nil, errors.New("llm: Timeout, Concurrency, ContextTokens, MaxTokens, MaxReplyBytes and backoffs must not be negative")
+	}
+	if cfg.MaxReplyBytes > MaxMaxReplyBytes {
+		return nil, fmt.Errorf("llm: MaxReplyBytes %d is more than %d", cfg.MaxReplyBytes, MaxMaxReplyBytes)
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = DefaultMaxTokens
+	}
+	if cfg.MaxReplyBytes == 0 {
+		cfg.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if cfg.APIKeyEnv == "" {
 		cfg.APIKeyEnv = DefaultAPIKeyEnv
@@ -198,7 +230,9 @@ func (c *Client) Config() Config { return c.cfg }
 // call; a cache hit returns the cached response (Cached set) without the
 // endpoint; otherwise the endpoint is called, with retries, and a success is
 // stored in the cache. When two identical requests race, both return the
-// response the cache kept, so a replay reproduces the run.
+// response the cache kept, so a replay reproduces the run. The content is
+// bounded by Config.MaxReplyBytes and made valid UTF-8, from the endpoint
+// and from the cache alike.
 func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 	purpose := req.Purpose
 	if purpose == "" {
@@ -213,6 +247,9 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		outcome = "cached"
 	}
 	c.metrics.calls.WithLabelValues(purpose, outcome).Inc()
+	if resp != nil && resp.Truncated {
+		c.metrics.truncated.WithLabelValues(purpose).Inc()
+	}
 	return resp, err
 }
 
@@ -238,6 +275,7 @@ func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Respon
 		if r, ok := c.cfg.Cache.Get(key); ok {
 			c.metrics.cacheHits.WithLabelValues(purpose).Inc()
 			r.Cached = true
+			c.bound(&r) // a cache written under a larger limit
 			return &r, nil
 		}
 		c.metrics.cacheMisses.WithLabelValues(purpose).Inc()
@@ -255,6 +293,7 @@ func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Respon
 			return resp, errorf(KindCache, 0, err, "purpose %q key %q: storing the response", purpose, req.CacheKey)
 		}
 		if kept, ok := c.cfg.Cache.Get(key); ok {
+			c.bound(&kept)
 			return &kept, nil
 		}
 	}
@@ -301,7 +340,7 @@ type (
 		Model          string          `json:"model"`
 		Messages       []Message       `json:"messages"`
 		Temperature    float64         `json:"temperature"`
-		MaxTokens      int             `json:"max_tokens,omitempty"`
+		MaxTokens      int             `json:"max_tokens"`
 		ResponseFormat *responseFormat `json:"response_format,omitempty"`
 	}
 	responseFormat struct {
@@ -422,12 +461,27 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 		return nil, 0, transportError(actx, err, c.cfg.Timeout)
 	}
 	defer hresp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(hresp.Body, maxBody))
+	limit := c.bodyLimit()
+	data, err := io.ReadAll(io.LimitReader(hresp.Body, limit+1))
 	if err != nil {
 		return nil, 0, transportError(actx, err, c.cfg.Timeout)
 	}
+	cut := int64(len(data)) > limit
+	if cut {
+		data = data[:limit]
+	}
 	status := hresp.StatusCode
 	switch {
+	case status == http.StatusOK && cut:
+		// The endpoint ignored max_tokens: salvage the content's beginning
+		// rather than read on.
+		wr, ok := salvage(data, c.cfg.MaxReplyBytes)
+		if !ok {
+			return nil, 0, errorf(KindMalformed, status, nil, "the response body is over %d bytes and has no readable choices[0].message.content in them: %q", limit, excerpt(data))
+		}
+		resp := c.response(wr)
+		resp.Truncated = resp.Truncated || wr.contentCut
+		return resp, 0, nil
 	case status == http.StatusOK:
 		var wr wireResponse
 		if err := json.Unmarshal(data, &wr); err != nil {
@@ -436,16 +490,10 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 		if len(wr.Choices) == 0 || wr.Choices[0].Message.Content == nil {
 			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
 		}
-		model := wr.Model
-		if model == "" {
-			model = c.cfg.Model
-		}
-		return &Response{
-			Content:          *wr.Choices[0].Message.Content,
-			PromptTokens:     wr.Usage.PromptTokens,
-			CompletionTokens: wr.Usage.CompletionTokens,
-			Model:            model,
-		}, 0, nil
+		return c.response(partial{
+			model: wr.Model, content: *wr.Choices[0].Message.Content,
+			promptTokens: wr.Usage.PromptTokens, completionTokens: wr.Usage.CompletionTokens,
+		}), 0, nil
 	case status == http.StatusTooManyRequests:
 		return nil, retryAfter(hresp.Header.Get("Retry-After")), errorf(KindRateLimited, status, nil, "rate limited: %q", excerpt(data))
 	case status >= 500:
@@ -508,11 +556,14 @@ func jsonUnsupported(msg string) bool {
 		strings.Contains(m, "json mode") || strings.Contains(m, "guided_json")
 }
 
-// excerpt shortens a body for an error message.
+// excerpt shortens a body for an error message, at a UTF-8 boundary and
+// with invalid bytes replaced, so that the message is valid UTF-8 (it may
+// end up in a protobuf string).
 func excerpt(b []byte) string {
 	const n = 300
 	if len(b) <= n {
-		return string(b)
+		return strings.ToValidUTF8(string(b), "\uFFFD")
 	}
-	return string(b[:n]) + "…"
+	s, _ := cutUTF8(strings.ToValidUTF8(string(b[:n]), "\uFFFD"), n)
+	return s + "…"
 }

@@ -26,8 +26,8 @@ const (
 	// than 429 (never retried), or the request itself is invalid.
 	KindBadRequest
 	// KindContextOverflow: the prompt does not fit the model's context:
-	// detected before the call from Config.ContextTokens, or reported by the
-	// endpoint.
+	// detected before the call from Config.ContextTokens (Status 0; see
+	// OverflowEstimated), or reported by the endpoint (its HTTP status).
 	KindContextOverflow
 	// KindMalformed: the endpoint's answer (or, from ParseJSON, the model's
 	// content) could not be parsed.
@@ -93,6 +93,14 @@ func KindOf(err error) ErrorKind {
 		return e.Kind
 	}
 	return KindUnknown
+}
+
+// OverflowEstimated reports whether err is a KindContextOverflow that the
+// client detected from its estimate before calling the endpoint (as
+// opposed to one the endpoint reported).
+func OverflowEstimated(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindContextOverflow && e.Status == 0
 }
 
 func errorf(kind ErrorKind, status int, err error, format string, args ...any) *Error {

@@ -15,6 +15,7 @@ type metrics struct {
 	latency          *prometheus.HistogramVec
 	cacheHits        *prometheus.CounterVec
 	cacheMisses      *prometheus.CounterVec
+	truncated        *prometheus.CounterVec
 }
 
 // newMetrics builds the metrics and registers them on reg (when not nil).
@@ -43,11 +44,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		cacheMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "avtgym_llm_cache_misses_total", Help: "LLM calls not found in the response cache, by purpose.",
 		}, []string{"purpose"}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_llm_replies_truncated_total", Help: "LLM replies whose content was cut to the reply byte limit (cache hits included), by purpose.",
+		}, []string{"purpose"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses} {
+	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses, &m.truncated} {
 		if err := register(reg, p); err != nil {
 			return nil, err
 		}

@@ -18,18 +18,27 @@ func ParseJSON(content string, v any) error {
 		return decode(trimmed, content, v)
 	}
 	unterminated := false
-	for i := 0; i < len(content); i++ {
+	// Each candidate costs a scan to its end (and a validation): bound the
+	// total, so that content with many nested or unclosed braces costs
+	// linear time, not quadratic (1 MB of "{" would take minutes).
+	budget := 16*len(content) + 1<<20
+	for i := 0; i < len(content) && budget >= 0; i++ {
 		if content[i] != '{' {
 			continue
 		}
 		end := balancedObject(content, i)
 		if end < 0 {
 			unterminated = true
+			budget -= len(content) - i
 			continue
 		}
+		budget -= 2 * (end - i)
 		if cand := content[i:end]; json.Valid([]byte(cand)) {
 			return decode(cand, content, v)
 		}
+	}
+	if budget < 0 {
+		return errorf(KindMalformed, 0, nil, "no valid JSON object among the first braces (too many nested or unclosed ones) in %q", excerpt([]byte(content)))
 	}
 	if unterminated {
 		return errorf(KindMalformed, 0, nil, "unterminated JSON object (output cut short?) in %q", excerpt([]byte(content)))

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -64,8 +65,10 @@ const (
 // so that with the client's cache the reply is determined by (oracle
 // version, model, record, history, question) and a run replays exactly.
 // Errors are returned only for environment failures (the endpoint failing
-// after the client's retries, a context overflow, a canceled context, a
-// nil record); bad model output never fails a call.
+// after the client's retries, a canceled context, a nil record, a record
+// whose own prompt does not fit the model's context); bad model output
+// never fails a call, and neither does a question or a dialogue too long
+// for the context (see Ask).
 //
 // LLM is safe for concurrent use.
 type LLM struct {
@@ -119,6 +122,16 @@ func (a action) String() string {
 // Ask runs both stages and returns the reply with its validated action
 // (Reply.Action), the number of regenerations and whether the reply fell
 // back to the deterministic responder's text. It implements env.Oracle.
+//
+// A prompt over the model's context is the policy's doing when the
+// record's own prompt fits: the question (or the dialogue) is too long,
+// and the answer is Refusal with unanswerable() and no credits, from
+// either stage. Whether the record's own prompt fits is decided from the
+// estimate of the prompt with no dialogue and a one-word question when the
+// overflow was estimated before the call (llm.Config.ContextTokens), and
+// by sending that prompt once when the endpoint reported the overflow;
+// when it does not fit, Ask fails (the corpus does not fit the model:
+// `avtgym corpus check --oracle-context-tokens` reports such records).
 func (l *LLM) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
 	if rec == nil {
 		return Reply{}, errNilRecord
@@ -128,6 +141,9 @@ func (l *LLM) Ask(ctx context.Context, rec *corpus.Record, history []Turn, quest
 		return Reply{}, fmt.Errorf("oracle: match: %w", err)
 	}
 	r, err := l.respond(ctx, rec, history, question, act, credits)
+	if errors.Is(err, errTooLong) {
+		return Reply{Text: Refusal, Action: action{}.String()}, nil
+	}
 	if err != nil {
 		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
 	}
@@ -148,7 +164,8 @@ func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, que
 // Respond runs stage 2 for credits alone, without the action that Match
 // chose: with credits it answers as labeled(the first credited term), with
 // none as unanswerable() (Refusal). Ask keeps the action and answers
-// unlabeled questions too.
+// unlabeled questions too. A question or dialogue too long for the
+// context gets Refusal (the credits Match gave stand; Ask clears them).
 func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
 	if rec == nil {
 		return "", errNilRecord
@@ -163,6 +180,9 @@ func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		act = action{kind: actLabeled, arg: rec.Ambiguities[credits[0]].Term}
 	}
 	r, err := l.respond(ctx, rec, history, question, act, credits)
+	if errors.Is(err, errTooLong) {
+		return Refusal, nil
+	}
 	return r.Text, err
 }
 
@@ -249,6 +269,18 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 			Messages: msgs, JSON: true, MaxTokens: matchMaxTokens,
 			Purpose: "oracle.match", CacheKey: l.cacheKey(rec),
 		})
+		if llm.KindOf(err) == llm.KindContextOverflow {
+			if attempt > 0 {
+				// The model's own unreadable output made the corrective
+				// request too long: unreadable twice, as below.
+				return action{}, nil, nil
+			}
+			base := matchMessages(rec, segs, l.opt.Scoped, nil, probeQuestion)
+			if err := l.blame(ctx, rec, err, base, true, matchMaxTokens, "oracle.match"); err != nil {
+				return action{}, nil, err
+			}
+			return action{}, nil, nil // the question or the dialogue is too long
+		}
 		if err != nil {
 			return action{}, nil, err
 		}
@@ -407,6 +439,22 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 			Messages: msgs, MaxTokens: respondMaxTokens,
 			Purpose: "oracle.respond", CacheKey: l.cacheKey(rec),
 		})
+		if llm.KindOf(err) == llm.KindContextOverflow && attempt > 0 {
+			// A regeneration request (the draft and the corrective
+			// appended) is too long: every draft counts as rejected.
+			fb, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
+			if err != nil {
+				return Reply{}, err
+			}
+			return Reply{Text: fb, Regenerated: attempt, FellBack: true}, nil
+		}
+		if llm.KindOf(err) == llm.KindContextOverflow {
+			base := respondMessages(rec, segs, promptSchema, l.opt.Scoped, nil, probeQuestion, act, credits)
+			if err := l.blame(ctx, rec, err, base, false, respondMaxTokens, "oracle.respond"); err != nil {
+				return Reply{}, err
+			}
+			return Reply{}, errTooLong
+		}
 		if err != nil {
 			return Reply{}, err
 		}
@@ -525,5 +573,8 @@ func (r pairResponder) Respond(ctx context.Context, rec *corpus.Record, history 
 		return r.l.Respond(ctx, rec, history, question, credits)
 	}
 	rep, err := r.l.respond(ctx, rec, history, question, act, credits)
+	if errors.Is(err, errTooLong) {
+		return Refusal, nil
+	}
 	return rep.Text, err
 }

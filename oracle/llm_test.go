@@ -58,7 +58,12 @@ func newFakeModel(t *testing.T, script func(c fakeCall) (int, string)) *fakeMode
 		f.mu.Unlock()
 		status, content := f.script(c)
 		if status != http.StatusOK {
-			http.Error(w, `{"error":{"message":"boom"}}`, status)
+			msg := "boom"
+			if content != "" {
+				msg = content // e.g. a context-length message
+			}
+			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg}})
+			http.Error(w, string(b), status)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

@@ -294,8 +294,11 @@ func TestPhaseOrder(t *testing.T) {
 	}
 	_, err = c.Step(ctxT(t), &pb.StepRequest{Token: ep.Token})
 	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
-	_, err = c.Step(ctxT(t), &pb.StepRequest{Token: ep.Token, Action: ask("  ")})
-	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
+	// A blank question is the policy's fault, scored: refused, and counted.
+	r = step(t, c, ep.Token, ask("  "), false)
+	if r.Done || r.Observation.QuestionsAsked != 1 || len(r.Observation.Turns) != 2 || !strings.HasPrefix(r.Observation.Turns[1].Text, "I can't answer that") {
+		t.Fatalf("a blank question: %v", r)
+	}
 }
 
 func TestBadSQLIsAFailedSolution(t *testing.T) {

@@ -4,15 +4,21 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"avtgym/env"
+	"avtgym/internal/grpcpool"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of avtgym's errors.
@@ -24,6 +30,38 @@ var codeOf = map[env.Code]codes.Code{
 	env.NotFound:           codes.NotFound,
 	env.Internal:           codes.Internal,
 	env.Unavailable:        codes.Unavailable,
+	env.ResourceExhausted:  codes.ResourceExhausted,
+}
+
+// MaxErrorMessageBytes bounds a status message (cut with a marker).
+// Messages may quote the request (a task id of any length), and a status
+// travels in HTTP/2 trailers twice (grpc-message, and the details' copy),
+// whose size clients cap (gRPC's C core, under the Python client, at a few
+// KiB of metadata by default); past the cap the client gets a transport
+// error instead of the status.
+const MaxErrorMessageBytes = 1 << 10
+
+// decodeError is the error of a request the codec did not decode.
+func decodeError(f *grpcpool.DecodeFailure) error {
+	if f.TooLarge {
+		return &env.Error{Code: env.ResourceExhausted, Reason: env.ReasonRequestTooLarge, Msg: f.Error() + "; split it",
+			Meta: map[string]string{"size_bytes": strconv.Itoa(f.Size), "limit_bytes": strconv.Itoa(f.Limit)}}
+	}
+	return &env.Error{Code: env.InvalidArgument, Reason: env.ReasonRequestMalformed, Msg: f.Error()}
+}
+
+// genericReason is the ErrorInfo reason of a status that came without one
+// (grpc's own, health's): its code in upper snake case (NOT_FOUND).
+func genericReason(c codes.Code) string {
+	name := c.String()
+	var b strings.Builder
+	for i, r := range name {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // toStatus is the one place where errors become gRPC statuses. Every status
@@ -31,13 +69,25 @@ var codeOf = map[env.Code]codes.Code{
 // BadRequest naming the field.
 func toStatus(err error) *status.Status {
 	if st, ok := status.FromError(err); ok {
-		return st // already a status (from a nested call)
+		// Already a status (from a nested call, or another service's).
+		for _, d := range st.Details() {
+			if _, ok := d.(*errdetails.ErrorInfo); ok {
+				return st
+			}
+		}
+		// Add one, keeping the details it has.
+		p := st.Proto()
+		p.Message = env.BoundText(p.Message, MaxErrorMessageBytes)
+		if info, err := anypb.New(&errdetails.ErrorInfo{Reason: genericReason(st.Code()), Domain: ErrorDomain}); err == nil {
+			p.Details = append(p.Details, info)
+		}
+		return status.FromProto(p)
 	}
 	var (
 		code   codes.Code
 		reason string
 		field  string
-		msg    = err.Error()
+		msg    = env.BoundText(err.Error(), MaxErrorMessageBytes)
 	)
 	var ee *env.Error
 	switch {
@@ -55,12 +105,21 @@ func toStatus(err error) *status.Status {
 	}
 	st := status.New(code, msg)
 	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
-	if field != "" {
-		info.Metadata = map[string]string{"field": field}
+	if field != "" || (ee != nil && len(ee.Meta) > 0) {
+		info.Metadata = map[string]string{}
+		if ee != nil {
+			maps.Copy(info.Metadata, ee.Meta)
+		}
+		if field != "" {
+			info.Metadata["field"] = field
+		}
 	}
 	details := []protoadapt.MessageV1{info}
 	if field != "" && code == codes.InvalidArgument {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason}}})
+	}
+	if ee != nil && ee.Retryable {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ee.RetryDelay)})
 	}
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails

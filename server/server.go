@@ -7,10 +7,10 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
-	"sync"
-	"sync/atomic"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -28,8 +28,10 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 )
 
-// MaxBatch bounds the items of one ResetBatch or StepBatch.
-const MaxBatch = 4096
+// DefaultMaxMessageBytes is the default bound on a request and on a
+// response (Options.MaxRecvBytes, Options.MaxSendBytes): batches of
+// thousands of tokens are large.
+const DefaultMaxMessageBytes = 64 << 20
 
 // Options configure a Server.
 type Options struct {
@@ -40,9 +42,17 @@ type Options struct {
 	// ShutdownGrace is how long Serve waits for calls in flight after its
 	// context ends before it cuts them; zero means 10 seconds.
 	ShutdownGrace time.Duration
-	// MaxRecvBytes bounds a request message; zero means 64 MiB (batches of
-	// thousands of tokens are large).
+	// MaxRecvBytes bounds a request message; zero means
+	// DefaultMaxMessageBytes. A larger request gets RESOURCE_EXHAUSTED
+	// (REQUEST_TOO_LARGE) with ErrorInfo; grpc's own limit is set a quarter
+	// higher (grpcRecvLimit), and a request above that gets grpc's bare
+	// RESOURCE_EXHAUSTED.
 	MaxRecvBytes int
+	// MaxSendBytes bounds a response message; zero means
+	// DefaultMaxMessageBytes. The server never builds a larger response:
+	// a batch item whose result would not fit gets RESOURCE_EXHAUSTED
+	// (RESPONSE_TOO_LARGE), and so does a unary call.
+	MaxSendBytes int
 	// BatchWorkers is how many items of one batch run at once; zero means
 	// GOMAXPROCS, right for deterministic steps, which are CPU-bound. Steps
 	// that wait on a model endpoint (LLM oracles and solvers) need more, or
@@ -60,6 +70,11 @@ type Server struct {
 	log    *zap.Logger
 	grpc   *grpc.Server
 	health *health.Server
+	codec  *grpcpool.ServerCodec
+	// batchBytes is the byte budget of one batch response (batch.go); the
+	// overflow results are what an item that does not fit gets.
+	batchBytes                  int
+	resetOverflow, stepOverflow overflow
 }
 
 // New builds a server around an environment.
@@ -70,19 +85,28 @@ func New(e *env.Env, opt Options) *Server {
 	if opt.ShutdownGrace == 0 {
 		opt.ShutdownGrace = 10 * time.Second
 	}
-	if opt.MaxRecvBytes == 0 {
-		opt.MaxRecvBytes = 64 << 20
+	if opt.MaxRecvBytes <= 0 {
+		opt.MaxRecvBytes = DefaultMaxMessageBytes
+	}
+	if opt.MaxSendBytes <= 0 {
+		opt.MaxSendBytes = DefaultMaxMessageBytes
 	}
 	if opt.BatchWorkers <= 0 {
 		opt.BatchWorkers = runtime.GOMAXPROCS(0)
 	}
-	s := &Server{env: e, opt: opt, log: opt.Logger, health: health.NewServer()}
+	s := &Server{env: e, opt: opt, log: opt.Logger, health: health.NewServer(), codec: grpcpool.NewServerCodec(opt.MaxRecvBytes)}
+	s.initBatches()
+	if n := e.MaxStepResponseBytes(); n > opt.MaxSendBytes {
+		s.log.Warn("a step's response may exceed the send limit; such steps fail with RESOURCE_EXHAUSTED",
+			zap.Int("step_response_bound", n), zap.Int("max_send_bytes", opt.MaxSendBytes))
+	}
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.intercept),
-		grpc.MaxRecvMsgSize(opt.MaxRecvBytes),
-		grpc.MaxSendMsgSize(opt.MaxRecvBytes),
+		grpc.ChainStreamInterceptor(s.interceptStream),
+		grpc.MaxRecvMsgSize(grpcRecvLimit(opt.MaxRecvBytes)),
+		grpc.MaxSendMsgSize(opt.MaxSendBytes),
 		experimental.BufferPool(grpcpool.Shared),
-		grpc.ForceServerCodecV2(grpcpool.Codec{}),
+		grpc.ForceServerCodecV2(s.codec),
 	)
 	pb.RegisterEnvServiceServer(s.grpc, s)
 	pb.RegisterOracleServiceServer(s.grpc, &oracleService{env: e})
@@ -125,13 +149,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// intercept logs and measures every unary call and turns any domain error
-// that escaped a handler into a status.
+// grpcRecvLimit is grpc's own request limit for a server limit of n bytes:
+// a quarter higher, so that requests somewhat over the limit reach the
+// codec, which answers them with details.
+func grpcRecvLimit(n int) int { return n + n/4 }
+
+// intercept logs and measures every unary call, answers requests that did
+// not decode, refuses responses larger than the send limit, and turns any
+// error into a status with details (and a panic into INTERNAL).
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	resp, err := handler(ctx, req)
+	resp, err := s.handle(ctx, req, info.FullMethod, handler)
 	if err != nil {
-		err = toStatus(err).Err()
+		resp, err = nil, toStatus(err).Err()
 	}
 	if s.opt.Metrics != nil {
 		s.opt.Metrics.observeRPC(info.FullMethod, err, time.Since(start))
@@ -145,13 +175,106 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, err
 }
 
-// Reset implements EnvService.Reset.
+func (s *Server) handle(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, s.recovered(method, r)
+		}
+	}()
+	if f := s.codec.Failure(req); f != nil {
+		return nil, decodeError(f)
+	}
+	resp, err = handler(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.(type) {
+	case *pb.ResetBatchResponse, *pb.StepBatchResponse:
+		return resp, nil // accounted item by item (batch.go)
+	}
+	if n := messageSize(resp); n > s.opt.MaxSendBytes {
+		return nil, &env.Error{Code: env.ResourceExhausted, Reason: env.ReasonResponseTooLarge,
+			Msg:  fmt.Sprintf("the response would be %d bytes, more than this server sends (%d); ask for less", n, s.opt.MaxSendBytes),
+			Meta: map[string]string{"size_bytes": strconv.Itoa(n), "limit_bytes": strconv.Itoa(s.opt.MaxSendBytes)}}
+	}
+	return resp, nil
+}
+
+// interceptStream gives streams (reflection, health Watch) the same
+// treatment: requests that did not decode are answered with details, and
+// errors become statuses with ErrorInfo.
+func (s *Server) interceptStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = toStatus(s.recovered(info.FullMethod, r)).Err()
+		}
+	}()
+	if err := handler(srv, &checkedStream{ServerStream: ss, codec: s.codec}); err != nil {
+		return toStatus(err).Err()
+	}
+	return nil
+}
+
+// checkedStream reports, from RecvMsg, a request that did not decode.
+type checkedStream struct {
+	grpc.ServerStream
+	codec *grpcpool.ServerCodec
+}
+
+func (c *checkedStream) RecvMsg(m any) error {
+	err := c.ServerStream.RecvMsg(m)
+	if f := c.codec.Failure(m); f != nil {
+		return toStatus(decodeError(f)).Err()
+	}
+	return err
+}
+
+// recovered turns a panic into an INTERNAL error, and logs it with its
+// stack: hostile input must never take the process down.
+func (s *Server) recovered(method string, r any) error {
+	s.log.Error("panic", zap.String("method", method), zap.Any("panic", r), zap.Stack("stack"))
+	return &env.Error{Code: env.Internal, Reason: env.ReasonInternal, Msg: fmt.Sprintf("the server failed on this request: %v", r)}
+}
+
+// messageSize is the encoded size of a response.
+func messageSize(m any) int {
+	switch m := m.(type) {
+	case interface{ SizeVT() int }:
+		return m.SizeVT()
+	case proto.Message:
+		return proto.Size(m)
+	}
+	return 0
+}
+
+// Reset implements EnvService.Reset. A group whose response would exceed
+// the send limit is refused before it is built.
 func (s *Server) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
-	resp, err := s.env.Reset(ctx, req)
+	p, err := s.env.PlanReset(req)
+	if err != nil {
+		return nil, err
+	}
+	if p.Size > s.batchBytes {
+		return nil, s.groupTooLarge(p)
+	}
+	resp, err := s.env.BuildReset(p)
 	if err == nil && s.opt.Metrics != nil {
 		s.opt.Metrics.episodesStarted.Add(float64(len(resp.Episodes)))
 	}
 	return resp, err
+}
+
+func (s *Server) groupTooLarge(p *env.ResetPlan) error {
+	per := p.Size / p.Episodes
+	fit := s.batchBytes / per
+	msg := fmt.Sprintf("a group of %d episodes would be %d bytes, more than this server sends (%d)", p.Episodes, p.Size, s.batchBytes)
+	if fit > 0 {
+		msg += fmt.Sprintf("; ask for at most %d episodes per reset", fit)
+	} else {
+		msg += "; this task's episodes are too large for this server's send limit"
+	}
+	return &env.Error{Code: env.ResourceExhausted, Reason: env.ReasonResponseTooLarge, Field: "group_size", Msg: msg,
+		Meta: map[string]string{"size_bytes": strconv.Itoa(p.Size), "limit_bytes": strconv.Itoa(s.batchBytes), "max_group_size": strconv.Itoa(fit)}}
 }
 
 // Step implements EnvService.Step.
@@ -161,68 +284,6 @@ func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepRespons
 		s.opt.Metrics.observeStep(req, resp)
 	}
 	return resp, err
-}
-
-// ResetBatch implements EnvService.ResetBatch: one result per item.
-func (s *Server) ResetBatch(ctx context.Context, req *pb.ResetBatchRequest) (*pb.ResetBatchResponse, error) {
-	if err := checkBatch("requests", len(req.GetRequests())); err != nil {
-		return nil, err
-	}
-	out := &pb.ResetBatchResponse{Results: make([]*pb.ResetBatchResult, len(req.Requests))}
-	fanOut(len(req.Requests), s.opt.BatchWorkers, func(i int) {
-		resp, err := s.Reset(ctx, req.Requests[i])
-		out.Results[i] = &pb.ResetBatchResult{Status: itemStatus(err), Response: resp}
-	})
-	return out, nil
-}
-
-// StepBatch implements EnvService.StepBatch: one result per item.
-func (s *Server) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.StepBatchResponse, error) {
-	if err := checkBatch("steps", len(req.GetSteps())); err != nil {
-		return nil, err
-	}
-	out := &pb.StepBatchResponse{Results: make([]*pb.StepBatchResult, len(req.Steps))}
-	fanOut(len(req.Steps), s.opt.BatchWorkers, func(i int) {
-		resp, err := s.Step(ctx, req.Steps[i])
-		out.Results[i] = &pb.StepBatchResult{Status: itemStatus(err), Response: resp}
-	})
-	return out, nil
-}
-
-func checkBatch(field string, n int) error {
-	if n > MaxBatch {
-		return &env.Error{Code: env.InvalidArgument, Reason: env.ReasonInvalidAction, Field: field, Msg: "a batch holds at most 4096 items; split it"}
-	}
-	return nil
-}
-
-// fanOut runs f(0..n-1) on up to workers goroutines. A panic in one item
-// would take the process down like any handler panic; items never panic on
-// bad input, they return errors.
-func fanOut(n, workers int, f func(i int)) {
-	workers = min(n, workers)
-	if workers <= 1 {
-		for i := range n {
-			f(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // ListTasks implements EnvService.ListTasks.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"avtgym/audit"
+	"avtgym/llm"
 )
 
 // runCorpusCheck loads each corpus directory and audits it (package
@@ -21,8 +22,11 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	workers := fs.Int("workers", 0, "units checked at once (0: GOMAXPROCS)")
 	minRes := fs.Int("min-resolution-len", audit.DefaultMinResolutionLen, "shortest normalised resolution the leak check searches for, in bytes")
 	progress := fs.Bool("progress", false, "report progress on stderr")
+	oracleCtx := fs.Int("oracle-context-tokens", 0, "context length of the LLM oracles' model in tokens (as serve's flag): report records whose base prompts exceed it (0: not checked)")
+	solverCtx := fs.Int("solver-context-tokens", 0, "context length of the LLM solver's model in tokens (as serve's flag): report tasks whose solver prompt without dialogue exceeds it (0: not checked)")
+	solverMax := fs.Int("solver-max-tokens", llm.DefaultMaxTokens, "the LLM solver's completion limit (as serve's flag)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: avtgym corpus check [--workers N] [--min-resolution-len N] [--progress] DIR...")
+		fmt.Fprintln(stderr, "usage: avtgym corpus check [--workers N] [--min-resolution-len N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N [--solver-max-tokens N]] DIR...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -31,7 +35,7 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		return 2
 	}
-	if fs.NArg() == 0 || *workers < 0 || *minRes < 1 {
+	if fs.NArg() == 0 || *workers < 0 || *minRes < 1 || *oracleCtx < 0 || *solverCtx < 0 || *solverMax < 1 {
 		fs.Usage()
 		return 2
 	}
@@ -42,7 +46,8 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 			code = 1
 			continue
 		}
-		opt := audit.Options{Workers: *workers, MinResolutionLen: *minRes}
+		opt := audit.Options{Workers: *workers, MinResolutionLen: *minRes,
+			OracleContextTokens: *oracleCtx, SolverContextTokens: *solverCtx, SolverMaxTokens: *solverMax}
 		if *progress {
 			last := time.Now()
 			opt.Progress = func(done, total int) {

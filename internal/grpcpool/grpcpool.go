@@ -5,7 +5,9 @@
 // clearing that megabyte four times per batch (marshal and unmarshal, on
 // both sides) was 10% of a batch's CPU in profiles. This pool has a tier for
 // every power of two and zeroes only the bytes it hands out; the codec is
-// grpc's own proto codec with the pool swapped.
+// grpc's own proto codec with the pool swapped. ServerCodec is the
+// server's variant: it records requests that do not decode, or are too
+// large, for the server's interceptors to answer with details.
 package grpcpool
 
 import (

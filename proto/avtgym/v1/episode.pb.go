@@ -1541,7 +1541,10 @@ func (x *Privileged) GetOracleAction() string {
 // Ask is a clarifying question.
 type Action_Ask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The question text, sent to the oracle as it is.
+	// The question text, sent to the oracle as it is. Text that is empty,
+	// not valid UTF-8 or longer than 16 KiB is the policy's fault, not an
+	// error: the environment answers it with a refusal (it counts against
+	// the budget and earns no credit).
 	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1627,7 +1630,9 @@ func (*Action_Stop) Descriptor() ([]byte, []int) {
 type Action_SubmitSql struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The SQL text, in the database's dialect. Several statements may be
-	// separated by ';': the last statement's result counts.
+	// separated by ';': the last statement's result counts. Text that is
+	// empty, not valid UTF-8 or longer than 256 KiB is not run: the episode
+	// ends with outcome 0 and a feedback turn.
 	Sql           string `protobuf:"bytes,1,opt,name=sql,proto3" json:"sql,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

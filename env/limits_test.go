@@ -1,0 +1,241 @@
+package env
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"avtgym/corpus"
+	"avtgym/env/internal/statepb"
+	pb "avtgym/proto/avtgym/v1"
+	"avtgym/reward"
+)
+
+// worstState is an episode state with every field at its largest encoding:
+// negative enums and int32s (10-byte varints), the widest seed, and every
+// text at its limit.
+func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
+	mask := uint64(math.MaxUint64)
+	st := &statepb.EpisodeState{
+		Version:        math.MaxUint32,
+		Corpus:         strings.Repeat("c", corpusBytes),
+		RecordId:       strings.Repeat("r", idBytes),
+		RecordHash:     make([]byte, recordHashSize),
+		Seed:           math.MaxUint64,
+		GroupIndex:     -1,
+		Reward:         pb.RewardType(-1),
+		Solver:         pb.Solver(-1),
+		Oracle:         pb.OracleType(-1),
+		Budget:         -1,
+		Phase:          pb.Phase(-1),
+		Status:         pb.EpisodeStatus(-1),
+		Attempted:      -1,
+		SolutionSql:    strings.Repeat("s", MaxSQLBytes),
+		Verified:       true,
+		Outcome:        true,
+		VerifierReason: strings.Repeat("v", MaxNoticeBytes),
+		IssuedUnix:     -1,
+	}
+	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
+	for range answered {
+		st.Questions = append(st.Questions, &statepb.AnsweredQuestion{Question: q, Reply: r, CreditMask: &mask})
+	}
+	return st
+}
+
+// TestStateBoundIsExact fills every field of the state to its limit: the
+// encoded size is exactly StateBound, so the bound covers every field and
+// no term is counted twice.
+func TestStateBoundIsExact(t *testing.T) {
+	for _, ids := range [][2]int{{1, 1}, {4, 3}, {127, 128}, {300, 20000}} {
+		st := worstState(ids[0], ids[1], MaxAnswered)
+		if got, want := st.SizeVT(), StateBound(ids[0], ids[1]); got != want {
+			t.Errorf("ids %v: worst state is %d bytes, StateBound says %d", ids, got, want)
+		}
+		s, err := NewSealer(RandomKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := s.Seal(make([]byte, st.SizeVT()))
+		if got, want := len(tok), TokenBound(ids[0], ids[1]); got != want {
+			t.Errorf("ids %v: the worst state's token is %d bytes, TokenBound says %d", ids, got, want)
+		}
+	}
+}
+
+// TestSealRefusesStateAboveBound: a state the arithmetic does not cover is
+// an Internal error, not a token.
+func TestSealRefusesStateAboveBound(t *testing.T) {
+	s, err := NewSealer(RandomKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{cfg: Config{Sealer: s}, maxState: StateBound(8, 8)}
+	if _, err := e.seal(worstState(8, 8, MaxAnswered)); err != nil {
+		t.Fatalf("the largest valid state: %v", err)
+	}
+	_, err = e.seal(worstState(8, 8, MaxAnswered+1))
+	var ee *Error
+	if !errors.As(err, &ee) || ee.Code != Internal {
+		t.Fatalf("a state above the bound: %v, want an Internal error", err)
+	}
+}
+
+// TestStepResponseBoundIsExact builds the largest StepResponse of each
+// shape a step can have on a task and checks it against
+// StepResponseBound: the largest equals it, none exceeds it.
+func TestStepResponseBoundIsExact(t *testing.T) {
+	task := &corpus.Task{
+		Record: &corpus.Record{ID: "task-1", AVTID: "avt-one", Interpretation: "by amount", Ambiguities: []corpus.Ambiguity{
+			{Term: "top region"}, {Term: "recent year"}, {Term: "é"},
+		}},
+		Corpus: &corpus.Corpus{Name: "tiny"},
+	}
+	credits := func() []*pb.Credit {
+		var out []*pb.Credit
+		for _, a := range task.Ambiguities {
+			out = append(out, &pb.Credit{Index: -1, Term: a.Term, Counted: true})
+		}
+		return out
+	}
+	turn := func(n int) *pb.Turn {
+		return &pb.Turn{Role: pb.Role(-1), Kind: pb.TurnKind(-1), Text: strings.Repeat("x", n)}
+	}
+	shapes := map[string][]*pb.Turn{
+		"ask":              {turn(MaxQuestionBytes), turn(MaxReplyBytes)},
+		"over budget":      {turn(MaxQuestionBytes), turn(MaxNoticeBytes), turn(MaxNoticeBytes)},
+		"submit":           {turn(MaxSQLBytes), turn(MaxNoticeBytes)},
+		"stop then verify": {turn(0), turn(MaxNoticeBytes)},
+	}
+	bound := StepResponseBound(task)
+	largest := 0
+	for name, turns := range shapes {
+		resp := &pb.StepResponse{
+			Token:       make([]byte, TokenBound(len(task.Corpus.Name), len(task.ID))),
+			Observation: &pb.Observation{Turns: turns, Phase: pb.Phase(-1), QuestionBudget: -1, QuestionsAsked: -1, QuestionsRemaining: -1},
+			Done:        true,
+			Status:      pb.EpisodeStatus(-1),
+			Reward: &pb.Reward{Type: pb.RewardType(-1), Value: 0.5, Components: map[string]float64{
+				reward.ComponentQuestionF1: 1, reward.ComponentPrecision: 1, reward.ComponentRecall: 1, reward.ComponentOutcome: 1,
+			}},
+			Privileged: &pb.Privileged{
+				AvtId: task.AVTID, Interpretation: task.Interpretation,
+				Credits: credits(), EpisodeCredits: credits(),
+				VerifierReason: strings.Repeat("v", MaxNoticeBytes),
+				SolverSql:      strings.Repeat("s", MaxSQLBytes),
+				OracleAction:   strings.Repeat("o", MaxReplyBytes),
+			},
+		}
+		n := resp.SizeVT()
+		if n > bound {
+			t.Errorf("%s: the largest response is %d bytes, more than StepResponseBound %d", name, n, bound)
+		}
+		largest = max(largest, n)
+	}
+	if largest != bound {
+		t.Errorf("the largest response of any shape is %d bytes, StepResponseBound says %d", largest, bound)
+	}
+}
+
+func TestBoundText(t *testing.T) {
+	const max = 40
+	long := strings.Repeat("é", 100) // 200 bytes
+	cases := []struct {
+		name, in string
+		cut      bool
+	}{
+		{"short", "hello", false},
+		{"exact", strings.Repeat("a", max), false},
+		{"long ascii", strings.Repeat("a", 1000), true},
+		{"long two-byte runes", long, true},
+		{"long three-byte runes", strings.Repeat("€", 100), true},
+		{"invalid bytes", "a\xffb\xfe", false},
+		{"invalid run", strings.Repeat("\xff", 10_000), true},
+		{"truncated rune at the end", "abc\xe2\x82", false},
+		{"invalid that grows past max", strings.Repeat("a\xff", 20), true},
+	}
+	for _, tc := range cases {
+		got := BoundText(tc.in, max)
+		if len(got) > max || !utf8.ValidString(got) {
+			t.Errorf("%s: %q (%d bytes, valid %v)", tc.name, got, len(got), utf8.ValidString(got))
+		}
+		if strings.HasSuffix(got, TruncationMarker) != tc.cut {
+			t.Errorf("%s: %q: marker %v, want %v", tc.name, got, !tc.cut, tc.cut)
+		}
+		if utf8.ValidString(tc.in) && len(tc.in) <= max && got != tc.in {
+			t.Errorf("%s: valid text within the limit changed: %q", tc.name, got)
+		}
+		if tc.cut && utf8.ValidString(tc.in) && !strings.HasPrefix(tc.in, strings.TrimSuffix(got, TruncationMarker)) {
+			t.Errorf("%s: %q is not a prefix of the input plus the marker", tc.name, got)
+		}
+	}
+	if got := BoundText("a\xffb", max); got != "a\uFFFDb" {
+		t.Errorf("invalid byte: %q, want a replacement character", got)
+	}
+}
+
+func TestPolicyFault(t *testing.T) {
+	for in, want := range map[string]string{
+		"What is X?":                           "",
+		"":                                     "is empty",
+		" \n\t\u00a0":                          "is empty",
+		"bad \xff":                             "is not valid UTF-8 text",
+		strings.Repeat("a", 17):                "is longer than the limit of 16 bytes",
+		strings.Repeat("\xff", 17):             "is longer than the limit of 16 bytes",
+		strings.Repeat(" ", 16):                "is empty",
+		"exactly sixteen!":                     "",
+		"ok\u00e9":                             "",
+		string([]byte{0xe2, 0x82, 0xac}):       "",
+		string([]byte{'a', 0xe2, 0x82}):        "is not valid UTF-8 text",
+		strings.Repeat("x", 15) + "\u00e9"[:1]: "is not valid UTF-8 text",
+	} {
+		if got := policyFault(in, 16); got != want {
+			t.Errorf("policyFault(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestLimitsDocument checks that docs/limits.md states the numbers this
+// file computes.
+func TestLimitsDocument(t *testing.T) {
+	doc, err := os.ReadFile("../docs/limits.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(doc), ",", "")
+	for name, n := range map[string]int{
+		"answered question":          bytesField(13, answeredBound()),
+		"state bound (16, 64)":       StateBound(16, 64),
+		"token bound (16, 64)":       TokenBound(16, 64),
+		"step turns":                 stepTurnsBound(),
+		"MaxAnswered":                MaxAnswered,
+		"StateBound(0, 0)":           StateBound(0, 0),
+		"MaxQuestionBytes":           MaxQuestionBytes,
+		"MaxSQLBytes":                MaxSQLBytes,
+		"MaxReplyBytes":              MaxReplyBytes,
+		"MaxNoticeBytes":             MaxNoticeBytes,
+		"token bound of idAllowance": TokenBound(idAllowance, idAllowance),
+	} {
+		if !strings.Contains(text, strconv.Itoa(n)) {
+			t.Errorf("docs/limits.md does not state %s = %d", name, n)
+		}
+	}
+}
+
+// exampleTask is the task docs/limits.md works its example on: a corpus
+// name of 16 bytes, a record id of 64, an AVT id of 64, an interpretation
+// label of 32, and 64 ambiguities with terms of 32 bytes.
+func exampleTask() *corpus.Task {
+	t := &corpus.Task{
+		Record: &corpus.Record{ID: strings.Repeat("i", 64), AVTID: strings.Repeat("a", 64), Interpretation: strings.Repeat("l", 32)},
+		Corpus: &corpus.Corpus{Name: strings.Repeat("c", 16)},
+	}
+	for range corpus.MaxAmbiguities {
+		t.Ambiguities = append(t.Ambiguities, corpus.Ambiguity{Term: strings.Repeat("t", 32)})
+	}
+	return t
+}
