@@ -47,6 +47,30 @@ test-trainers: ## opt-in: install TRL and verl (PyTorch; several GB) and test th
 test-short: ## run the tests without the race detector
 	$(GO) test -count=1 ./...
 
+FUZZTIME ?= 20s
+# Each new coverage-expanding input is minimised for up to this long (go's
+# default, 60s, can take a whole run).
+FUZZMINTIME ?= 5s
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 20s); make test runs their seeds
+	$(GO) test -run '^$$' -fuzz '^FuzzOpen$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./env/
+	$(GO) test -run '^$$' -fuzz '^FuzzSealRoundTrip$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./env/
+	$(GO) test -run '^$$' -fuzz '^FuzzEnvToken$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./env/
+	$(GO) test -run '^$$' -fuzz '^FuzzRecordLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./corpus/
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitStatements$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizeSQL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzRewrite$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzSegments$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzCompare$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzRoundHalfUp$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
+	$(GO) test -run '^$$' -fuzz '^FuzzQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/sqlite/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseAction$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./oracle/
+	$(GO) test -run '^$$' -fuzz '^FuzzCleanReply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./oracle/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./policy/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./llm/
+
 .PHONY: lint
 lint: $(BIN)/buf ## gofmt, go vet, buf lint and buf format
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -82,6 +106,10 @@ report-screenshot: ## evaluate the demo corpus, render report.html and screensho
 bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.md by hand)
 	$(GO) test -run '^$$' -bench . -benchmem ./server/ ./oracle/ ./sqlexec/...
 	$(GO) run ./cmd/avtgym bench
+
+.PHONY: bench-hostile
+bench-hostile: ## measure a real server under attack: peak memory with 16 hostile clients, quick-step latency beside slow queries
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./hostile/
 
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf ## install the pinned tools into ./bin

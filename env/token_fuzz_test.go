@@ -1,0 +1,305 @@
+package env
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"avtgym/corpus"
+	"avtgym/env/internal/statepb"
+	"avtgym/oracle"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// wantTypedTokenError fails unless err is an *Error on field "token" with
+// one of the given reasons.
+func wantTypedTokenError(t *testing.T, err error, what string, reasons ...string) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%s: error %v (%T) is not an *env.Error", what, err, err)
+	}
+	if e.Field != "token" || e.Code != InvalidArgument && e.Code != FailedPrecondition {
+		t.Fatalf("%s: error %q has field %q, code %d", what, e, e.Field, e.Code)
+	}
+	for _, r := range reasons {
+		if e.Reason == r {
+			return e
+		}
+	}
+	t.Fatalf("%s: error %q has reason %s, want one of %v", what, e, e.Reason, reasons)
+	return nil
+}
+
+// FuzzSealRoundTrip checks the Sealer on arbitrary plaintexts and
+// arbitrary corruptions of its tokens:
+//   - a sealed plaintext opens to itself (Open, OpenAppend into a dirty
+//     buffer), and the token's length depends only on the plaintext's size
+//     bucket;
+//   - another key's sealer rejects it as foreign;
+//   - flipping any bits of any byte, truncating it or extending it is
+//     rejected, with the reason of the byte that changed (version:
+//     malformed, key id: foreign, the rest: tampered);
+//   - arbitrary bytes, even with this sealer's own header, are rejected
+//     with a typed error.
+func FuzzSealRoundTrip(f *testing.F) {
+	s, err := NewSealer(RandomKey()) // random: no stored input can be a valid token
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, err := NewSealer(RandomKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	st := &statepb.EpisodeState{Version: stateVersion, Corpus: "tiny", RecordId: "top-a", RecordHash: bytes.Repeat([]byte{7}, 16), Budget: 3,
+		Questions: []*statepb.AnsweredQuestion{{Question: "Which region?", Reply: "West.", CreditMask: proto.Uint64(1)}}}
+	state, err := proto.Marshal(st)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, plain := range [][]byte{nil, {0}, []byte("a small episode state"), state, bytes.Repeat([]byte{0xff}, 108), bytes.Repeat([]byte{1}, 109), bytes.Repeat([]byte{2}, 5000)} {
+		f.Add(plain, []byte{}, uint32(0), uint8(1), uint32(0), false)
+	}
+	f.Add(state, []byte{tokenVersion, 0, 0, 0, 0}, uint32(3), uint8(0x80), uint32(20), true)
+	f.Add(state, bytes.Repeat([]byte{0}, 200), uint32(17), uint8(0xff), uint32(1000), true)
+	f.Add([]byte("x"), other.Seal([]byte("x")), uint32(200), uint8(0), uint32(33), true)
+	f.Fuzz(func(t *testing.T, plain, raw []byte, at uint32, mask uint8, cut uint32, ownHeader bool) {
+		tok := s.Seal(plain)
+		if want := headerSize + testNonceSize + wantBucket(len(plain)); len(tok) != want {
+			t.Fatalf("a %d-byte plaintext sealed into %d bytes, want %d", len(plain), len(tok), want)
+		}
+		got, err := s.Open(tok)
+		if err != nil || !bytes.Equal(got, plain) {
+			t.Fatalf("round trip of %d bytes: %v (equal %v)", len(plain), err, bytes.Equal(got, plain))
+		}
+		dirty := append(make([]byte, 0, 8), "garbage"...)
+		if got, err := s.OpenAppend(dirty, tok); err != nil || !bytes.Equal(got, plain) {
+			t.Fatalf("OpenAppend round trip of %d bytes: %v", len(plain), err)
+		}
+		_, err = other.Open(tok)
+		wantTypedTokenError(t, err, "another key", ReasonTokenForeign)
+
+		// One corrupted byte.
+		i := int(at % uint32(len(tok)))
+		if mask == 0 {
+			mask = 1
+		}
+		bad := bytes.Clone(tok)
+		bad[i] ^= mask
+		_, err = s.Open(bad)
+		switch {
+		case i == 0:
+			wantTypedTokenError(t, err, "version byte flipped", ReasonTokenMalformed)
+		case i < headerSize:
+			wantTypedTokenError(t, err, "key id flipped", ReasonTokenForeign)
+		default:
+			wantTypedTokenError(t, err, "byte flipped", ReasonTokenTampered)
+		}
+		// Truncated and extended.
+		_, err = s.Open(tok[:int(cut%uint32(len(tok)))])
+		wantTypedTokenError(t, err, "truncated", ReasonTokenMalformed, ReasonTokenTampered)
+		_, err = s.Open(append(bytes.Clone(tok), append([]byte{0}, raw...)...))
+		wantTypedTokenError(t, err, "extended", ReasonTokenTampered)
+
+		// Arbitrary bytes.
+		if ownHeader && len(raw) >= headerSize {
+			raw = bytes.Clone(raw)
+			raw[0] = tokenVersion
+			copy(raw[1:headerSize], s.keyID[:])
+		}
+		if got, err := s.Open(raw); err == nil {
+			t.Fatalf("Open accepted %d arbitrary bytes (plaintext %q)", len(raw), got)
+		} else {
+			wantTypedTokenError(t, err, "arbitrary bytes", ReasonTokenMalformed, ReasonTokenForeign, ReasonTokenTampered)
+		}
+	})
+}
+
+// The corpus of FuzzEnvToken: the tiny corpus of internal/testutil (which
+// this package's internal tests cannot import).
+const (
+	fuzzEnvScript = `CREATE TABLE sales (id INTEGER PRIMARY KEY, region TEXT NOT NULL, amount REAL NOT NULL, year INTEGER NOT NULL);
+INSERT INTO sales VALUES (1,'West',500,2023),(2,'West',20,2024),(5,'East',900,2024),(7,'North',100,2024),(12,'South',700,2023);`
+	fuzzEnvManifest = `{"name": "tiny", "databases": [{"id": "mini", "engine": "sqlite", "script": "mini.sql",
+  "knowledge": [{"id": "k-strong", "name": "strong market", "definition": "a region whose 2024 sales total more than 200 dollars"}]}]}`
+	fuzzEnvRecords = `{"id":"top-a","avt_id":"top","db":"mini","request":"Which is the top region?","ambiguities":[{"term":"top region","kind":"critical","resolution":"I mean the region with the largest total sales amount.","aliases":["best region"]}],"reference":{"sql":"SELECT region FROM sales GROUP BY region ORDER BY SUM(amount) DESC LIMIT 1"}}
+{"id":"big","db":"mini","request":"List the big sales of the recent year.","ambiguities":[{"term":"big sales","kind":"critical","resolution":"Sales of 100 dollars or more."},{"term":"recent year","kind":"critical","resolution":"The year 2024."},{"term":"sorted","kind":"non_critical","resolution":"Largest first."}],"reference":{"sql":"SELECT id, amount FROM sales WHERE amount >= 100 AND year = 2024 ORDER BY amount DESC"}}
+{"id":"strong","db":"mini","request":"Which regions are a strong market?","ambiguities":[{"term":"strong market","kind":"knowledge","resolution":"A region whose 2024 sales total more than 200 dollars.","knowledge_id":"k-strong"}],"reference":{"sql":["SELECT 1","SELECT region FROM sales WHERE year = 2024 GROUP BY region HAVING SUM(amount) > 200"]}}
+{"id":"count","db":"mini","request":"How many sales rows are there?","ambiguities":[],"reference":{"sql":"SELECT COUNT(*) FROM sales"}}
+`
+)
+
+var fuzzEnvEpoch = time.Unix(1_700_000_000, 0)
+
+func newFuzzEnv(f testing.TB) *Env {
+	dir := f.TempDir()
+	for name, body := range map[string]string{"corpus.json": fuzzEnvManifest, "mini.sql": fuzzEnvScript, "records.jsonl": fuzzEnvRecords} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { c.Close() })
+	s, err := NewSealer(RandomKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	e, err := New(Config{
+		Corpora:  []*corpus.Corpus{c},
+		Sealer:   s,
+		Oracles:  map[pb.OracleType]Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
+		TokenTTL: time.Hour,
+		Now:      func() time.Time { return fuzzEnvEpoch },
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return e
+}
+
+// fuzzEnvSQL are the submissions of FuzzEnvToken (fixed: fuzzing SQLite
+// is another target's job).
+var fuzzEnvSQL = []string{"SELECT region FROM sales GROUP BY region ORDER BY SUM(amount) DESC LIMIT 1", "SELECT COUNT(*) FROM sales", "SELEC nonsense", "SELECT 1"}
+
+// FuzzEnvToken checks how the environment decodes episode tokens
+// (Env.open) and steps what it decodes:
+//   - arbitrary bytes as a token, even with the server's own header, give
+//     a typed token error and never a state;
+//   - an arbitrary plaintext sealed under the server's key (a token of
+//     this or another server version or configuration sharing the key)
+//     gives a typed error (malformed, expired, record changed, or an
+//     option this server lacks) or a state of the current version for a
+//     served task, whose Step never panics and answers a typed error or a
+//     response whose token opens to the same episode;
+//   - a state the server builds round-trips through seal and open.
+func FuzzEnvToken(f *testing.F) {
+	e := newFuzzEnv(f)
+	// Seeds: real states, marshaled, and their variants.
+	var states []*statepb.EpisodeState
+	for _, id := range []string{"top-a", "big", "strong", "count"} {
+		task, err := e.Task("", id)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, o := range []*pb.EpisodeOptions{nil, {Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_LOOKUP}, {Reward: pb.RewardType_REWARD_TYPE_OUTCOME}} {
+			st, err := e.newState(task, o)
+			if err != nil {
+				f.Fatal(err)
+			}
+			states = append(states, st)
+		}
+	}
+	done := proto.Clone(states[0]).(*statepb.EpisodeState)
+	done.Phase, done.Status = pb.Phase_PHASE_DONE, pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
+	asked := proto.Clone(states[3]).(*statepb.EpisodeState)
+	asked.Questions = []*statepb.AnsweredQuestion{{Question: "q", Reply: "r", CreditMask: proto.Uint64(^uint64(0))}, {}}
+	asked.Attempted, asked.Budget = 5, -1
+	llmOracle := proto.Clone(states[1]).(*statepb.EpisodeState)
+	llmOracle.Oracle = pb.OracleType_ORACLE_TYPE_LLM
+	llmSolver := proto.Clone(states[2]).(*statepb.EpisodeState)
+	llmSolver.Solver = pb.Solver_SOLVER_LLM
+	expired := proto.Clone(states[0]).(*statepb.EpisodeState)
+	expired.IssuedUnix = 0
+	states = append(states, done, asked, llmOracle, llmSolver, expired)
+	for i, st := range states {
+		b, err := proto.Marshal(st)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, []byte(nil), uint8(i), "What do you mean by top region?")
+	}
+	// Options of a replica configured otherwise: asking needs the LLM
+	// oracle, stopping with the LLM solver needs a solver model.
+	for _, st := range []*statepb.EpisodeState{llmOracle, llmSolver} {
+		b, _ := proto.Marshal(st)
+		f.Add(b, []byte(nil), uint8(0x40), "What do you mean by big sales?")
+		f.Add(b, []byte(nil), uint8(0x41), "")
+	}
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, []byte{tokenVersion, 1, 2, 3, 4, 5}, uint8(1), "")
+	f.Add([]byte{8, 1}, bytes.Repeat([]byte{0}, 64), uint8(2), "\xff")
+	f.Add([]byte{8, 1, 18, 4, 't', 'i', 'n', 'y', 26, 5, 't', 'o', 'p', '-', 'a'}, []byte{}, uint8(3), "best region?")
+
+	f.Fuzz(func(t *testing.T, plain, raw []byte, act uint8, text string) {
+		ctx := context.Background()
+		// Arbitrary bytes.
+		if act&0x80 != 0 && len(raw) >= headerSize {
+			raw = bytes.Clone(raw)
+			raw[0] = tokenVersion
+			copy(raw[1:headerSize], e.cfg.Sealer.keyID[:])
+		}
+		if st, _, err := e.open(raw); err == nil {
+			t.Fatalf("open accepted %d arbitrary bytes: %v", len(raw), st)
+		} else {
+			wantTypedTokenError(t, err, "arbitrary token", ReasonTokenMalformed, ReasonTokenForeign, ReasonTokenTampered)
+		}
+
+		// An arbitrary sealed state.
+		tok := e.cfg.Sealer.Seal(plain)
+		st, task, err := e.open(tok)
+		if err != nil {
+			wantTypedTokenError(t, err, "sealed plaintext", ReasonTokenMalformed, ReasonTokenExpired, ReasonRecordChanged, ReasonInvalidOption)
+			return
+		}
+		if st.Version != stateVersion || task == nil || task.ID != st.RecordId || task.Corpus.Name != st.Corpus {
+			t.Fatalf("open gave state %v and task %v", st, task)
+		}
+		var a *pb.Action
+		switch act % 4 {
+		case 0:
+			a = &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: text}}}
+		case 1:
+			a = &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}
+		case 2:
+			a = &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: fuzzEnvSQL[int(act/4)%len(fuzzEnvSQL)]}}}
+		default:
+			a = &pb.Action{}
+		}
+		resp, err := e.Step(ctx, &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: act&0x40 != 0})
+		if err != nil {
+			var ee *Error
+			if !errors.As(err, &ee) {
+				t.Fatalf("Step error %v (%T) is not an *env.Error", err, err)
+			}
+			return
+		}
+		next, ntask, err := e.open(resp.Token)
+		if err != nil {
+			t.Fatalf("the token of a step does not open: %v", err)
+		}
+		if ntask != task || next.Seed != st.Seed || next.IssuedUnix != st.IssuedUnix || len(next.Questions) < len(st.Questions) {
+			t.Fatalf("a step changed the episode: %v, then %v", st, next)
+		}
+		if o := resp.Observation; resp.Done != (next.Phase == pb.Phase_PHASE_DONE) || o.QuestionsRemaining < 0 || o.Phase != next.Phase {
+			t.Fatalf("step response %v for state %v", resp, next)
+		}
+
+		// Round trip of a state the server builds.
+		ids := []string{"top-a", "big", "strong", "count"}
+		task, err = e.Task("", ids[int(act)%len(ids)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, err := e.newState(task, &pb.EpisodeOptions{Reward: pb.RewardType(act % 3), Solver: pb.Solver(act % 3)})
+		if err != nil {
+			return // an option this server does not offer
+		}
+		base.Seed, base.Attempted = uint64(len(plain))<<32|uint64(act), int32(len(text)%8)
+		base.Questions = append(base.Questions, &statepb.AnsweredQuestion{Question: strings.ToValidUTF8(text, "?"), Reply: strings.ToValidUTF8(string(plain), "?"), CreditMask: proto.Uint64(uint64(act))})
+		if sealed, err := e.seal(base); err == nil {
+			back, _, err := e.open(sealed)
+			if err != nil || !proto.Equal(back, base) {
+				t.Fatalf("a state the server sealed opens as %v, %v; want %v", back, err, base)
+			}
+		}
+	})
+}
