@@ -1,0 +1,14 @@
+// Package hostile holds the hostile-input suite: tests that build a real
+// `avtgym serve` binary (without the race detector), run it as a separate
+// process under a memory limit (GOMEMLIMIT and prlimit --as), and replay
+// every attack that once crashed, stalled or escaped the server, plus more:
+// SQL that allocates or runs without end, oversized and undecodable
+// requests, batches sized to exhaust memory, LLM endpoints that flood
+// replies, long questions, and corpora that reach outside themselves.
+// After each attack the server must still be healthy and answer a normal
+// step correctly, the episode must end as the protocol says, the shared
+// database files must be byte-identical, and no file may appear outside the
+// process's temporary directory. Nothing here asserts a duration: latency
+// under attack is measured by the benchmarks in this package
+// (make bench-hostile).
+package hostile
