@@ -2,72 +2,19 @@ package corpus_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/internal/filetree"
 	"avtgym/internal/testutil"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
-
-// treeSums returns a checksum of every file, directory and symbolic link
-// under dir (links by their target, never followed).
-func treeSums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	sums := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			sums[rel] = "link " + target
-		case d.IsDir():
-			sums[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			sums[rel] = fmt.Sprintf("%x %v", sha256.Sum256(b), fi.Mode())
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sums
-}
-
-func sameTree(t *testing.T, before, after map[string]string) {
-	t.Helper()
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s changed or was removed: %q -> %q", k, v, after[k])
-		}
-	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
-			t.Errorf("%s was created", k)
-		}
-	}
-}
 
 // confineFixture lays out parent/ with the tiny corpus in parent/corpus,
 // files outside it that a hostile manifest could name (outside.sqlite,
@@ -203,7 +150,7 @@ func TestLoadDirConfined(t *testing.T) {
 				if workDir {
 					opt.WorkDir = filepath.Join(parent, "work")
 				}
-				before := treeSums(t, parent)
+				before := filetree.MustSums(t, parent)
 				c, err := corpus.LoadDir(context.Background(), dir, opt)
 				if err == nil {
 					c.Close()
@@ -225,7 +172,7 @@ func TestLoadDirConfined(t *testing.T) {
 				if !found {
 					t.Errorf("no problem %q…%q among:\n  %s", prefix, tc.want.msg, strings.Join(got, "\n  "))
 				}
-				sameTree(t, before, treeSums(t, parent))
+				filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 			})
 		}
 	}
@@ -248,7 +195,7 @@ func TestLoadDirSymlinkInside(t *testing.T) {
 		t.Fatalf("LoadDir: %v, want the ./ path refused", err)
 	}
 	os.WriteFile(filepath.Join(dir, corpus.ManifestFile), []byte(strings.Replace(m, "./records.jsonl", "records.jsonl", 1)), 0o644)
-	before := treeSums(t, parent)
+	before := filetree.MustSums(t, parent)
 	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +205,7 @@ func TestLoadDirSymlinkInside(t *testing.T) {
 	if p := sqlexec.Unscheduled(task.DB.Engine).(*sqlite.DB).Path(); p != filepath.Join(dir, "mini.sqlite") {
 		t.Errorf("opened %s, want the link's target %s", p, filepath.Join(dir, "mini.sqlite"))
 	}
-	sameTree(t, before, treeSums(t, parent))
+	filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 }
 
 // TestLoadDirWorkDirConfined: a script database is built only at
@@ -281,7 +228,7 @@ func TestLoadDirWorkDirConfined(t *testing.T) {
 	if err := os.Symlink(filepath.Join(parent, "dir"), filepath.Join(work, "tiny")); err != nil {
 		t.Fatal(err)
 	}
-	before := treeSums(t, parent)
+	before := filetree.MustSums(t, parent)
 	c, err = corpus.LoadDir(context.Background(), dir, corpus.Options{WorkDir: work})
 	if err == nil {
 		c.Close()
@@ -290,7 +237,7 @@ func TestLoadDirWorkDirConfined(t *testing.T) {
 	if !strings.Contains(err.Error(), "work directory") {
 		t.Errorf("err = %v, want one naming the work directory", err)
 	}
-	sameTree(t, before, treeSums(t, parent))
+	filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 }
 
 // TestLoadDirBuildLimits: a script that grows past the size limit or runs

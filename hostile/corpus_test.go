@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"avtgym/corpus/ambrosia"
+	"avtgym/internal/filetree"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -70,7 +71,7 @@ func TestHostileCorpora(t *testing.T) {
 					os.WriteFile(filepath.Join(dir, "db.sql"), []byte(tc.script), 0o644)
 				}
 				os.Symlink(filepath.Join(root, "victim.sqlite"), filepath.Join(dir, "link.sqlite"))
-				before := tree(t, root, filepath.Join(root, "tmp"))
+				before := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
 				var code int
 				var out string
 				if cmd == "validate" {
@@ -81,19 +82,8 @@ func TestHostileCorpora(t *testing.T) {
 				if code != 1 || !strings.Contains(out, tc.want) {
 					t.Fatalf("exit %d, want 1 with %q in:\n%s", code, tc.want, tail(out))
 				}
-				after := tree(t, root, filepath.Join(root, "tmp"))
-				delete(after, "cwd/")
-				delete(after, "tmp/")
-				for p, h := range before {
-					if after[p] != h {
-						t.Errorf("%s changed or vanished", p)
-					}
-				}
-				for p := range after {
-					if _, ok := before[p]; !ok {
-						t.Errorf("%s appeared outside TMPDIR", p)
-					}
-				}
+				after := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
+				filetree.Same(t, "outside TMPDIR", before, after, "cwd", "tmp")
 			})
 		}
 	}
@@ -127,37 +117,28 @@ func TestHostileImport(t *testing.T) {
 	os.WriteFile(filepath.Join(in, ambrosia.TasksFile), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 
 	t.Run("out is in", func(t *testing.T) {
-		before := tree(t, root, filepath.Join(root, "tmp"))
+		before := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
 		code, out := runBin(t, root, "corpus", "import", "ambrosia", "--in", in, "--out", in, "--force")
 		if code == 0 {
 			t.Fatalf("importing into the input succeeded:\n%s", out)
 		}
-		after := tree(t, root, filepath.Join(root, "tmp"))
-		delete(after, "cwd/")
-		delete(after, "tmp/")
-		for p, h := range before {
-			if after[p] != h {
-				t.Errorf("%s changed or vanished", p)
-			}
-		}
+		after := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
+		filetree.Same(t, "outside TMPDIR", before, after, "cwd", "tmp")
 	})
 	t.Run("a db_file that climbs out", func(t *testing.T) {
 		outDir := filepath.Join(root, "out")
-		before := tree(t, root, filepath.Join(root, "tmp"))
+		before := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
 		code, out := runBin(t, root, "corpus", "import", "ambrosia", "--in", in, "--out", outDir)
 		if code != 0 || !strings.Contains(out, "climber") {
 			t.Fatalf("exit %d; want the import to succeed and reject climber:\n%s", code, tail(out))
 		}
-		after := tree(t, root, filepath.Join(root, "tmp"))
-		for p, h := range before {
-			if after[p] != h {
-				t.Errorf("%s changed or vanished", p)
-			}
-		}
+		after := filetree.MustSums(t, root, filepath.Join(root, "tmp"))
+		var inOut []string
 		for p := range after {
-			if _, ok := before[p]; !ok && !strings.HasPrefix(p, "out/") && p != "out/" {
-				t.Errorf("%s appeared outside --out", p)
+			if p == "out" || strings.HasPrefix(p, "out/") {
+				inOut = append(inOut, p)
 			}
 		}
+		filetree.Same(t, "outside --out", before, after, append(inOut, "cwd", "tmp")...)
 	})
 }

@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"avtgym/client"
+	"avtgym/internal/filetree"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec/sqlite"
 )
@@ -297,45 +295,12 @@ func reason(err error) string {
 
 func code(err error) codes.Code { return status.Code(err) }
 
-// tree returns the sha256 of every file under root except those under
-// skip, by path relative to root.
-func tree(t testing.TB, root string, skip ...string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		for _, s := range skip {
-			if p == s {
-				return filepath.SkipDir
-			}
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			out[rel+"/"] = "dir"
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(b)
-		out[rel] = hex.EncodeToString(sum[:])
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // untouched fails the test unless every file outside the process's TMPDIR
 // is as before: the shared database byte-identical, no file created,
 // removed or changed anywhere else under the test's root.
 func (s *server) untouched(t testing.TB, before map[string]string) {
 	t.Helper()
-	after := tree(t, s.root, s.tmp)
+	after := filetree.MustSums(t, s.root, s.tmp)
 	for p, h := range before {
 		if after[p] != h {
 			t.Errorf("%s changed (or vanished)", p)

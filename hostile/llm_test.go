@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"avtgym/internal/fakellm"
+	"avtgym/internal/filetree"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -26,7 +27,7 @@ func TestHostileModelEndpoint(t *testing.T) {
 	}})
 	defer fake.Close()
 	s := start(t, "--oracle-url", fake.URL, "--oracle-model", "fake", "--oracle-context-tokens", "3000")
-	before := tree(t, s.root, s.tmp)
+	before := filetree.MustSums(t, s.root, s.tmp)
 	llmReset := func(n int) []*pb.Episode {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

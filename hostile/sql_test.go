@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"avtgym/internal/filetree"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -43,7 +44,7 @@ var hostileSQL = []struct{ name, sql, want string }{
 
 func TestHostileSQL(t *testing.T) {
 	s := start(t, "--statement-timeout", "1s")
-	before := tree(t, s.root, s.tmp)
+	before := filetree.MustSums(t, s.root, s.tmp)
 	for _, tc := range hostileSQL {
 		t.Run(tc.name, func(t *testing.T) {
 			ep := s.reset(t, "west")
@@ -71,7 +72,7 @@ func TestHostileSQL(t *testing.T) {
 // otherwise).
 func TestHostileSQLConcurrently(t *testing.T) {
 	s := start(t, "--statement-timeout", "500ms", "--sql-wait", "2s")
-	before := tree(t, s.root, s.tmp)
+	before := filetree.MustSums(t, s.root, s.tmp)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"avtgym/internal/filetree"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -35,7 +36,7 @@ func ctxMinute() (context.Context, context.CancelFunc) {
 // error (or, inside a batch, per-item statuses), and the server stays up.
 func TestHostileRequests(t *testing.T) {
 	s := start(t)
-	before := tree(t, s.root, s.tmp)
+	before := filetree.MustSums(t, s.root, s.tmp)
 	conn := s.c.Conn()
 
 	t.Run("a 61 KB ResetBatch of 4096 groups of 1024", func(t *testing.T) {

@@ -2,17 +2,16 @@ package ambrosia
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/internal/filetree"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
@@ -36,51 +35,6 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return d.Close()
-}
-
-// sums returns a checksum of every entry under dir (links by their target).
-func sums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			out[rel] = "link " + target
-			return err
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameSums(t *testing.T, what string, before, after map[string]string) {
-	t.Helper()
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s: %s changed or was removed", what, k)
-		}
-	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
-			t.Errorf("%s: %s was created", what, k)
-		}
-	}
 }
 
 // lakesScript builds a small database of n lakes.
@@ -152,7 +106,7 @@ func TestImportConfinedDBFile(t *testing.T) {
 	}
 	copyFile(filepath.Join(parent, "outside", "lakes.sqlite"), filepath.Join(in, "dbs", "lakes.sqlite"))
 	out := filepath.Join(parent, "out")
-	beforeIn, beforeOutside := sums(t, in), sums(t, filepath.Join(parent, "outside"))
+	beforeIn, beforeOutside := filetree.MustSums(t, in), filetree.MustSums(t, filepath.Join(parent, "outside"))
 
 	sum, err := Import(context.Background(), in, out, Options{})
 	if err != nil {
@@ -173,8 +127,8 @@ func TestImportConfinedDBFile(t *testing.T) {
 			t.Errorf("rejection %+v: want category %q and %q", r, RejectDatabase, want[r.ID])
 		}
 	}
-	sameSums(t, "input", beforeIn, sums(t, in))
-	sameSums(t, "outside", beforeOutside, sums(t, filepath.Join(parent, "outside")))
+	filetree.Same(t, "input", beforeIn, filetree.MustSums(t, in))
+	filetree.Same(t, "outside", beforeOutside, filetree.MustSums(t, filepath.Join(parent, "outside")))
 	ents, _ := os.ReadDir(parent)
 	var names []string
 	for _, e := range ents {
@@ -222,12 +176,12 @@ func TestImportOutDir(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent, in := lakesInput(t, tc.rows, lakeTask("q-good", "geo/lakes/lakes.sqlite"))
 			out := tc.out(parent, in)
-			before := sums(t, parent)
+			before := filetree.MustSums(t, parent)
 			_, err := Import(context.Background(), in, out, Options{Force: tc.force, Limits: tc.lim})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
-			sameSums(t, "the parent of --in", before, sums(t, parent))
+			filetree.Same(t, "the parent of --in", before, filetree.MustSums(t, parent))
 		})
 	}
 }

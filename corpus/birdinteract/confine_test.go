@@ -2,45 +2,13 @@ package birdinteract
 
 import (
 	"context"
-	"crypto/sha256"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// sums returns a checksum of every entry under dir (links by their target).
-func sums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			out[rel] = "link " + target
-			return err
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+	"avtgym/internal/filetree"
+)
 
 // TestImportConfined: a database file that is a symbolic link leading out
 // of --in, an --out that is, lies inside or contains --in, and a corpus
@@ -78,12 +46,12 @@ func TestImportConfined(t *testing.T) {
 			in := fixture(t)
 			parent := filepath.Dir(in)
 			out := tc.setup(t, in)
-			before := sums(t, parent)
+			before := filetree.MustSums(t, parent)
 			_, err := Import(context.Background(), Options{In: in, Out: out, Force: tc.force})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
-			after := sums(t, parent)
+			after := filetree.MustSums(t, parent)
 			for k, v := range before {
 				if after[k] != v {
 					t.Errorf("%s changed or was removed", k)

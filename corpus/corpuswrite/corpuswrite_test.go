@@ -2,9 +2,7 @@ package corpuswrite
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,57 +10,13 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/internal/filetree"
 	"avtgym/sqlexec/sqlite"
 )
 
 const manifest = `{"name": "w", "databases": [{"id": "db", "engine": "sqlite", "path": "db.sqlite"}]}` + "\n"
 
 const records = `{"id": "r1", "db": "db", "request": "How many rows?", "ambiguities": [], "reference": {"sql": "SELECT count(*) FROM t"}}` + "\n"
-
-// sums returns a checksum of every entry under dir (links by their target).
-func sums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			out[rel] = "link " + target
-			return err
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("%x", sha256.Sum256(b))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func sameSums(t *testing.T, before, after map[string]string) {
-	t.Helper()
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s changed or was removed", k)
-		}
-	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
-			t.Errorf("%s was created", k)
-		}
-	}
-}
 
 // input lays out parent/in with a database in/src/db.sqlite, a file
 // outside it (parent/secret.sqlite) and a symbolic link in/src/link.sqlite
@@ -132,7 +86,7 @@ func TestCheckRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parent, in := input(t)
 			in2, out := tc.setup(t, parent, in)
-			before := sums(t, parent)
+			before := filetree.MustSums(t, parent)
 			if err := Check(in2, out, tc.force); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Check: %v, want %q", err, tc.want)
 			}
@@ -143,7 +97,7 @@ func TestCheckRefuses(t *testing.T) {
 			if w != nil {
 				w.Discard()
 			}
-			sameSums(t, before, sums(t, parent))
+			filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 		})
 	}
 }
@@ -153,7 +107,7 @@ func TestCheckRefuses(t *testing.T) {
 // is left and no input changed.
 func TestWriterConfined(t *testing.T) {
 	parent, in := input(t)
-	before := sums(t, parent)
+	before := filetree.MustSums(t, parent)
 	out := filepath.Join(parent, "a", "b", "out")
 	w, err := New(in, out, false)
 	if err != nil {
@@ -200,12 +154,12 @@ func TestWriterConfined(t *testing.T) {
 	if err := w.Discard(); err != nil {
 		t.Fatal(err)
 	}
-	sameSums(t, before, sums(t, parent))
+	filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 }
 
 func TestWriterCommit(t *testing.T) {
 	parent, in := input(t)
-	beforeIn := sums(t, in)
+	beforeIn := filetree.MustSums(t, in)
 	out := filepath.Join(parent, "out")
 	write := func(force bool) error {
 		w, err := New(in, out, force)
@@ -259,14 +213,14 @@ func TestWriterCommit(t *testing.T) {
 	if strings.Join(names, ",") != "in,out,secret.sqlite" {
 		t.Errorf("parent holds %v (a temporary or old directory left behind?)", names)
 	}
-	sameSums(t, beforeIn, sums(t, in))
+	filetree.Same(t, "tree", beforeIn, filetree.MustSums(t, in))
 }
 
 // TestWriterValidationFails: a corpus that does not validate is never
 // committed, and Discard leaves no trace.
 func TestWriterValidationFails(t *testing.T) {
 	parent, in := input(t)
-	before := sums(t, parent)
+	before := filetree.MustSums(t, parent)
 	w, err := New(in, filepath.Join(parent, "new", "out"), false)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +237,7 @@ func TestWriterValidationFails(t *testing.T) {
 		t.Error("Commit after a failed validation succeeded")
 	}
 	w.Discard()
-	sameSums(t, before, sums(t, parent))
+	filetree.Same(t, "tree", before, filetree.MustSums(t, parent))
 }
 
 func TestResolveInput(t *testing.T) {

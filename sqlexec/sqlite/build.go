@@ -179,7 +179,7 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 				why = kw + " statements are not allowed in a build script, which may only create and fill its database " +
 					"(CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, SELECT, transactions, ANALYZE, REINDEX, some pragmas)"
 			}
-			return fail(n, line, sqlexec.KindDenied, nil, "%s: %s", buildSnippet(text), why)
+			return fail(n, line, sqlexec.KindDenied, nil, "%s: %s", firstWords(text, 4), why)
 		}
 		auth.reset()
 		ds, err := conn.Prepare(text)
@@ -198,7 +198,7 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 		s := ds.(*sqlite3.SQLiteStmt)
 		if s.NumInput() > 0 {
 			s.Close()
-			return fail(n, line, sqlexec.KindDenied, nil, "%s: the statement has a bound parameter (?, :name, @name or $name), and a build script has no arguments", buildSnippet(text))
+			return fail(n, line, sqlexec.KindDenied, nil, "%s: the statement has a bound parameter (?, :name, @name or $name), and a build script has no arguments", firstWords(text, 4))
 		}
 		_, err = s.ExecContext(bctx, nil)
 		s.Close()
@@ -206,7 +206,7 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 			if se := (sqlite3.Error{}); errors.As(err, &se) && se.Code == sqlite3.ErrFull {
 				return fail(n, line, sqlexec.KindTooManyBytes, err,
 					"%s: the database reached the build size limit of %d bytes (%d pages of %d bytes) or the disk is full",
-					buildSnippet(text), maxPages*pageSize, maxPages, pageSize)
+					firstWords(text, 4), maxPages*pageSize, maxPages, pageSize)
 			}
 			return buildStmtError(opt.Name, n, line, text, err, auth, bctx, timeUp)
 		}
@@ -227,7 +227,7 @@ func buildStmtError(script string, n, line int, text string, err error, auth *bu
 		return timeUp(n, line)
 	}
 	if auth.denied != "" {
-		return fail(sqlexec.KindDenied, "%s: %s", buildSnippet(text), auth.denied)
+		return fail(sqlexec.KindDenied, "%s: %s", firstWords(text, 4), auth.denied)
 	}
 	var se sqlite3.Error
 	if errors.As(err, &se) {
@@ -235,17 +235,17 @@ func buildStmtError(script string, n, line int, text string, err error, auth *bu
 		case sqlite3.ErrInterrupt:
 			return timeUp(n, line)
 		case sqlite3.ErrAuth:
-			return fail(sqlexec.KindDenied, "%s: not authorized", buildSnippet(text))
+			return fail(sqlexec.KindDenied, "%s: not authorized", firstWords(text, 4))
 		case sqlite3.ErrFull:
-			return fail(sqlexec.KindTooManyBytes, "%s: the database reached the build size limit or the disk is full", buildSnippet(text))
+			return fail(sqlexec.KindTooManyBytes, "%s: the database reached the build size limit or the disk is full", firstWords(text, 4))
 		case sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrNomem, sqlite3.ErrCorrupt, sqlite3.ErrNotADB:
-			return fail(sqlexec.KindUnavailable, "%s: %v", buildSnippet(text), err)
+			return fail(sqlexec.KindUnavailable, "%s: %v", firstWords(text, 4), err)
 		case sqlite3.ErrError:
 			// A statement that does not compile (prepare), or a generic failure.
-			return fail(sqlexec.KindSyntax, "%s: %v", buildSnippet(text), err)
+			return fail(sqlexec.KindSyntax, "%s: %v", firstWords(text, 4), err)
 		}
 	}
-	return fail(sqlexec.KindExecution, "%s: %v", buildSnippet(text), err)
+	return fail(sqlexec.KindExecution, "%s: %v", firstWords(text, 4), err)
 }
 
 // buildStatements are the first keywords of the statements a build script may run
@@ -287,21 +287,9 @@ var buildPragmas = map[string]bool{
 // buildDeniedFunctions are functions a build script may not call.
 var buildDeniedFunctions = map[string]bool{"load_extension": true, "fts3_tokenizer": true}
 
-// buildAuth is the authorizer of a build connection and its record of the last denial.
-type buildAuth struct{ denied string }
-
-func (a *buildAuth) reset() { a.denied = "" }
-
-func (a *buildAuth) deny(format string, args ...any) int {
-	if a.denied == "" {
-		msg := fmt.Sprintf(format, args...)
-		if len(msg) > maxDenialMsgLength {
-			msg = msg[:maxDenialMsgLength] + "..."
-		}
-		a.denied = msg
-	}
-	return authDeny
-}
+// buildAuth is the authorizer of a build connection; it records its denials as
+// authState does.
+type buildAuth struct{ authState }
 
 // authorize allows creating and filling the database being built and denies the rest.
 func (a *buildAuth) authorize(op int, arg1, arg2, dbName string) int {
@@ -382,23 +370,6 @@ func buildLines(script string, stmts []string) []int {
 		pos += off + len(st)
 	}
 	return lines
-}
-
-// buildSnippet returns the start of a statement for messages.
-func buildSnippet(text string) string {
-	f := strings.Fields(text)
-	more := len(f) > 4
-	if more {
-		f = f[:4]
-	}
-	s := strings.Join(f, " ")
-	if r := []rune(s); len(r) > 60 {
-		s, more = string(r[:60]), true
-	}
-	if more {
-		s += " ..."
-	}
-	return s
 }
 
 // buildPragmaInt runs a pragma that returns one integer.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"avtgym/internal/filetree"
 	"avtgym/sqlexec"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestHostileQueries(t *testing.T) {
 	dir, path := build(t, testScript)
 	db := open(t, path, Options{})
-	before := snapshot(t, dir)
+	before := filetree.MustSums(t, dir)
 	series := func(n int, sel string) string {
 		return fmt.Sprintf("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < %d) SELECT %s FROM c", n, sel)
 	}
@@ -59,7 +60,7 @@ func TestHostileQueries(t *testing.T) {
 			}
 		})
 	}
-	if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {
+	if after := filetree.MustSums(t, dir); !reflect.DeepEqual(before, after) {
 		t.Errorf("files changed: before %v, after %v", before, after)
 	}
 }
@@ -241,14 +242,14 @@ func TestNoFilesOutsideTmp(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("SQLITE_TMPDIR", tmp)
 	db := open(t, path, Options{})
-	before := snapshot(t, dir)
+	before := filetree.MustSums(t, dir)
 	res, err := db.Query(context.Background(),
 		"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 300000) SELECT x FROM c ORDER BY randomblob(16) LIMIT 3",
 		sqlexec.DefaultLimits())
 	if err != nil || len(res.Rows) != 3 {
 		t.Fatalf("%v, %v", res, err)
 	}
-	if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {
+	if after := filetree.MustSums(t, dir); !reflect.DeepEqual(before, after) {
 		t.Errorf("files beside the database changed: %v -> %v", before, after)
 	}
 	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {

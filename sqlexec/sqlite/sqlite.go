@@ -361,7 +361,7 @@ func notReadOnly(text string, i, n int) error {
 			stmtLabel(i, n))
 	}
 	return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: it is not read-only (%s); only queries that read are allowed",
-		stmtLabel(i, n), firstWords(text))
+		stmtLabel(i, n), firstWords(text, 3))
 }
 
 func stmtLabel(i, n int) string {
@@ -374,12 +374,13 @@ func stmtLabel(i, n int) string {
 	return fmt.Sprintf("statement %d of %d", i+1, n)
 }
 
-// firstWords returns the start of a statement for messages.
-func firstWords(text string) string {
+// firstWords returns the start of a statement for messages: its first n words, at most
+// 60 characters.
+func firstWords(text string, n int) string {
 	f := strings.Fields(text)
-	more := len(f) > 3
+	more := len(f) > n
 	if more {
-		f = f[:3]
+		f = f[:n]
 	}
 	s := strings.Join(f, " ")
 	if r := []rune(s); len(r) > 60 {
@@ -401,7 +402,7 @@ func (r *roConn) prepareError(ctx context.Context, rc int, text string, i, n int
 	switch {
 	case r.auth.schema:
 		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: schema changes (%s) are not allowed: the database is read-only",
-			label, firstWords(text))
+			label, firstWords(text, 3))
 	case r.auth.denied != "":
 		return sqlexec.Errorf(sqlexec.KindDenied, nil, "%s was denied: %s", label, r.auth.denied)
 	case rc == rcAuth:

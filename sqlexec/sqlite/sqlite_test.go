@@ -2,12 +2,9 @@ package sqlite
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"avtgym/internal/filetree"
 	"avtgym/sqlexec"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -51,32 +49,6 @@ func open(t testing.TB, path string, opt Options) *DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
-}
-
-// snapshot returns the sha256 of every file in dir, by name.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		out[p] = hex.EncodeToString(h.Sum(nil))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func lim() sqlexec.Limits { return sqlexec.DefaultLimits() }
@@ -277,7 +249,7 @@ func TestDenied(t *testing.T) {
 	dir, path := build(t, testScript)
 	for _, immutable := range []bool{false, true} {
 		db := open(t, path, Options{Immutable: immutable})
-		before := snapshot(t, dir)
+		before := filetree.MustSums(t, dir)
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("immutable=%v/%s", immutable, tc.name), func(t *testing.T) {
 				_, err := db.Query(context.Background(), tc.sql, lim())
@@ -287,7 +259,7 @@ func TestDenied(t *testing.T) {
 				if !strings.Contains(err.Error(), tc.msg) {
 					t.Errorf("message %q does not name %q", err.Error(), tc.msg)
 				}
-				if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {
+				if after := filetree.MustSums(t, dir); !reflect.DeepEqual(before, after) {
 					t.Errorf("files changed: before %v, after %v", before, after)
 				}
 			})
@@ -321,13 +293,13 @@ func TestDeniedWithoutReadOnlyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, dir)
+	before := filetree.MustSums(t, dir)
 	for _, q := range []string{"DELETE FROM orders", "VACUUM", "VACUUM INTO 'x.db'", "PRAGMA user_version=5", "ATTACH 'y.db' AS y"} {
 		if _, err := db.Query(context.Background(), q, lim()); sqlexec.KindOf(err) != sqlexec.KindDenied {
 			t.Errorf("%s: got %v, want denied", q, err)
 		}
 	}
-	if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {
+	if after := filetree.MustSums(t, dir); !reflect.DeepEqual(before, after) {
 		t.Errorf("files changed: before %v, after %v", before, after)
 	}
 }
@@ -519,7 +491,7 @@ func TestCheckEndToEnd(t *testing.T) {
 	ref := "SELECT name FROM customers WHERE city = 'Oslo' ORDER BY name"
 	p := sqlexec.DefaultPolicy()
 	p.Order = sqlexec.OrderAuto
-	before := snapshot(t, dir)
+	before := filetree.MustSums(t, dir)
 	cases := []struct {
 		name    string
 		pred    string
@@ -547,7 +519,7 @@ func TestCheckEndToEnd(t *testing.T) {
 			}
 		})
 	}
-	if after := snapshot(t, dir); !reflect.DeepEqual(before, after) {
+	if after := filetree.MustSums(t, dir); !reflect.DeepEqual(before, after) {
 		t.Error("files changed")
 	}
 	// A reference that does not run is an error, not a verdict.
