@@ -9,6 +9,8 @@ export PATH := $(BIN):$(PATH)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 BUF_VERSION                := v1.75.0
+# staticcheck 2026.2.2, which supports Go 1.26.
+STATICCHECK_VERSION        := v0.8.2
 # The version grpc v1.85.0 itself requires, so that go.mod needs no other.
 VTPROTO_VERSION            := v0.6.1-0.20240319094008-0393e58bdf10
 
@@ -20,9 +22,12 @@ PROTO_FILES := $(shell find proto -name '*.proto')
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# Flags for `avtgym serve`, e.g. make run ARGS="--corpus DIR --log-level debug".
+ARGS ?=
+
 .PHONY: run
-run: ## serve the embedded demo corpus on 127.0.0.1:50051 (metrics on :9464)
-	$(GO) run ./cmd/avtgym serve
+run: ## serve the demo corpus on 127.0.0.1:50051 (metrics :9464); ARGS="--corpus DIR ..." passes serve flags
+	$(GO) run ./cmd/avtgym serve $(ARGS)
 
 .PHONY: build
 build: ## build the avtgym binary into ./bin
@@ -34,10 +39,10 @@ test: ## run every test: the Go tests (race detector on), then the Python client
 	@$(MAKE) --no-print-directory test-python
 
 .PHONY: test-python
-test-python: ## run the Python client's tests (installs client/python[test] if avtgym is not importable)
+test-python: ## run the Python client's tests on this checkout's client (installs client/python[test] if avtgym is not importable)
 	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy' 2>/dev/null || \
 		$(PYTHON) -m pip install -q --disable-pip-version-check -e 'client/python[test]'
-	$(PYTHON) -m pytest client/python/tests -q --ignore=client/python/tests/trainers
+	PYTHONPATH=$(CURDIR)/client/python/src $(PYTHON) -m pytest client/python/tests -q --ignore=client/python/tests/trainers
 
 .PHONY: test-trainers
 test-trainers: ## opt-in: install TRL and verl (PyTorch; several GB) and test the trainer adapters
@@ -72,11 +77,29 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); make test runs t
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./llm/
 
 .PHONY: lint
-lint: $(BIN)/buf ## gofmt, go vet, buf lint and buf format
+lint: $(BIN)/buf $(BIN)/staticcheck ## gofmt, go vet, staticcheck (default checks), buf lint and buf format
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
 	$(BIN)/buf lint
 	$(BIN)/buf format --diff --exit-code proto
+
+# The committed image of the v1 API that `make breaking` checks against. It
+# holds proto/avtgym/v1 (and its imports) only: the internal state proto
+# (proto/avtgym/internal) is private and may change freely. (An `ignore` in
+# buf.yaml's breaking section would not do: it makes buf compare one image per
+# module, which fails against a single image.) No source info, so that
+# comment edits do not change it.
+BASELINE := proto/baseline/avtgym-v1.binpb
+
+.PHONY: breaking
+breaking: $(BIN)/buf ## fail if the v1 API (proto/avtgym/v1) has a breaking change against the committed BASELINE
+	$(BIN)/buf breaking --against $(BASELINE)
+
+.PHONY: proto-baseline
+proto-baseline: $(BIN)/buf ## regenerate BASELINE: only when a breaking change is intended (e.g. before v1 is frozen)
+	@mkdir -p $(dir $(BASELINE))
+	$(BIN)/buf build --path proto/avtgym/v1 --exclude-source-info -o $(BASELINE)
 
 .PHONY: proto
 proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto ## regenerate the Go code of proto/ (needs protoc)
@@ -112,7 +135,7 @@ bench-hostile: ## measure a real server under attack: peak memory with 16 hostil
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./hostile/
 
 .PHONY: tools
-tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf ## install the pinned tools into ./bin
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf $(BIN)/staticcheck ## install the pinned tools into ./bin
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -125,6 +148,9 @@ $(BIN)/protoc-gen-go-vtproto:
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 .PHONY: clean
 clean: ## remove ./bin

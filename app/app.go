@@ -20,6 +20,7 @@ import (
 	"avtgym/env"
 	"avtgym/llm"
 	"avtgym/oracle"
+	"avtgym/oracle/oracletest"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/server"
 	"avtgym/sqlexec"
@@ -60,9 +61,10 @@ type Config struct {
 	// OracleRejectLeaks makes the LLM oracle regenerate replies that quote
 	// reference SQL or unmentioned schema identifiers.
 	OracleRejectLeaks bool
-	// TestOracles serves the deliberately leaky test oracles
-	// (ORACLE_TYPE_TEST_LEAKY_RESPONDER and ORACLE_TYPE_TEST_CREDIT_ALL),
-	// fixtures for the leakage diagnostics; never for training.
+	// TestOracles serves the deliberately leaky test oracles of package
+	// oracletest (ORACLE_TYPE_TEST_LEAKY_RESPONDER and
+	// ORACLE_TYPE_TEST_CREDIT_ALL), fixtures for the leakage diagnostics;
+	// never for training. This is the only way a server gets them.
 	TestOracles bool
 	// SolverLLM is the endpoint of the fixed solver model (SOLVER_LLM); an
 	// empty BaseURL leaves it unavailable.
@@ -163,8 +165,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		TokenTTL: cfg.TokenTTL,
 	}
 	if cfg.TestOracles {
-		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER] = oracle.LeakyResponder()
-		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_CREDIT_ALL] = oracle.CreditAll()
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER] = oracletest.LeakyResponder()
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_CREDIT_ALL] = oracletest.CreditAll()
 		log.Warn("serving the deliberately leaky test oracles (--test-oracles): for testing the leakage diagnostics, never for training")
 	}
 	if err := a.wireModels(&ecfg); err != nil {
@@ -294,12 +296,13 @@ func (a *App) wireModels(ecfg *env.Config) error {
 		schema := func(r *corpus.Record) string { return schemas[r] }
 		unfiltered := oracle.NewLLM(client, oracle.LLMOptions{Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
 		scoped := oracle.NewLLM(client, oracle.LLMOptions{Scoped: true, Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
-		// The LLM types themselves (not their Oracle() pairs) keep the
-		// validated action in each reply; the hybrid shares the unfiltered
-		// oracle's client and cache, so both see the same stage-1 answers.
-		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered
-		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = scoped
-		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = unfiltered.Hybrid()
+		// Each LLM oracle is the pair Oracle{Matcher: l, Responder: l};
+		// the hybrid is the unfiltered matcher with the deterministic
+		// responder, sharing the unfiltered oracle's client and cache, so
+		// both see the same stage-1 answers.
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered.Oracle()
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = scoped.Oracle()
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = oracle.Hybrid(unfiltered)
 		cfg.Logger.Info("LLM oracles", zap.String("url", oc.BaseURL), zap.String("model", oc.Model))
 	}
 	if cfg.SolverLLM.BaseURL != "" {

@@ -17,13 +17,15 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/driver"
 	"avtgym/env"
+	"avtgym/internal/parallel"
 	"avtgym/oracle"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec"
 )
@@ -195,18 +197,9 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 	if opt.MinResolutionLen <= 0 {
 		opt.MinResolutionLen = DefaultMinResolutionLen
 	}
-	sealer, err := env.NewSealer(env.RandomKey())
+	e, err := inProcess(c, opt.Limits)
 	if err != nil {
 		return nil, err
-	}
-	e, err := env.New(env.Config{
-		Corpora: []*corpus.Corpus{c},
-		Sealer:  sealer,
-		Oracles: map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
-		Limits:  opt.Limits,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit: building the environment: %w", err)
 	}
 	a := &auditor{c: c, env: e, opt: opt, raw: rawCache{m: map[rawKey]*rawEntry{}}}
 	leakStart := time.Now()
@@ -238,31 +231,19 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 	}
 
 	results := make([]result, len(units))
-	var next atomic.Int64
 	var progMu sync.Mutex
 	done := 0
-	var wg sync.WaitGroup
-	for range min(opt.Workers, len(units)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(units) || ctx.Err() != nil {
-					return
-				}
-				results[i] = units[i](ctx)
-				progMu.Lock()
-				done++
-				if opt.Progress != nil {
-					opt.Progress(done, len(units))
-				}
-				progMu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	err = parallel.For(ctx, len(units), opt.Workers, func(ctx context.Context, i int) error {
+		results[i] = units[i](ctx)
+		progMu.Lock()
+		done++
+		if opt.Progress != nil {
+			opt.Progress(done, len(units))
+		}
+		progMu.Unlock()
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	for _, t := range c.Tasks {
@@ -309,6 +290,56 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 	return r, nil
 }
 
+// inProcess builds the environment the audit plays its episodes in: the
+// corpus alone, with the deterministic oracle, in this process.
+func inProcess(c *corpus.Corpus, lim sqlexec.Limits) (*env.Env, error) {
+	sealer, err := env.NewSealer(env.RandomKey())
+	if err != nil {
+		return nil, err
+	}
+	e, err := env.New(env.Config{
+		Corpora: []*corpus.Corpus{c},
+		Sealer:  sealer,
+		Oracles: map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
+		Limits:  lim,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: building the environment: %w", err)
+	}
+	return e, nil
+}
+
+// Probes runs the oracle_probes check alone on every record of c (PROTOCOL.md
+// §3's required property of the deterministic oracle): the findings of
+// records where full or full_adv fall short of recall = precision = 1 or
+// none_adv earns recall. It is what `corpus validate` and the importers
+// check before they call a corpus valid.
+func Probes(ctx context.Context, c *corpus.Corpus) ([]Finding, error) {
+	e, err := inProcess(c, sqlexec.DefaultLimits())
+	if err != nil {
+		return nil, err
+	}
+	a := &auditor{c: c, env: e}
+	var fs []Finding
+	for _, t := range c.Tasks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		fs = append(fs, a.checkOracle(ctx, t).findings...)
+	}
+	return fs, nil
+}
+
+// Problems turns findings into the corpus loader's problems (file:line:
+// field: message), the form importers report.
+func Problems(fs []Finding) []corpus.Problem {
+	ps := make([]corpus.Problem, len(fs))
+	for i, f := range fs {
+		ps[i] = corpus.Problem{File: f.File, Line: f.Line, Field: string(f.Check), Msg: f.Msg}
+	}
+	return ps
+}
+
 func finding(ch Check, t *corpus.Task, format string, args ...any) Finding {
 	return Finding{Check: ch, TaskID: t.ID, File: t.File, Line: t.Line, Msg: fmt.Sprintf(format, args...)}
 }
@@ -322,21 +353,17 @@ func failed(ch Check, t *corpus.Task, format string, args ...any) result {
 // outcome component and the verifier's reason; problem is set instead when
 // the episode did not end normally (an environment error).
 func (a *auditor) submit(ctx context.Context, t *corpus.Task, sql string) (outcome float64, reason, problem string) {
-	rr, err := a.env.Reset(ctx, &pb.ResetRequest{
-		Corpus: a.c.Name, TaskId: t.ID,
+	ep, err := driver.Start(ctx, a.env, &pb.ResetRequest{
+		Corpus: a.c.Name, TaskId: t.ID, IncludePrivileged: true,
 		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_CLIENT},
 	})
 	if err != nil {
-		return 0, "", "reset failed: " + err.Error()
+		return 0, "", err.Error()
 	}
-	sr, err := a.env.Step(ctx, &pb.StepRequest{
-		Token:             rr.GetEpisodes()[0].GetToken(),
-		Action:            &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}},
-		IncludePrivileged: true,
-	})
-	if err != nil {
-		return 0, "", "submit_sql failed: " + err.Error()
+	if err := ep.SubmitSQL(ctx, sql); err != nil {
+		return 0, "", err.Error()
 	}
+	sr := ep.Last()
 	if !sr.GetDone() {
 		return 0, "", "the episode is not done after submit_sql"
 	}
@@ -397,16 +424,14 @@ func firstDiff(a, b []string) string {
 }
 
 // probes are the scripted policies the oracle check plays and what each
-// must reach.
+// must reach: recall = precision = 1, or (none_adv) recall 0.
 var probes = []struct {
-	name          string
-	full          bool // full-style questions (else generic)
-	adv           bool
+	name          probe.Name
 	wantPrecision bool
 }{
-	{"full", true, false, true},
-	{"full_adv", true, true, true},
-	{"none_adv", false, false, false},
+	{probe.Full, true},
+	{probe.FullAdv, true},
+	{probe.NoneAdv, false},
 }
 
 // checkOracle plays full, full_adv and none_adv on t through the
@@ -418,7 +443,7 @@ func (a *auditor) checkOracle(ctx context.Context, t *corpus.Task) result {
 	}
 	var fs []Finding
 	for _, p := range probes {
-		comp, msg := a.play(ctx, t, p.full, p.adv)
+		comp, msg := a.play(ctx, t, p.name)
 		if msg != "" {
 			fs = append(fs, finding(Oracle, t, "policy %s: %s", p.name, msg))
 			continue
@@ -447,43 +472,22 @@ func fmtComp(v float64, ok bool) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
-// play runs one scripted policy on t and returns the final reward's
-// components.
-func (a *auditor) play(ctx context.Context, t *corpus.Task, full, adv bool) (map[string]float64, string) {
-	rr, err := a.env.Reset(ctx, &pb.ResetRequest{
-		Corpus: a.c.Name, TaskId: t.ID,
+// play runs one scripted policy on t (the question-F1 reward, the default
+// budget) and returns the final reward's components.
+func (a *auditor) play(ctx context.Context, t *corpus.Task, name probe.Name) (map[string]float64, string) {
+	ep, err := driver.Start(ctx, a.env, &pb.ResetRequest{
+		Corpus: a.c.Name, TaskId: t.ID, IncludePrivileged: true,
 		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_QUESTION_F1, Solver: pb.Solver_SOLVER_CLIENT},
 	})
 	if err != nil {
-		return nil, "reset failed: " + err.Error()
+		return nil, err.Error()
 	}
-	ep := rr.GetEpisodes()[0]
-	tok := ep.GetToken()
-	name := policy.NoneAdv
-	switch {
-	case full && adv:
-		name = policy.FullAdv
-	case full:
-		name = policy.Full
+	if err := policy.Scripted(name).Play(ctx, ep); err != nil {
+		return nil, err.Error()
 	}
-	qs := policy.Questions(name, t.CountedTerms(), int(ep.GetObservation().GetQuestionBudget()))
-	var last *pb.StepResponse
-	for _, q := range qs {
-		sr, err := a.env.Step(ctx, &pb.StepRequest{Token: tok, Action: &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}})
-		if err != nil {
-			return nil, fmt.Sprintf("ask %q failed: %v", q, err)
-		}
-		if sr.GetDone() {
-			return nil, fmt.Sprintf("the episode ended (%s) at question %q", sr.GetStatus(), q)
-		}
-		tok = sr.GetToken()
-	}
-	last, err = a.env.Step(ctx, &pb.StepRequest{Token: tok, Action: &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}})
-	if err != nil {
-		return nil, "stop failed: " + err.Error()
-	}
-	if !last.GetDone() || last.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
-		return nil, fmt.Sprintf("the episode did not terminate normally after stop (status %s)", last.GetStatus())
+	last := ep.Last()
+	if last.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
+		return nil, fmt.Sprintf("the episode did not terminate normally (status %s after %d questions)", last.GetStatus(), len(ep.Record(nil).Questions))
 	}
 	return last.GetReward().GetComponents(), ""
 }

@@ -18,6 +18,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"avtgym/client"
+	"avtgym/driver"
+	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -141,21 +144,18 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 // credit. Stepping one token again and again is legitimate (forks) and
 // keeps the work per step constant.
 func AskStep(ctx context.Context, c *client.Client, corpusName string) (*pb.StepRequest, string, string, error) {
-	list, err := c.Env.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpusName, PageSize: 1000})
+	tasks, err := policy.ListTasks(ctx, c.Env, corpusName, "")
 	if err != nil {
 		return nil, "", "", err
 	}
-	for _, t := range list.GetTasks() {
-		rr, err := c.Env.Reset(ctx, &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), IncludePrivileged: true})
+	for _, t := range tasks {
+		ep, err := driver.Start(ctx, driver.Remote(c.Env), &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), IncludePrivileged: true})
 		if err != nil {
 			return nil, "", "", err
 		}
-		ep := rr.GetEpisodes()[0]
-		for _, a := range ep.GetPrivileged().GetAmbiguities() {
-			if a.GetCounted() {
-				q := "Could you clarify what exactly you mean by " + a.GetTerm() + "?"
-				return &pb.StepRequest{Token: ep.GetToken(), Action: &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}}, t.GetTaskId(), q, nil
-			}
+		if terms := ep.Terms(); len(terms) > 0 {
+			q := probe.FullQuestion(terms[0])
+			return &pb.StepRequest{Token: ep.Token(), Action: &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}}, t.GetTaskId(), q, nil
 		}
 	}
 	return nil, "", "", fmt.Errorf("no task with a counted ambiguity to benchmark")

@@ -1,13 +1,12 @@
 // Package client is the Go client of an avtgym server: a connection whose
 // calls are retried on UNAVAILABLE (safe, because resets and steps are
-// idempotent on the episode token) and a bounded-concurrency helper for
-// rolling out many episodes. The Python client lives in client/python.
+// idempotent on the episode token). Episodes are played through package
+// driver (driver.Remote(c.Env)); the Python client lives in client/python.
 package client
 
 import (
 	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,6 +33,22 @@ type Options struct {
 	CallTimeout time.Duration
 	// DialOptions are added to the connection's options.
 	DialOptions []grpc.DialOption
+	// Sleep waits d between attempts, returning early with ctx's error;
+	// nil means real time. Tests inject one to check the backoff without
+	// waiting.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Client is a connection to one avtgym server (or a load balancer in front
@@ -55,6 +70,9 @@ func Dial(addr string, opt Options) (*Client, error) {
 	}
 	if opt.Backoff == 0 {
 		opt.Backoff = 50 * time.Millisecond
+	}
+	if opt.Sleep == nil {
+		opt.Sleep = sleep
 	}
 	dopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -92,56 +110,10 @@ func retry(opt Options) grpc.UnaryClientInterceptor {
 				return err
 			}
 			jittered := wait/2 + rand.N(wait/2+1)
-			select {
-			case <-ctx.Done():
+			if opt.Sleep(ctx, jittered) != nil {
 				return err
-			case <-time.After(jittered):
 			}
 			wait = min(2*wait, time.Second)
 		}
 	}
-}
-
-// ForEach calls fn(ctx, i) for i in [0, n) on at most concurrency
-// goroutines and returns the errors by index (nil where fn succeeded). It
-// stops starting new items once ctx ends.
-func ForEach(ctx context.Context, n, concurrency int, fn func(ctx context.Context, i int) error) []error {
-	if concurrency < 1 {
-		concurrency = 1
-	}
-	errs := make([]error, n)
-	sem := make(chan struct{}, concurrency)
-	var wg sync.WaitGroup
-	cancelFrom := func(i int) {
-		for j := i; j < n; j++ {
-			errs[j] = ctx.Err()
-		}
-	}
-loop:
-	for i := range n {
-		// Check before and after waiting for a slot: a select with both
-		// cases ready picks at random.
-		if ctx.Err() != nil {
-			cancelFrom(i)
-			break
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			cancelFrom(i)
-			break loop
-		}
-		if ctx.Err() != nil {
-			<-sem // the slot this loop just took
-			cancelFrom(i)
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = fn(ctx, i)
-		}()
-	}
-	wg.Wait()
-	return errs
 }

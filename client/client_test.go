@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -52,143 +51,30 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// ---- ForEach ----
-
-func TestForEachRunsEveryIndexOnceWithBoundedConcurrency(t *testing.T) {
-	checkLeaks(t)
-	for _, tc := range []struct{ n, conc, want int }{
-		{200, 7, 7}, {50, 1, 1}, {10, 0, 1}, {10, -3, 1}, {5, 50, 5}, {1, 4, 1},
-	} {
-		var inflight, maxSeen atomic.Int32
-		runs := make([]atomic.Int32, tc.n)
-		errs := client.ForEach(context.Background(), tc.n, tc.conc, func(ctx context.Context, i int) error {
-			cur := inflight.Add(1)
-			defer inflight.Add(-1)
-			for {
-				m := maxSeen.Load()
-				if cur <= m || maxSeen.CompareAndSwap(m, cur) {
-					break
-				}
-			}
-			runs[i].Add(1)
-			// The first items wait until the pool is full, so that the
-			// maximum is reached deterministically.
-			if i < tc.want {
-				deadline := time.Now().Add(5 * time.Second)
-				for maxSeen.Load() < int32(tc.want) && time.Now().Before(deadline) {
-					time.Sleep(time.Millisecond)
-				}
-			} else {
-				time.Sleep(time.Duration(i%3) * 100 * time.Microsecond)
-			}
-			if i%5 == 0 {
-				return fmt.Errorf("item %d failed", i)
-			}
-			return nil
-		})
-		if len(errs) != tc.n {
-			t.Fatalf("n=%d: %d errors returned", tc.n, len(errs))
-		}
-		for i := range tc.n {
-			if r := runs[i].Load(); r != 1 {
-				t.Errorf("n=%d conc=%d: item %d ran %d times", tc.n, tc.conc, i, r)
-			}
-			switch {
-			case i%5 == 0 && (errs[i] == nil || errs[i].Error() != fmt.Sprintf("item %d failed", i)):
-				t.Errorf("n=%d: errs[%d] = %v, want item %d's error", tc.n, i, errs[i], i)
-			case i%5 != 0 && errs[i] != nil:
-				t.Errorf("n=%d: errs[%d] = %v, want nil", tc.n, i, errs[i])
-			}
-		}
-		if m := int(maxSeen.Load()); m != tc.want {
-			t.Errorf("n=%d conc=%d: at most %d in flight, want %d", tc.n, tc.conc, m, tc.want)
-		}
+// TestRetryBackoff: a call that keeps failing with UNAVAILABLE is tried
+// Attempts times, with jittered waits whose ceiling doubles up to a second
+// (checked through an injected sleeper, without waiting).
+func TestRetryBackoff(t *testing.T) {
+	var waits []time.Duration
+	c, err := client.Dial(freeAddr(t), client.Options{Attempts: 6, Backoff: 200 * time.Millisecond,
+		Sleep: func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return nil }})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if errs := client.ForEach(context.Background(), 0, 4, func(context.Context, int) error {
-		t.Error("fn called for n=0")
-		return nil
-	}); len(errs) != 0 {
-		t.Errorf("n=0: %d errors", len(errs))
+	defer c.Close()
+	_, err = c.Env.ListCorpora(ctxT(t), &pb.ListCorporaRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want UNAVAILABLE (nothing listens)", err)
 	}
-}
-
-func TestForEachStopsStartingWhenCancelled(t *testing.T) {
-	checkLeaks(t)
-	const n, conc, cancelAt = 1000, 2, 10
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var started atomic.Int32
-	ran := make([]atomic.Bool, n)
-	errs := client.ForEach(ctx, n, conc, func(ctx context.Context, i int) error {
-		started.Add(1)
-		ran[i].Store(true)
-		if i == cancelAt {
-			cancel()
+	ceilings := []time.Duration{200, 400, 800, 1000, 1000}
+	if len(waits) != len(ceilings) {
+		t.Fatalf("%d waits for 6 attempts: %v", len(waits), waits)
+	}
+	for i, w := range waits {
+		hi := ceilings[i] * time.Millisecond
+		if w < hi/2 || w > hi {
+			t.Errorf("wait %d = %v, want within [%v, %v]", i, w, hi/2, hi)
 		}
-		return nil
-	})
-	if s := int(started.Load()); s >= n/2 {
-		t.Fatalf("%d of %d items started although the context was cancelled at item %d", s, n, cancelAt)
-	}
-	for i := range n {
-		switch {
-		case ran[i].Load() && errs[i] != nil:
-			t.Errorf("item %d ran and succeeded but errs[%d] = %v", i, i, errs[i])
-		case !ran[i].Load() && !errors.Is(errs[i], context.Canceled):
-			t.Errorf("item %d never ran but errs[%d] = %v, want context.Canceled", i, i, errs[i])
-		}
-	}
-	for i := range cancelAt + 1 {
-		if !ran[i].Load() {
-			t.Errorf("item %d, started before the cancel, did not run", i)
-		}
-	}
-
-	// Items in flight see the cancellation through their context.
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	var inflight atomic.Int32
-	go func() {
-		for inflight.Load() < conc {
-			time.Sleep(time.Millisecond)
-		}
-		cancel2()
-	}()
-	errs = client.ForEach(ctx2, 50, conc, func(ctx context.Context, i int) error {
-		inflight.Add(1)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(30 * time.Second):
-			return errors.New("not cancelled")
-		}
-	})
-	for i, err := range errs {
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("blocked run: errs[%d] = %v", i, err)
-		}
-	}
-	if got := inflight.Load(); got >= 50 {
-		t.Errorf("blocked run: %d items started", got)
-	}
-}
-
-// TestForEachPreCancelledStartsNothing: a context that has already ended
-// must start no item. ForEach's select between acquiring the semaphore and
-// ctx.Done() picks at random when both are ready, so today about half the
-// calls start at least one item (see the report in the test's skip text).
-func TestForEachPreCancelledStartsNothing(t *testing.T) {
-	checkLeaks(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var started atomic.Int32
-	for range 200 {
-		client.ForEach(ctx, 10, 4, func(ctx context.Context, i int) error {
-			started.Add(1)
-			return nil
-		})
-	}
-	if s := started.Load(); s != 0 {
-		t.Fatalf("with an already-cancelled context, %d items started over 200 calls; want 0", s)
 	}
 }
 
@@ -402,15 +288,64 @@ func TestNoRetryWithOneAttempt(t *testing.T) {
 		t.Errorf("Reset counted %d times on a client that never reset", n)
 	}
 
-	// CallTimeout bounds the whole retry loop.
-	cT, _ := dial(t, addr, client.Options{Attempts: 1000, Backoff: 20 * time.Millisecond, CallTimeout: 300 * time.Millisecond})
-	start := time.Now()
-	_, err = cT.Env.Step(context.Background(), req)
+	// CallTimeout bounds the whole retry loop: every attempt runs under the
+	// one deadline set when the call began, and the loop ends by it long
+	// before its 1000 attempts (at 20ms doubling to 1s, about 16 minutes).
+	const callTimeout = 300 * time.Millisecond
+	var deadlines []time.Time // the deadline each attempt saw
+	var dlMu sync.Mutex
+	seeDeadline := grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		at := time.Now()
+		d, ok := ctx.Deadline()
+		dlMu.Lock()
+		deadlines = append(deadlines, d)
+		i := len(deadlines)
+		dlMu.Unlock()
+		switch {
+		case !ok:
+			t.Errorf("attempt %d of %s ran without a deadline", i, method)
+		case d.After(at.Add(callTimeout)):
+			t.Errorf("attempt %d of %s: deadline %v is more than CallTimeout %v after the attempt began (%v)", i, method, d, callTimeout, at)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	cT, countsT := dial(t, addr, client.Options{Attempts: 1000, Backoff: 20 * time.Millisecond, CallTimeout: callTimeout, DialOptions: []grpc.DialOption{seeDeadline}})
+	done := make(chan error, 1)
+	before := time.Now()
+	go func() {
+		_, err := cT.Env.Step(context.Background(), req)
+		done <- err
+	}()
+	// Deadline enforcement only: the bound is 100× the 300ms limit, so a
+	// busy machine never trips it, while a loop the deadline does not end
+	// (minutes of retries) does.
+	const bound = 100 * callTimeout
+	select {
+	case err = <-done:
+	case <-time.After(bound):
+		t.Fatalf("CallTimeout %v: the call had not ended after %v", callTimeout, bound)
+	}
 	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 		t.Errorf("CallTimeout: %v", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("CallTimeout 300ms: the call took %s", d)
+	n := attempts(countsT, "Step")
+	if n < 1 || n >= 1000 {
+		t.Errorf("CallTimeout: the step was tried %d times; want at least once and far fewer than the 1000 attempts allowed", n)
+	}
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	if len(deadlines) != n {
+		t.Fatalf("%d deadlines seen for %d attempts", len(deadlines), n)
+	}
+	// One deadline for the whole loop, not one per attempt, set CallTimeout
+	// after the call began (between before and the first attempt).
+	for i, d := range deadlines {
+		if !d.Equal(deadlines[0]) {
+			t.Errorf("attempt %d had deadline %v, attempt 1 %v: want one deadline for the call", i+1, d, deadlines[0])
+		}
+	}
+	if lo := before.Add(callTimeout); deadlines[0].Before(lo) {
+		t.Errorf("deadline %v is less than CallTimeout %v after the call began (%v)", deadlines[0], callTimeout, before)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"avtgym/corpus/demo"
+	"avtgym/internal/parallel"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
@@ -147,6 +148,9 @@ func (l *loader) load(ctx context.Context) (_ *Corpus, err error) {
 	l.checkAVTs(c)
 	if len(l.problems) == 0 {
 		l.checkReferences(ctx, c)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // some references were not checked
 	}
 	if len(l.problems) > 0 {
 		sortProblems(l.problems)
@@ -501,22 +505,74 @@ func (l *loader) records(c *Corpus, m *Manifest, name string, defaultsJSON []byt
 	}
 }
 
+// record validates one records line and adds its task to c. Every problem
+// of the line is reported; a line with any problem adds no task.
 func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, defaultsJSON []byte) {
+	rec, ok := l.decodeRecord(file, lineNo, line)
+	if !ok {
+		return
+	}
+	bad := func(field, format string, args ...any) { l.problem(file, lineNo, field, format, args...) }
+	before := len(l.problems)
+	l.checkRecordKeys(c, &rec, bad)
+	db, ok := c.dbs[rec.DB]
+	switch {
+	case !ok && l.failedDBs[rec.DB]:
+		return // its database failed to open; that problem is reported
+	case !ok:
+		bad("db", "%q is not a database of the manifest", rec.DB)
+	}
+	masked := checkAmbiguities(&rec, db, bad)
+	ref, policy := checkReference(&rec, m, bad)
+	if len(l.problems) > before {
+		return
+	}
+	h := sha256.New()
+	h.Write(bytes.TrimSpace(line))
+	h.Write(defaultsJSON)
+	t := &Task{
+		Record:       &rec,
+		Corpus:       c,
+		DB:           db,
+		Policy:       policy.Resolve(ref),
+		ReferenceSQL: ref,
+		RefKey:       c.Name + "\x00" + rec.ID,
+		File:         file,
+		Line:         lineNo,
+	}
+	copy(t.Hash[:], h.Sum(nil))
+	for _, k := range db.Spec.Knowledge {
+		if !masked[k.ID] {
+			t.PublicKnowledge = append(t.PublicKnowledge, k)
+		}
+	}
+	c.Tasks = append(c.Tasks, t)
+	c.byID[rec.ID] = t
+	c.avts[rec.AVTID] = append(c.avts[rec.AVTID], t)
+}
+
+// decodeRecord decodes one line strictly (unknown fields are problems).
+func (l *loader) decodeRecord(file string, lineNo int, line []byte) (Record, bool) {
 	var rec Record
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
 		_, field, msg := describeJSONError(line, err)
 		l.problem(file, lineNo, field, "%s", msg)
-		return
+		return rec, false
 	}
 	if dec.More() {
 		l.problem(file, lineNo, "", "more than one JSON value on the line")
-		return
+		return rec, false
 	}
-	bad := func(field, format string, args ...any) { l.problem(file, lineNo, field, format, args...) }
-	before := len(l.problems)
+	return rec, true
+}
 
+type badFunc func(field, format string, args ...any)
+
+// checkRecordKeys checks the record's id (unique in c), AVT id (defaulting
+// to the id) and request.
+func (l *loader) checkRecordKeys(c *Corpus, rec *Record, bad badFunc) {
 	switch {
 	case rec.ID == "":
 		bad("id", "is required")
@@ -533,13 +589,20 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 	if strings.TrimSpace(rec.Request) == "" {
 		bad("request", "is required")
 	}
-	db, ok := c.dbs[rec.DB]
-	switch {
-	case !ok && l.failedDBs[rec.DB]:
-		return // its database failed to open; that problem is reported
-	case !ok:
-		bad("db", "%q is not a database of the manifest", rec.DB)
+	switch rec.ResolutionFormat {
+	case "", "text", "sql":
+	default:
+		bad("resolution_format", "%q is not text or sql", rec.ResolutionFormat)
 	}
+	if rec.Source != nil && rec.Source.Dataset == "" {
+		bad("source.dataset", "is required when source is set")
+	}
+}
+
+// checkAmbiguities checks each ambiguity of rec (db may be nil when the
+// record names no database of the manifest) and returns the knowledge
+// entries its knowledge ambiguities mask.
+func checkAmbiguities(rec *Record, db *DB, bad badFunc) map[string]bool {
 	terms := map[string]bool{}
 	for _, a := range rec.Ambiguities {
 		terms[a.Term] = true
@@ -579,14 +642,12 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 			bad(f+".knowledge_id", "is only allowed on knowledge ambiguities")
 		}
 	}
-	switch rec.ResolutionFormat {
-	case "", "text", "sql":
-	default:
-		bad("resolution_format", "%q is not text or sql", rec.ResolutionFormat)
-	}
-	if rec.Source != nil && rec.Source.Dataset == "" {
-		bad("source.dataset", "is required when source is set")
-	}
+	return masked
+}
+
+// checkReference checks the reference statements and the comparison
+// policy, and returns the joined reference and the resolved policy.
+func checkReference(rec *Record, m *Manifest, bad badFunc) (string, sqlexec.Policy) {
 	if len(rec.Reference.SQL) == 0 {
 		bad("reference.sql", "is required")
 	}
@@ -595,37 +656,11 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 			bad(fmt.Sprintf("reference.sql[%d]", i), "is empty")
 		}
 	}
-	ref := strings.Join(rec.Reference.SQL, ";\n")
 	policy, err := resolvePolicy(m.Defaults.Comparison, rec.Reference.Comparison)
 	if err != nil {
 		bad("reference.comparison", "%v", err)
 	}
-	if len(l.problems) > before {
-		return
-	}
-
-	h := sha256.New()
-	h.Write(bytes.TrimSpace(line))
-	h.Write(defaultsJSON)
-	t := &Task{
-		Record:       &rec,
-		Corpus:       c,
-		DB:           db,
-		Policy:       policy.Resolve(ref),
-		ReferenceSQL: ref,
-		RefKey:       c.Name + "\x00" + rec.ID,
-		File:         file,
-		Line:         lineNo,
-	}
-	copy(t.Hash[:], h.Sum(nil))
-	for _, k := range db.Spec.Knowledge {
-		if !masked[k.ID] {
-			t.PublicKnowledge = append(t.PublicKnowledge, k)
-		}
-	}
-	c.Tasks = append(c.Tasks, t)
-	c.byID[rec.ID] = t
-	c.avts[rec.AVTID] = append(c.avts[rec.AVTID], t)
+	return strings.Join(rec.Reference.SQL, ";\n"), policy
 }
 
 // checkAVTs checks that the records of each AVT share what an AVT shares:
@@ -666,34 +701,28 @@ func sameTerms(a, b []Ambiguity) bool {
 // smaller, limits).
 func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 	var (
-		wg   sync.WaitGroup
 		mu   sync.Mutex
 		done int
-		sem  = make(chan struct{}, runtime.GOMAXPROCS(0))
 	)
-	for _, t := range c.Tasks {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			res, err := c.Cache.Get(ctx, sqlexec.CacheKey(t.RefKey, t.Policy), func(ctx context.Context) (*sqlexec.Result, error) {
-				return t.DB.Engine.Query(ctx, t.Policy.Rewrite(t.ReferenceSQL), l.opt.Limits)
-			})
-			switch {
-			case err != nil:
-				l.problem(t.File, t.Line, "reference.sql", "%v", err)
-			case t.Policy.EmptyFails && len(res.Rows) == 0:
-				l.problem(t.File, t.Line, "reference.sql", "returns no rows, but the comparison policy fails empty results")
-			}
-			if l.opt.Progress != nil {
-				mu.Lock()
-				done++
-				l.opt.Progress(done, len(c.Tasks))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	parallel.For(ctx, len(c.Tasks), runtime.GOMAXPROCS(0), func(ctx context.Context, i int) error {
+		t := c.Tasks[i]
+		res, err := c.Cache.Get(ctx, sqlexec.CacheKey(t.RefKey, t.Policy), func(ctx context.Context) (*sqlexec.Result, error) {
+			return t.DB.Engine.Query(ctx, t.Policy.Rewrite(t.ReferenceSQL), l.opt.Limits)
+		})
+		switch {
+		case err != nil:
+			l.problem(t.File, t.Line, "reference.sql", "%v", err)
+		case t.Policy.EmptyFails && len(res.Rows) == 0:
+			l.problem(t.File, t.Line, "reference.sql", "returns no rows, but the comparison policy fails empty results")
+		}
+		if l.opt.Progress != nil {
+			mu.Lock()
+			done++
+			l.opt.Progress(done, len(c.Tasks))
+			mu.Unlock()
+		}
+		return nil
+	})
 }
 
 // resolvePolicy applies a record's comparison fields over the corpus

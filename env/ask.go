@@ -28,7 +28,8 @@ const (
 )
 
 // Ask answers one question outside any episode (OracleService): the task
-// is named by id, or by AVT id and interpretation label. It keeps no state;
+// is named by id, or by AVT id and interpretation label (the request's
+// task oneof). It keeps no state;
 // the caller sends the dialogue so far. The question (non-empty, at most
 // maxQuestionBytes) and the history (at most MaxHistoryTurns turns, each
 // question at most maxQuestionBytes and each reply at most
@@ -70,7 +71,7 @@ func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, err
 		}
 		return nil, errorf(Unavailable, ReasonOracleFailed, "", "the oracle failed: %v", err)
 	}
-	resp := &pb.AskResponse{Reply: reply.Text}
+	resp := &pb.AskResponse{Reply: reply.Text, Refused: reply.Refused}
 	if req.GetIncludePrivileged() {
 		var mask uint64
 		for _, c := range reply.Credits {
@@ -79,28 +80,37 @@ func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, err
 			}
 		}
 		ep := &episode{task: t}
-		resp.Privileged = &pb.AskPrivileged{Credits: ep.credits(mask), OracleAction: reply.Action}
+		resp.Privileged = &pb.AskPrivileged{Credits: ep.credits(mask), OracleAction: reply.Action.String()}
 	}
 	return resp, nil
 }
 
+// askTask resolves the request's task oneof: a task id, or an AVT id and
+// interpretation label.
 func (e *Env) askTask(req *pb.AskRequest) (*corpus.Task, error) {
-	if id := req.GetTaskId(); id != "" {
-		return e.Task(req.GetCorpus(), id)
-	}
-	c, err := e.Corpus(req.GetCorpus())
-	if err != nil {
-		return nil, err
-	}
-	if req.GetAvtId() == "" {
-		return nil, errorf(InvalidArgument, ReasonInvalidAction, "task_id", "name the task by task_id, or by avt_id and interpretation")
-	}
-	for _, t := range c.Interpretations(req.GetAvtId()) {
-		if t.Interpretation == req.GetInterpretation() {
-			return t, nil
+	switch k := req.GetTask().(type) {
+	case *pb.AskRequest_TaskId:
+		if k.TaskId == "" {
+			return nil, errorf(InvalidArgument, ReasonInvalidAction, "task_id", "is empty")
 		}
+		return e.Task(req.GetCorpus(), k.TaskId)
+	case *pb.AskRequest_Interpretation:
+		in := k.Interpretation
+		if in.GetAvtId() == "" {
+			return nil, errorf(InvalidArgument, ReasonInvalidAction, "interpretation.avt_id", "is empty")
+		}
+		c, err := e.Corpus(req.GetCorpus())
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range c.Interpretations(in.GetAvtId()) {
+			if t.Interpretation == in.GetLabel() {
+				return t, nil
+			}
+		}
+		return nil, errorf(NotFound, ReasonUnknownTask, "interpretation.label", "corpus %q has no AVT %q with interpretation %q", c.Name, in.GetAvtId(), in.GetLabel())
 	}
-	return nil, errorf(NotFound, ReasonUnknownTask, "interpretation", "corpus %q has no AVT %q with interpretation %q", c.Name, req.GetAvtId(), req.GetInterpretation())
+	return nil, errorf(InvalidArgument, ReasonInvalidAction, "task_id", "name the task by task_id, or by interpretation (avt_id and label)")
 }
 
 // checkHistory checks an AskRequest's dialogue against the bounds above.

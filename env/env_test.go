@@ -141,7 +141,7 @@ func mustStep(t *testing.T, e *Env, tok []byte, a *pb.Action, priv bool) *pb.Ste
 	return resp
 }
 
-func wantEnvError(t *testing.T, err error, code Code, reason string) {
+func wantEnvError(t *testing.T, err error, code Code, reason pb.ErrorReason) {
 	t.Helper()
 	var e *Error
 	if !errors.As(err, &e) {
@@ -453,6 +453,60 @@ func TestOracleBadCreditEndsInError(t *testing.T) {
 	}
 }
 
+// TestRefusalTurnKind: the answer to a question is a turn of kind REFUSAL
+// exactly when the oracle's reply is Refused (or the environment refused
+// in its place), whatever its text, and OracleService's AskResponse says
+// the same in refused.
+func TestRefusalTurnKind(t *testing.T) {
+	c := loadTiny(t)
+	e, _ := newEnv(t, c, nil)
+	for _, tc := range []struct {
+		question string
+		kind     pb.TurnKind
+		text     string // a prefix of the reply
+		credits  int
+	}{
+		{"What are big sales?", pb.TurnKind_TURN_KIND_REPLY, "Sales of 100 dollars or more.", 1},
+		{"Could you clarify what you want?", pb.TurnKind_TURN_KIND_REFUSAL, oracle.Refusal, 0},
+		{"", pb.TurnKind_TURN_KIND_REFUSAL, "I can't answer that: the question is empty", 0},
+		{"big sales \xff?", pb.TurnKind_TURN_KIND_REFUSAL, "I can't answer that: the question ", 0},
+	} {
+		ep := resetOne(t, e, "big", nil)
+		resp := mustStep(t, e, ep.Token, askAction(tc.question), true)
+		turns := resp.Observation.Turns
+		if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || turns[1].Kind != tc.kind || !strings.HasPrefix(turns[1].Text, tc.text) ||
+			len(resp.Privileged.GetCredits()) != tc.credits || resp.Observation.QuestionsAsked != 1 {
+			t.Errorf("%q: turns %v credits %v asked %d; want a %s turn %q", tc.question, turns, resp.Privileged.GetCredits(), resp.Observation.QuestionsAsked, tc.kind, tc.text)
+		}
+		if tc.question == "" || !utf8.ValidString(tc.question) {
+			continue // OracleService rejects such a question (INVALID_ARGUMENT)
+		}
+		r, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: tc.question, IncludePrivileged: true})
+		if err != nil || r.Refused != (tc.kind == pb.TurnKind_TURN_KIND_REFUSAL) || r.Reply != turns[1].Text || len(r.Privileged.GetCredits()) != tc.credits {
+			t.Errorf("Ask(%q) = %v, %v; want refused %v", tc.question, r, err, tc.kind == pb.TurnKind_TURN_KIND_REFUSAL)
+		}
+	}
+	// The flag decides, not the text.
+	for _, tc := range []struct {
+		reply oracle.Reply
+		kind  pb.TurnKind
+	}{
+		{oracle.Reply{Text: oracle.Refusal}, pb.TurnKind_TURN_KIND_REPLY},
+		{oracle.Reply{Text: "Something informative.", Refused: true}, pb.TurnKind_TURN_KIND_REFUSAL},
+	} {
+		e, _ := newEnv(t, c, nil, withOracle(&fakeOracle{reply: tc.reply}))
+		ep := resetOne(t, e, "big", nil)
+		resp := mustStep(t, e, ep.Token, askAction("anything?"), true)
+		if turns := resp.Observation.Turns; len(turns) != 2 || turns[1].Kind != tc.kind || turns[1].Text != tc.reply.Text {
+			t.Errorf("%+v: turns %v, want kind %s", tc.reply, turns, tc.kind)
+		}
+		r, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: "anything?"})
+		if err != nil || r.Refused != tc.reply.Refused || r.Reply != tc.reply.Text {
+			t.Errorf("%+v: Ask = %v, %v", tc.reply, r, err)
+		}
+	}
+}
+
 // TestActionTextLimits: text the policy wrote is scored, never rejected.
 // A question that is empty, not valid UTF-8 or over the limit is answered
 // with a refusal without calling the oracle (it counts, credits nothing,
@@ -491,7 +545,7 @@ func TestActionTextLimits(t *testing.T) {
 			t.Errorf("%s: status %s asked %d remaining %d, want a counted question", name, resp.Status, resp.Observation.QuestionsAsked, resp.Observation.QuestionsRemaining)
 		}
 		turns := resp.Observation.Turns
-		if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || !strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") {
+		if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL || !strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") {
 			t.Errorf("%s: turns %v, want the question and a refusal", name, turns)
 			continue
 		}
@@ -568,7 +622,7 @@ func (s *spyOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracl
 func TestLongRepliesAreCut(t *testing.T) {
 	key := RandomKey()
 	long := strings.Repeat("réponse ", 10_000) // 90 KB of two-byte runes and spaces
-	e, _ := newEnv(t, loadTiny(t), key, withOracle(&fakeOracle{reply: oracle.Reply{Text: long, Credits: []int{0}, Action: strings.Repeat("a", 100_000)}}))
+	e, _ := newEnv(t, loadTiny(t), key, withOracle(&fakeOracle{reply: oracle.Reply{Text: long, Credits: []int{0}, Action: oracle.Action{Kind: oracle.ActionLabeled, Arg: strings.Repeat("a", 100_000)}}}))
 	ep := resetOne(t, e, "big", nil)
 	resp := mustStep(t, e, ep.Token, askAction("What are big sales?"), true)
 	reply := resp.Observation.Turns[1].Text

@@ -93,8 +93,8 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 	}
 }
 
-// questionRefusal is the environment's reply, in the oracle's place, to a
-// question it does not put to the oracle.
+// questionRefusal is the environment's refusal, in the oracle's place, of
+// a question it does not put to the oracle (a turn of kind REFUSAL).
 func questionRefusal(fault string) string {
 	return "I can't answer that: the question " + fault + "."
 }
@@ -117,7 +117,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	if fault != "" {
 		// The policy's fault: answered without the oracle, with a refusal;
 		// it counts as a question and credits nothing.
-		reply.Text = questionRefusal(fault)
+		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
 		reply, err = ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, dialogue(st), q)
@@ -146,10 +146,16 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	}{mask: mask}
 	a.q.Question, a.q.Reply, a.q.CreditMask = q, text, &a.mask
 	st.Questions = append(st.Questions, &a.q)
-	ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, text)
+	// A refusal (the oracle's or the environment's) is its own turn kind,
+	// so that a policy never has to recognise one by its text.
+	kind := pb.TurnKind_TURN_KIND_REPLY
+	if reply.Refused {
+		kind = pb.TurnKind_TURN_KIND_REFUSAL
+	}
+	ep.turn(pb.Role_ROLE_ORACLE, kind, text)
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
-		ep.out.Privileged.OracleAction = BoundText(reply.Action, MaxReplyBytes)
+		ep.out.Privileged.OracleAction = BoundText(reply.Action.String(), MaxReplyBytes)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package env
 import (
 	"fmt"
 	"time"
+
+	pb "avtgym/proto/avtgym/v1"
 )
 
 // Code classifies an episode error; the server maps each code to one gRPC
@@ -31,44 +33,46 @@ const (
 	ResourceExhausted
 )
 
-// Stable reasons, sent as google.rpc.ErrorInfo.reason. Clients may switch on
-// them; they never change meaning.
+// The stable reasons, sent as google.rpc.ErrorInfo.reason (the value's
+// name, such as "TOKEN_TAMPERED"). They are the values of the proto enum
+// avtgym.v1.ErrorReason (proto/avtgym/v1/error_reason.proto), which
+// documents each one's gRPC code and when it is sent: a new reason is added
+// there first. Clients may switch on them; they never change meaning.
 const (
-	ReasonTokenMalformed = "TOKEN_MALFORMED"
-	ReasonTokenTampered  = "TOKEN_TAMPERED"
-	ReasonTokenForeign   = "TOKEN_FOREIGN"
-	ReasonTokenExpired   = "TOKEN_EXPIRED"
-	ReasonRecordChanged  = "RECORD_CHANGED"
-	ReasonUnknownCorpus  = "UNKNOWN_CORPUS"
-	ReasonUnknownTask    = "UNKNOWN_TASK"
-	ReasonNoTasks        = "NO_TASKS"
-	ReasonInvalidAction  = "INVALID_ACTION"
-	ReasonInvalidOption  = "INVALID_OPTION"
-	ReasonWrongPhase     = "WRONG_PHASE"
-	ReasonEpisodeDone    = "EPISODE_DONE"
-	ReasonInvalidPage    = "INVALID_PAGE_TOKEN"
-	ReasonInternal       = "INTERNAL"
-	ReasonOracleFailed   = "ORACLE_FAILED"
-	// ReasonRequestMalformed: the request message does not decode.
-	ReasonRequestMalformed = "REQUEST_MALFORMED"
-	// ReasonRequestTooLarge: the request message is larger than the
-	// server accepts.
-	ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
-	// ReasonResponseTooLarge: the response (or a batch item's result)
-	// would be larger than the server sends.
-	ReasonResponseTooLarge = "RESPONSE_TOO_LARGE"
-	// ReasonBatchTooLarge: a batch holds more items, or asks for more
-	// episodes, than one call may.
-	ReasonBatchTooLarge = "BATCH_TOO_LARGE"
-	// ReasonVerifierBusy: the verifier is saturated; retry later.
-	ReasonVerifierBusy = "VERIFIER_BUSY"
+	ReasonTokenMalformed   = pb.ErrorReason_TOKEN_MALFORMED
+	ReasonTokenTampered    = pb.ErrorReason_TOKEN_TAMPERED
+	ReasonTokenForeign     = pb.ErrorReason_TOKEN_FOREIGN
+	ReasonTokenExpired     = pb.ErrorReason_TOKEN_EXPIRED
+	ReasonRecordChanged    = pb.ErrorReason_RECORD_CHANGED
+	ReasonUnknownCorpus    = pb.ErrorReason_UNKNOWN_CORPUS
+	ReasonUnknownTask      = pb.ErrorReason_UNKNOWN_TASK
+	ReasonNoTasks          = pb.ErrorReason_NO_TASKS
+	ReasonInvalidAction    = pb.ErrorReason_INVALID_ACTION
+	ReasonInvalidOption    = pb.ErrorReason_INVALID_OPTION
+	ReasonWrongPhase       = pb.ErrorReason_WRONG_PHASE
+	ReasonEpisodeDone      = pb.ErrorReason_EPISODE_DONE
+	ReasonInvalidPage      = pb.ErrorReason_INVALID_PAGE_TOKEN
+	ReasonRequestMalformed = pb.ErrorReason_REQUEST_MALFORMED
+	ReasonRequestTooLarge  = pb.ErrorReason_REQUEST_TOO_LARGE
+	ReasonResponseTooLarge = pb.ErrorReason_RESPONSE_TOO_LARGE
+	ReasonBatchTooLarge    = pb.ErrorReason_BATCH_TOO_LARGE
+	ReasonVerifierBusy     = pb.ErrorReason_VERIFIER_BUSY
+	ReasonOracleFailed     = pb.ErrorReason_ORACLE_FAILED
+	ReasonInternal         = pb.ErrorReason_INTERNAL
+	// ReasonDeadlineExceeded and ReasonCanceled are the reasons of a call
+	// that ended with its own deadline or cancellation (context errors,
+	// not *Error values).
+	ReasonDeadlineExceeded = pb.ErrorReason_DEADLINE_EXCEEDED
+	ReasonCanceled         = pb.ErrorReason_CANCELED
 )
 
 // Error is an episode error: a code, a stable reason, the request field at
 // fault (if any) and an explanation for people.
 type Error struct {
-	Code   Code
-	Reason string
+	Code Code
+	// Reason is sent as ErrorInfo.reason, by name; an unset reason is a
+	// server bug, sent as INTERNAL.
+	Reason pb.ErrorReason
 	Field  string
 	Msg    string
 	// Meta is added to the ErrorInfo's metadata (sizes and limits, for
@@ -88,6 +92,6 @@ func (e *Error) Error() string {
 	return e.Msg
 }
 
-func errorf(code Code, reason, field, format string, args ...any) *Error {
+func errorf(code Code, reason pb.ErrorReason, field, format string, args ...any) *Error {
 	return &Error{Code: code, Reason: reason, Field: field, Msg: fmt.Sprintf(format, args...)}
 }

@@ -219,6 +219,7 @@ func TestLimitsDocument(t *testing.T) {
 		"MaxReplyBytes":              MaxReplyBytes,
 		"MaxNoticeBytes":             MaxNoticeBytes,
 		"token bound of idAllowance": TokenBound(idAllowance, idAllowance),
+		"StepResponseBound(example)": StepResponseBound(exampleTask()),
 	} {
 		if !strings.Contains(text, strconv.Itoa(n)) {
 			t.Errorf("docs/limits.md does not state %s = %d", name, n)

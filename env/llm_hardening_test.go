@@ -153,9 +153,9 @@ func hEnv(t *testing.T, c *corpus.Corpus, oc, sc *llm.Client) *Env {
 		}
 		schema := func(r *corpus.Record) string { return schemas[r] }
 		unfiltered := oracle.NewLLM(oc, oracle.LLMOptions{Schema: schema})
-		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered
-		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = oracle.NewLLM(oc, oracle.LLMOptions{Scoped: true, Schema: schema})
-		cfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = unfiltered.Hybrid()
+		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered.Oracle()
+		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = oracle.NewLLM(oc, oracle.LLMOptions{Scoped: true, Schema: schema}).Oracle()
+		cfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = oracle.Hybrid(unfiltered)
 	}
 	if sc != nil {
 		cfg.LLMSolver = NewLLMSolver(sc)
@@ -195,13 +195,18 @@ var llmOracles = []pb.OracleType{pb.OracleType_ORACLE_TYPE_LLM, pb.OracleType_OR
 
 // lastReply is the text of the response's last oracle turn.
 func lastReply(r *pb.StepResponse) string {
+	return lastOracleTurn(r).GetText()
+}
+
+// lastOracleTurn is the response's last oracle turn (nil if none).
+func lastOracleTurn(r *pb.StepResponse) *pb.Turn {
 	turns := r.GetObservation().GetTurns()
 	for i := len(turns) - 1; i >= 0; i-- {
 		if turns[i].GetRole() == pb.Role_ROLE_ORACLE {
-			return turns[i].GetText()
+			return turns[i]
 		}
 	}
-	return ""
+	return nil
 }
 
 // TestHugeOracleRepliesBounded: a model that ignores max_tokens and
@@ -280,7 +285,7 @@ func TestLongQuestionIsScoredNotError(t *testing.T) {
 			if r.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || r.Done {
 				t.Fatalf("%s %s: status %s: %s", mode, o, r.Status, r.Privileged.GetVerifierReason())
 			}
-			if len(r.Privileged.GetCredits()) != 0 || r.Privileged.GetOracleAction() != "unanswerable()" || lastReply(r) != oracle.Refusal {
+			if len(r.Privileged.GetCredits()) != 0 || r.Privileged.GetOracleAction() != "unanswerable()" || lastReply(r) != oracle.Refusal || lastOracleTurn(r).GetKind() != pb.TurnKind_TURN_KIND_REFUSAL {
 				t.Errorf("%s %s: credits %v action %q reply %q", mode, o, r.Privileged.GetCredits(), r.Privileged.GetOracleAction(), lastReply(r))
 			}
 			if r.Observation.GetQuestionsAsked() != 1 {
@@ -505,7 +510,7 @@ func TestAskHistoryBounded(t *testing.T) {
 		{"invalid UTF-8 question asked", "big sales \xff?", nil, "question"},
 		{"question too long", strings.Repeat("q", 16<<10+1), nil, "question"},
 	} {
-		_, err := e.Ask(context.Background(), &pb.AskRequest{TaskId: "big", Question: tc.question, History: tc.history})
+		_, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: tc.question, History: tc.history})
 		var ee *Error
 		if !errors.As(err, &ee) || ee.Code != InvalidArgument || ee.Field != tc.field || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: err = %v, want INVALID_ARGUMENT on %s", tc.name, err, tc.field)
@@ -520,12 +525,12 @@ func TestAskHistoryBounded(t *testing.T) {
 		turn.Question = "é" + strings.Repeat("q", 16<<10-2)
 		turn.Reply = strings.Repeat("r", 16<<10)
 	}
-	r, err := e.Ask(context.Background(), &pb.AskRequest{TaskId: "big", Question: "What are big sales?", History: h, IncludePrivileged: true})
+	r, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: "What are big sales?", History: h, IncludePrivileged: true})
 	if err != nil || len(r.GetPrivileged().GetCredits()) != 1 || counting.history.Load() != int64(MaxHistoryTurns) {
 		t.Fatalf("a maximal history: %v, %v", r, err)
 	}
 	// Empty turns are allowed (an episode may have replayed nothing).
-	if _, err := e.Ask(context.Background(), &pb.AskRequest{TaskId: "big", Question: "What?", History: []*pb.DialogueTurn{{}}}); err != nil {
+	if _, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: "What?", History: []*pb.DialogueTurn{{}}}); err != nil {
 		t.Errorf("an empty turn: %v", err)
 	}
 	if MaxHistoryTurns < corpus.MaxAmbiguities+2 {
@@ -543,12 +548,12 @@ func TestAskLLMOverflow(t *testing.T) {
 	m := newHModel(t, func(system, user string) (int, string, []byte) { return 200, hMatch(user), nil })
 	e := hEnv(t, c, hClient(t, m, func(cfg *llm.Config) { cfg.ContextTokens = max(m0, r0) + 500 }), nil)
 	long := "What are big sales? " + strings.Repeat("Tell me everything. ", 15900/20)
-	r, err := e.Ask(context.Background(), &pb.AskRequest{TaskId: "big", Question: long, Oracle: pb.OracleType_ORACLE_TYPE_LLM, IncludePrivileged: true})
-	if err != nil || r.Reply != oracle.Refusal || r.Privileged.GetOracleAction() != "unanswerable()" || len(r.Privileged.GetCredits()) != 0 {
+	r, err := e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: long, Oracle: pb.OracleType_ORACLE_TYPE_LLM, IncludePrivileged: true})
+	if err != nil || r.Reply != oracle.Refusal || !r.Refused || r.Privileged.GetOracleAction() != "unanswerable()" || len(r.Privileged.GetCredits()) != 0 {
 		t.Fatalf("long question: %v, %v", r, err)
 	}
 	e = hEnv(t, c, hClient(t, m, func(cfg *llm.Config) { cfg.ContextTokens = 300 }), nil)
-	_, err = e.Ask(context.Background(), &pb.AskRequest{TaskId: "big", Question: "What are big sales?", Oracle: pb.OracleType_ORACLE_TYPE_LLM})
+	_, err = e.Ask(context.Background(), &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: "What are big sales?", Oracle: pb.OracleType_ORACLE_TYPE_LLM})
 	var ee *Error
 	if !errors.As(err, &ee) || ee.Code != Internal || ee.Reason != ReasonOracleFailed {
 		t.Fatalf("record too long: err = %v", err)

@@ -20,7 +20,7 @@ import (
 
 // wantTypedTokenError fails unless err is an *Error on field "token" with
 // one of the given reasons.
-func wantTypedTokenError(t *testing.T, err error, what string, reasons ...string) *Error {
+func wantTypedTokenError(t *testing.T, err error, what string, reasons ...pb.ErrorReason) *Error {
 	t.Helper()
 	var e *Error
 	if !errors.As(err, &e) {

@@ -44,7 +44,7 @@ func wantBucket(plainLen int) int {
 	return b
 }
 
-func wantTokenError(t *testing.T, err error, code Code, reason string) {
+func wantTokenError(t *testing.T, err error, code Code, reason pb.ErrorReason) {
 	t.Helper()
 	var e *Error
 	if !errors.As(err, &e) {

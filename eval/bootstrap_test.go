@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"avtgym/driver"
 )
 
 // TestBootstrapCoverage draws 200 samples from a clustered population
@@ -35,8 +37,7 @@ func TestBootstrapCoverage(t *testing.T) {
 					if rng.Float64() < 0.5+b {
 						v = 1
 					}
-					eps = append(eps, Episode{Corpus: "synthetic", TaskID: fmt.Sprintf("a%d-r%d", a, rec), AVTID: fmt.Sprintf("a%d", a),
-						Condition: Asker, Oracle: "deterministic", Seed: uint64(s + 1), Status: "TERMINATED", Success: &v})
+					eps = append(eps, Episode{Record: driver.Record{Corpus: "synthetic", TaskID: fmt.Sprintf("a%d-r%d", a, rec), AVTID: fmt.Sprintf("a%d", a), Seed: uint64(s + 1), Status: "TERMINATED", Success: &v}, Condition: Asker, Oracle: "deterministic"})
 				}
 			}
 		}
@@ -60,7 +61,7 @@ func TestBootstrapCoverage(t *testing.T) {
 // own, and AVTs sharing a donor joined through it.
 func TestDonorComponents(t *testing.T) {
 	ep := func(task, avt string, cond Condition, donor string) Episode {
-		return Episode{Corpus: "c", TaskID: task, AVTID: avt, Condition: cond, Oracle: "hybrid", Seed: 1, Status: "TERMINATED", Donor: donor}
+		return Episode{Record: driver.Record{Corpus: "c", TaskID: task, AVTID: avt, Seed: 1, Status: "TERMINATED"}, Condition: cond, Oracle: "hybrid", Donor: donor}
 	}
 	eps := []Episode{
 		ep("t1", "A", AskerSpec, "t3"), // A — C (t3's AVT)

@@ -8,6 +8,7 @@ import (
 	"avtgym/eval"
 	"avtgym/internal/testutil"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -28,8 +29,8 @@ func TestLeakyOraclesMoveTheDiagnostics(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{TestOracles: true})
 	dir := t.TempDir()
 	seeds := []uint64{0, 1, 2}
-	_, err := eval.Run(context.Background(), s.Client, eval.Config{
-		Asker:      eval.ScriptedAsker(policy.NoneAdv), // a generic asker: asks, learns nothing
+	_, err := eval.Run(context.Background(), s.Client.Env, eval.Config{
+		Asker:      policy.Scripted(probe.NoneAdv), // a generic asker: asks, learns nothing
 		Oracles:    []pb.OracleType{pb.OracleType_ORACLE_TYPE_DETERMINISTIC, pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER, pb.OracleType_ORACLE_TYPE_TEST_CREDIT_ALL},
 		Seeds:      seeds,
 		Conditions: []eval.Condition{eval.None, eval.Asker, eval.Full, eval.FullAdv, eval.NoneAdv},
@@ -78,7 +79,7 @@ func TestLeakyOraclesMoveTheDiagnostics(t *testing.T) {
 			leak := byOracle["test_leaky_responder"][eval.Asker][k]
 			// The rule: success under the leak is 1 iff a question was answered.
 			wantLeak := *d.Success
-			if d.Questions > 0 {
+			if len(d.Replies) > 0 {
 				wantLeak = 1
 			}
 			if *leak.Success != wantLeak {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"avtgym/driver"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -117,7 +119,7 @@ func TestCellGolden(t *testing.T) {
 	eqPtr(t, "F1 seed 2", m.F1, 0.5)
 
 	// Nothing eligible: every rate undefined.
-	m = Cell([]Episode{{Status: "ERROR"}, {Status: "RPC_FAILED"}})
+	m = Cell([]Episode{{Record: driver.Record{Status: "ERROR"}}, {Record: driver.Record{Status: "RPC_FAILED"}}})
 	if m.Scored != 0 || m.SR != nil || m.Precision != nil || m.Recall != nil || m.F1 != nil {
 		t.Errorf("all-failed cell = %+v, want nothing defined", m)
 	}
@@ -238,9 +240,9 @@ func golden(t *testing.T, name string, got []byte) {
 func TestAnalyzeDedupAndErrors(t *testing.T) {
 	one, zero := 1.0, 0.0
 	eps := []Episode{
-		{Corpus: "c", TaskID: "t", AVTID: "a", Condition: Asker, Oracle: "deterministic", Seed: 1, Status: "ERROR"},
-		{Corpus: "c", TaskID: "t", AVTID: "a", Condition: Asker, Oracle: "deterministic", Seed: 1, Status: "TERMINATED", Success: &one},
-		{Corpus: "c", TaskID: "u", AVTID: "b", Condition: Asker, Oracle: "deterministic", Seed: 1, Status: "TERMINATED", Success: &zero},
+		{Record: driver.Record{Corpus: "c", TaskID: "t", AVTID: "a", Seed: 1, Status: "ERROR"}, Condition: Asker, Oracle: "deterministic"},
+		{Record: driver.Record{Corpus: "c", TaskID: "t", AVTID: "a", Seed: 1, Status: "TERMINATED", Success: &one}, Condition: Asker, Oracle: "deterministic"},
+		{Record: driver.Record{Corpus: "c", TaskID: "u", AVTID: "b", Seed: 1, Status: "TERMINATED", Success: &zero}, Condition: Asker, Oracle: "deterministic"},
 	}
 	r, err := Analyze(eps, AnalyzeOptions{Resamples: 10})
 	if err != nil {
@@ -271,8 +273,7 @@ func TestAnalyzeDedupAndErrors(t *testing.T) {
 // fixture builds a scored episode of AVT avt (task ids t<avt><n>).
 func fixture(task, avt string, cond Condition, oracle string, seed uint64, success, recall float64) Episode {
 	s, r := success, recall
-	return Episode{Corpus: "demo", TaskID: task, AVTID: avt, Condition: cond, Oracle: oracle, Seed: seed,
-		Status: "TERMINATED", Counted: 1, Questions: 1, Success: &s, Recall: &r, Precision: &r, F1: &r}
+	return Episode{Record: driver.Record{Corpus: "demo", TaskID: task, AVTID: avt, Seed: seed, Status: "TERMINATED", Counted: 1, Questions: []string{"q?"}, Success: &s, Recall: &r, Precision: &r, F1: &r}, Condition: cond, Oracle: oracle}
 }
 
 // TestDiagnosticsIdenticalPairs: when the paired runs are identical, the

@@ -17,11 +17,10 @@ import (
 	"strings"
 	"sync"
 
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
-
-	"avtgym/client"
+	"avtgym/driver"
+	"avtgym/internal/parallel"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -98,13 +97,12 @@ type Trajectory struct {
 	Questions []string `json:"questions"`
 }
 
-// AskerPolicy is the evaluated asker of the asker and asker_spec conditions.
-// Make one with ScriptedAsker, LLMAsker or LoadTrajectories.
-type AskerPolicy struct {
-	name     string
-	scripted policy.Name
-	llm      policy.Player
-	traj     map[trajKey][]string
+// Trajectories is an asker that replays a trajectory file: the questions
+// an external policy asked on each task and seed, per condition. It is a
+// policy.Player; make one with LoadTrajectories.
+type Trajectories struct {
+	name string
+	m    map[trajKey][]string
 }
 
 type trajKey struct {
@@ -113,30 +111,34 @@ type trajKey struct {
 	cond Condition
 }
 
-// Name describes the asker, as RunFile records it.
-func (a *AskerPolicy) Name() string { return a.name }
+// Name implements policy.Player.
+func (tr *Trajectories) Name() string { return tr.name }
 
-// ScriptedAsker evaluates a scripted policy as the asker.
-func ScriptedAsker(n policy.Name) *AskerPolicy {
-	return &AskerPolicy{name: "scripted:" + string(n), scripted: n}
-}
-
-// LLMAsker evaluates a model asker (a *policy.LLMAsker). For asker_spec its
-// public observation at reset (the task view and the request turn) is
-// replaced by the donor's.
-func LLMAsker(p policy.Player) *AskerPolicy {
-	return &AskerPolicy{name: p.PolicyName(), llm: p}
+// Play implements policy.Player: it asks the questions recorded for the
+// episode's task and seed, under asker_spec when the episode shows a
+// donor's specification, then stops.
+func (tr *Trajectories) Play(ctx context.Context, ep *driver.Episode) error {
+	cond := Asker
+	if ep.Shown() {
+		cond = AskerSpec
+	}
+	task, seed := ep.Reset().GetObservation().GetTask().GetTaskId(), ep.Reset().GetSeed()
+	qs, ok := tr.m[trajKey{task, seed, cond}]
+	if !ok {
+		return &policy.AskerError{Err: fmt.Errorf("the trajectory file has no %s trajectory for task %s seed %d", cond, task, seed)}
+	}
+	return policy.Ask(ctx, ep, qs)
 }
 
 // LoadTrajectories reads a trajectory file (JSON lines of Trajectory) into
 // an asker that replays it.
-func LoadTrajectories(path string) (*AskerPolicy, error) {
+func LoadTrajectories(path string) (*Trajectories, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	a := &AskerPolicy{name: "trajectories:" + filepath.Base(path), traj: map[trajKey][]string{}}
+	a := &Trajectories{name: "trajectories:" + filepath.Base(path), m: map[trajKey][]string{}}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for line := 1; sc.Scan(); line++ {
@@ -154,7 +156,7 @@ func LoadTrajectories(path string) (*AskerPolicy, error) {
 		if t.TaskID == "" || (t.Condition != Asker && t.Condition != AskerSpec) {
 			return nil, fmt.Errorf("%s:%d: a trajectory needs a task_id and a condition of asker or asker_spec", path, line)
 		}
-		a.traj[trajKey{t.TaskID, t.Seed, t.Condition}] = append([]string(nil), t.Questions...)
+		a.m[trajKey{t.TaskID, t.Seed, t.Condition}] = append([]string(nil), t.Questions...)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -170,9 +172,9 @@ type Config struct {
 	Split string
 	// Limit keeps the first Limit tasks (corpus order); 0 means all.
 	Limit int
-	// Asker plays the asker and asker_spec conditions; it may be nil when
-	// neither runs.
-	Asker *AskerPolicy
+	// Asker plays the asker and asker_spec conditions (a scripted policy,
+	// the LLM asker, or Trajectories); it may be nil when neither runs.
+	Asker policy.Player
 	// Oracles are the oracle types to run; none means deterministic.
 	Oracles []pb.OracleType
 	// Seeds are the evaluation seeds; none means {0}.
@@ -253,9 +255,47 @@ type donorInfo struct {
 // episodes to Dir/episodes.jsonl as they finish. When ctx ends, the
 // episodes in flight are dropped (they are played again on the next run)
 // and Run returns ctx's error with the partial result.
-func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
+func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	tasks, err := policy.ListTasks(ctx, c, cfg.Corpus, cfg.Split)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("eval: no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
+	}
+	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
+		tasks = tasks[:cfg.Limit]
+	}
+	corpus := tasks[0].GetCorpus()
+	if err := cfg.checkDir(corpus); err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	donors, err := cfg.donors(ctx, c, corpus, tasks, res)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.Dir, EpisodesFile)
+	cells, err := cfg.plan(path, tasks, res)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Progress != nil {
+		cfg.Progress.Start(len(cells), res.Skipped)
+	}
+	if len(cells) == 0 {
+		return res, nil
+	}
+	return res, cfg.play(ctx, driver.Remote(c), corpus, cells, donors, path, res)
+}
+
+// defaults fills cfg's defaults and checks what needs no server.
+func (cfg *Config) defaults() error {
 	if cfg.Dir == "" {
-		return nil, errors.New("eval: no run directory")
+		return errors.New("eval: no run directory")
 	}
 	if len(cfg.Oracles) == 0 {
 		cfg.Oracles = []pb.OracleType{pb.OracleType_ORACLE_TYPE_DETERMINISTIC}
@@ -270,70 +310,67 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 		cfg.Solver = pb.Solver_SOLVER_LOOKUP
 	}
 	if cfg.Solver != pb.Solver_SOLVER_LOOKUP && cfg.Solver != pb.Solver_SOLVER_LLM {
-		return nil, fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
+		return fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
-	warn := cfg.Warn
-	if warn == nil {
-		warn = io.Discard
+	if cfg.Warn == nil {
+		cfg.Warn = io.Discard
 	}
 	needAsker := slices.Contains(cfg.Conditions, Asker) || slices.Contains(cfg.Conditions, AskerSpec)
 	if needAsker && cfg.Asker == nil {
-		return nil, errors.New("eval: the asker conditions need an asker")
+		return errors.New("eval: the asker conditions need an asker")
 	}
+	return nil
+}
 
-	tasks, err := listTasks(ctx, c, cfg.Corpus, cfg.Split)
-	if err != nil {
-		return nil, err
-	}
-	if len(tasks) == 0 {
-		return nil, fmt.Errorf("eval: no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
-	}
-	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
-		tasks = tasks[:cfg.Limit]
-	}
-	corpus := tasks[0].GetCorpus()
-
+// checkDir creates the run directory and checks that an earlier run in it
+// had the same settings.
+func (cfg *Config) checkDir(corpus string) error {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	askerName := ""
 	if cfg.Asker != nil {
 		askerName = cfg.Asker.Name()
 	}
-	if err := checkSettings(filepath.Join(cfg.Dir, RunFile), runSettings{
+	return checkSettings(filepath.Join(cfg.Dir, RunFile), runSettings{
 		Corpus: corpus, Asker: askerName, Solver: strings.ToLower(strings.TrimPrefix(cfg.Solver.String(), "SOLVER_")), DonorSeed: cfg.DonorSeed,
-	}); err != nil {
+	})
+}
+
+// donors draws and fetches the spec-randomization donors when asker_spec
+// runs (dropping the condition, with a warning, when no donor can exist),
+// records them in res and DonorsFile.
+func (cfg *Config) donors(ctx context.Context, c pb.EnvServiceClient, corpus string, tasks []*pb.TaskSummary, res *Result) (map[string]*donorInfo, error) {
+	if !slices.Contains(cfg.Conditions, AskerSpec) {
+		return nil, nil
+	}
+	all, err := policy.ListTasks(ctx, c, corpus, "")
+	if err != nil {
 		return nil, err
 	}
-
-	res := &Result{}
-	donors := map[string]*donorInfo{}
-	if slices.Contains(cfg.Conditions, AskerSpec) {
-		all, err := listTasks(ctx, c, corpus, "")
-		if err != nil {
-			return nil, err
-		}
-		assign, err := AssignDonors(ctx, c, corpus, tasks, all, cfg.DonorSeed)
-		if errors.Is(err, errNoDonor) {
-			fmt.Fprintf(warn, "eval: %v: the asker_spec condition is skipped\n", err)
-			cfg.Conditions = slices.DeleteFunc(slices.Clone(cfg.Conditions), func(c Condition) bool { return c == AskerSpec })
-		} else if err != nil {
-			return nil, err
-		} else {
-			res.Donors = assign
-			if donors, err = fetchDonors(ctx, c, corpus, assign); err != nil {
-				return nil, err
-			}
-			if err := writeJSONFile(filepath.Join(cfg.Dir, DonorsFile), assign); err != nil {
-				return nil, err
-			}
-		}
+	assign, err := AssignDonors(ctx, c, corpus, tasks, all, cfg.DonorSeed)
+	if errors.Is(err, errNoDonor) {
+		fmt.Fprintf(cfg.Warn, "eval: %v: the asker_spec condition is skipped\n", err)
+		cfg.Conditions = slices.DeleteFunc(slices.Clone(cfg.Conditions), func(c Condition) bool { return c == AskerSpec })
+		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	res.Donors = assign
+	donors, err := fetchDonors(ctx, c, corpus, assign)
+	if err != nil {
+		return nil, err
+	}
+	return donors, writeJSONFile(filepath.Join(cfg.Dir, DonorsFile), assign)
+}
 
-	path := filepath.Join(cfg.Dir, EpisodesFile)
+// plan lists the cells still to play: every (task, seed, oracle,
+// condition) not already scored in the results file at path.
+func (cfg *Config) plan(path string, tasks []*pb.TaskSummary, res *Result) ([]cell, error) {
 	done, err := finishedKeys(path)
 	if err != nil {
 		return nil, err
@@ -344,7 +381,7 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 			for _, o := range cfg.Oracles {
 				for _, cond := range cfg.Conditions {
 					res.Cells++
-					k := Key(&Episode{TaskID: t.GetTaskId(), Condition: cond, Oracle: OracleName(o), Seed: seed})
+					k := Key(&Episode{Record: driver.Record{TaskID: t.GetTaskId(), Seed: seed}, Condition: cond, Oracle: OracleName(o)})
 					if done[k] {
 						res.Skipped++
 						continue
@@ -354,23 +391,21 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 			}
 		}
 	}
-	if cfg.Progress != nil {
-		cfg.Progress.Start(len(cells), res.Skipped)
-	}
-	if len(cells) == 0 {
-		return res, nil
-	}
+	return cells, nil
+}
+
+// play plays the cells, appending each finished episode to the results
+// file at path as it finishes. Episodes cut short by ctx are not written
+// (they are played again next time); the error is ctx's, or the write's.
+func (cfg *Config) play(ctx context.Context, env driver.Env, corpus string, cells []cell, donors map[string]*donorInfo, path string, res *Result) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	var (
-		mu       sync.Mutex
-		writeErr error
-	)
-	client.ForEach(ctx, len(cells), cfg.Concurrency, func(ctx context.Context, i int) error {
-		ep := playCell(ctx, c.Env, cfg, corpus, cells[i], donors)
+	var mu sync.Mutex
+	err = parallel.For(ctx, len(cells), cfg.Concurrency, func(ctx context.Context, i int) error {
+		ep := playCell(ctx, env, *cfg, corpus, cells[i], donors)
 		if ctx.Err() != nil && !ep.Scored() {
 			return nil // cut short by the cancellation: played again next time
 		}
@@ -378,46 +413,27 @@ func Run(ctx context.Context, c *client.Client, cfg Config) (*Result, error) {
 		if err != nil {
 			return err
 		}
-		line = append(line, '\n')
 		mu.Lock()
 		defer mu.Unlock()
-		if writeErr == nil {
-			if _, err := f.Write(line); err != nil {
-				writeErr = err
-				return err
-			}
-			res.Played++
-			if !ep.Scored() {
-				res.Failed++
-			}
+		if _, err := f.Write(append(line, '\n')); err != nil {
+			return fmt.Errorf("eval: writing %s: %w", path, err)
+		}
+		res.Played++
+		if !ep.Scored() {
+			res.Failed++
 		}
 		if cfg.Progress != nil {
 			cfg.Progress.Done()
 		}
 		return nil
 	})
-	if writeErr != nil {
-		return res, fmt.Errorf("eval: writing %s: %w", path, writeErr)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return res, err
+	if err == nil {
+		err = ctx.Err()
 	}
-	return res, ctx.Err()
-}
-
-func listTasks(ctx context.Context, c *client.Client, corpus, split string) ([]*pb.TaskSummary, error) {
-	var tasks []*pb.TaskSummary
-	page := ""
-	for {
-		resp, err := c.Env.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpus, Split: split, PageSize: 1000, PageToken: page})
-		if err != nil {
-			return nil, fmt.Errorf("eval: listing tasks: %w", err)
-		}
-		tasks = append(tasks, resp.GetTasks()...)
-		if page = resp.GetNextPageToken(); page == "" {
-			return tasks, nil
-		}
-	}
+	return err
 }
 
 // checkSettings writes the run's settings on the first run and checks them
@@ -496,7 +512,7 @@ func DrawDonors(groups map[string]string, dbOf map[string]string, candidates []s
 // AssignDonors computes the donors of the evaluated tasks: it reads each
 // task's counted terms with a privileged reset, groups the tasks, and
 // draws donors from all, the corpus's records (DrawDonors).
-func AssignDonors(ctx context.Context, c *client.Client, corpus string, tasks, all []*pb.TaskSummary, donorSeed uint64) (map[string]string, error) {
+func AssignDonors(ctx context.Context, c pb.EnvServiceClient, corpus string, tasks, all []*pb.TaskSummary, donorSeed uint64) (map[string]string, error) {
 	dbOf := map[string]string{}
 	var candidates []string
 	for _, t := range all {
@@ -507,12 +523,12 @@ func AssignDonors(ctx context.Context, c *client.Client, corpus string, tasks, a
 		dbOf[t.GetTaskId()] = t.GetDatabase()
 	}
 	terms := make([][]string, len(tasks))
-	errs := client.ForEach(ctx, len(tasks), 16, func(ctx context.Context, i int) error {
-		p, err := privileged(ctx, c.Env, corpus, tasks[i].GetTaskId())
-		terms[i] = policy.CountedTerms(p)
+	err := parallel.For(ctx, len(tasks), 16, func(ctx context.Context, i int) error {
+		p, err := privileged(ctx, c, corpus, tasks[i].GetTaskId())
+		terms[i] = driver.CountedTerms(p)
 		return err
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("eval: reading counted terms: %w", err)
 	}
 	groups := map[string]string{}
@@ -537,7 +553,7 @@ func privileged(ctx context.Context, env pb.EnvServiceClient, corpus, task strin
 
 // fetchDonors reads what each donor's spec-randomized asker is shown: its
 // public task view, and its counted terms (for the scripted askers).
-func fetchDonors(ctx context.Context, c *client.Client, corpus string, assign map[string]string) (map[string]*donorInfo, error) {
+func fetchDonors(ctx context.Context, c pb.EnvServiceClient, corpus string, assign map[string]string) (map[string]*donorInfo, error) {
 	var ids []string
 	for _, d := range assign {
 		if !slices.Contains(ids, d) {
@@ -546,19 +562,19 @@ func fetchDonors(ctx context.Context, c *client.Client, corpus string, assign ma
 	}
 	sort.Strings(ids)
 	infos := make([]*donorInfo, len(ids))
-	errs := client.ForEach(ctx, len(ids), 16, func(ctx context.Context, i int) error {
-		gt, err := c.Env.GetTask(ctx, &pb.GetTaskRequest{Corpus: corpus, TaskId: ids[i]})
+	err := parallel.For(ctx, len(ids), 16, func(ctx context.Context, i int) error {
+		gt, err := c.GetTask(ctx, &pb.GetTaskRequest{Corpus: corpus, TaskId: ids[i]})
 		if err != nil {
 			return err
 		}
-		p, err := privileged(ctx, c.Env, corpus, ids[i])
+		p, err := privileged(ctx, c, corpus, ids[i])
 		if err != nil {
 			return err
 		}
-		infos[i] = &donorInfo{id: ids[i], view: gt.GetTask(), terms: policy.CountedTerms(p)}
+		infos[i] = &donorInfo{id: ids[i], view: gt.GetTask(), terms: driver.CountedTerms(p)}
 		return nil
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("eval: reading donors: %w", err)
 	}
 	out := map[string]*donorInfo{}
@@ -568,212 +584,48 @@ func fetchDonors(ctx context.Context, c *client.Client, corpus string, assign ma
 	return out, nil
 }
 
-// recorder wraps the environment client of one episode: it records the
-// reset's privileged data, the dialogue and the last step, and, for the
-// spec-randomized LLM asker, shows the donor's task instead of the real one.
-type recorder struct {
-	pb.EnvServiceClient
-	donor *pb.TaskView
-
-	mu         sync.Mutex
-	priv       *pb.Privileged
-	transcript []string
-	replies    int
-	asked      int
-	last       *pb.StepResponse
-}
-
-func (r *recorder) Reset(ctx context.Context, in *pb.ResetRequest, opts ...grpc.CallOption) (*pb.ResetResponse, error) {
-	resp, err := r.EnvServiceClient.Reset(ctx, in, opts...)
-	if err != nil || len(resp.GetEpisodes()) == 0 {
-		return resp, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ep := resp.GetEpisodes()[0]
-	r.priv = ep.GetPrivileged()
-	if r.donor != nil {
-		ep = proto.Clone(ep).(*pb.Episode)
-		obs := ep.GetObservation()
-		obs.Task = proto.Clone(r.donor).(*pb.TaskView)
-		for _, t := range obs.GetTurns() {
-			if t.GetKind() == pb.TurnKind_TURN_KIND_REQUEST {
-				t.Text = r.donor.GetRequest()
-			}
-		}
-		resp = &pb.ResetResponse{Episodes: append([]*pb.Episode{ep}, resp.GetEpisodes()[1:]...)}
-	}
-	return resp, nil
-}
-
-func (r *recorder) Step(ctx context.Context, in *pb.StepRequest, opts ...grpc.CallOption) (*pb.StepResponse, error) {
-	resp, err := r.EnvServiceClient.Step(ctx, in, opts...)
-	if err != nil {
-		return resp, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.note(resp)
-	return resp, nil
-}
-
-func (r *recorder) note(resp *pb.StepResponse) {
-	r.last = resp
-	for _, t := range resp.GetObservation().GetTurns() {
-		switch t.GetKind() {
-		case pb.TurnKind_TURN_KIND_QUESTION:
-			r.transcript = append(r.transcript, t.GetText())
-		case pb.TurnKind_TURN_KIND_REPLY:
-			r.transcript = append(r.transcript, t.GetText())
-			r.replies++
-		}
-	}
-	r.asked = max(r.asked, int(resp.GetObservation().GetQuestionsAsked()))
-}
-
 // playCell plays one cell and returns its episode (failed ones included).
-func playCell(ctx context.Context, env pb.EnvServiceClient, cfg Config, corpus string, cl cell, donors map[string]*donorInfo) *Episode {
-	ep := &Episode{
-		Corpus: corpus, TaskID: cl.task.GetTaskId(), DB: cl.task.GetDatabase(), Split: cl.task.GetSplit(),
-		Condition: cl.cond, Oracle: OracleName(cl.oracle), Seed: cl.seed,
-	}
+func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl cell, donors map[string]*donorInfo) *Episode {
 	seed := cl.seed
 	reset := &pb.ResetRequest{
-		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, GroupSize: 1, IncludePrivileged: true,
+		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
 		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: cl.oracle},
 	}
-	rec := &recorder{EnvServiceClient: env}
+	out := &Episode{Condition: cl.cond, Oracle: OracleName(cl.oracle)}
 	var donor *donorInfo
 	if cl.cond == AskerSpec {
-		donor = donors[cl.task.GetTaskId()]
-		if donor == nil {
-			ep.Status, ep.Error = "ASKER_FAILED", "no donor assigned"
-			return ep
+		if donor = donors[cl.task.GetTaskId()]; donor == nil {
+			out.Record = *policy.Failed(reset, &policy.AskerError{Err: errors.New("no donor assigned")})
+			return out.label(cl)
 		}
-		ep.Donor = donor.id
+		out.Donor = donor.id
 	}
-	var err error
-	switch {
-	case cl.cond == Asker || cl.cond == AskerSpec:
-		a := cfg.Asker
-		switch {
-		case a.llm != nil:
-			if donor != nil {
-				rec.donor = donor.view
-			}
-			var pe *policy.Episode
-			pe, err = a.llm.PlayEpisode(ctx, rec, reset)
-			if err == nil {
-				ep.FallbackStop = pe.FallbackStop
-			}
-		case a.traj != nil:
-			qs, ok := a.traj[trajKey{cl.task.GetTaskId(), cl.seed, cl.cond}]
-			if !ok {
-				ep.Status = "ASKER_FAILED"
-				ep.Error = fmt.Sprintf("the trajectory file has no %s trajectory for task %s seed %d", cl.cond, cl.task.GetTaskId(), cl.seed)
-				return ep
-			}
-			err = playQuestions(ctx, rec, reset, func(*pb.Privileged, int) []string { return qs })
-		default:
-			err = playQuestions(ctx, rec, reset, func(p *pb.Privileged, budget int) []string {
-				terms := policy.CountedTerms(p)
-				if donor != nil {
-					terms = donor.terms
-				}
-				return policy.Questions(a.scripted, terms, budget)
-			})
-		}
-	default:
-		name := policy.Name(cl.cond) // none, full, full_adv, none_adv
-		err = playQuestions(ctx, rec, reset, func(p *pb.Privileged, budget int) []string {
-			return policy.Questions(name, policy.CountedTerms(p), budget)
-		})
+	player := cfg.Asker
+	if cl.cond != Asker && cl.cond != AskerSpec {
+		player = policy.Scripted(probe.Name(cl.cond)) // none, full, full_adv, none_adv
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if rec.priv != nil {
-		ep.AVTID = rec.priv.GetAvtId()
-		for _, a := range rec.priv.GetAmbiguities() {
-			if a.GetCounted() {
-				ep.Counted++
-			}
-		}
-	}
-	if ep.AVTID == "" {
-		ep.AVTID = ep.TaskID
-	}
-	ep.Transcript = rec.transcript
-	ep.Questions = max(rec.replies, rec.asked)
+	ep, err := driver.Start(ctx, env, reset)
 	if err != nil {
-		ep.Status, ep.Error = "RPC_FAILED", err.Error()
-		var ae *policy.AskerError
-		if errors.As(err, &ae) {
-			ep.Status = "ASKER_FAILED"
-		}
-		return ep
+		out.Record = *policy.Failed(reset, err)
+		return out.label(cl)
 	}
-	last := rec.last
-	if last == nil || !last.GetDone() {
-		ep.Status, ep.Error = "RPC_FAILED", "the episode did not end"
-		return ep
+	if donor != nil {
+		ep.Show(donor.view, donor.terms)
 	}
-	ep.Status = strings.TrimPrefix(last.GetStatus().String(), "EPISODE_STATUS_")
-	if r := last.GetReward(); r != nil {
-		get := func(k string) *float64 {
-			if x, ok := r.GetComponents()[k]; ok {
-				return &x
-			}
-			return nil
-		}
-		ep.Precision, ep.Recall, ep.Success = get("precision"), get("recall"), get("outcome")
-		if ep.Counted > 0 {
-			ep.F1 = get("question_f1")
-		} else {
-			ep.Recall = nil
-		}
-	}
-	return ep
+	out.Record = *policy.Finish(ep, player.Play(ctx, ep))
+	return out.label(cl)
 }
 
-// playQuestions plays one episode that asks the questions questions()
-// returns (from the reset's privileged data and the question budget) in
-// order, stopping early when the episode ends, then STOP.
-func playQuestions(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest, questions func(*pb.Privileged, int) []string) error {
-	rr, err := env.Reset(ctx, reset)
-	if err != nil {
-		return fmt.Errorf("reset: %w", err)
+// label fills what the cell knows and the record may lack (a failed
+// reset's database and split).
+func (e *Episode) label(cl cell) *Episode {
+	if e.DB == "" {
+		e.DB = cl.task.GetDatabase()
 	}
-	if len(rr.GetEpisodes()) == 0 {
-		return errors.New("reset: the server returned no episode")
+	if e.Split == "" {
+		e.Split = cl.task.GetSplit()
 	}
-	e := rr.GetEpisodes()[0]
-	token := e.GetToken()
-	var last *pb.StepResponse
-	step := func(a *pb.Action) error {
-		resp, err := env.Step(ctx, &pb.StepRequest{Token: token, Action: a, IncludePrivileged: true})
-		if err != nil {
-			return err
-		}
-		token, last = resp.GetToken(), resp
-		return nil
-	}
-	for _, q := range questions(e.GetPrivileged(), int(e.GetObservation().GetQuestionBudget())) {
-		if err := step(&pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}}); err != nil {
-			return fmt.Errorf("ask: %w", err)
-		}
-		if last.GetDone() || last.GetObservation().GetPhase() != pb.Phase_PHASE_ASKING {
-			break
-		}
-	}
-	if last == nil || (!last.GetDone() && last.GetObservation().GetPhase() == pb.Phase_PHASE_ASKING) {
-		if err := step(&pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}); err != nil {
-			return fmt.Errorf("stop: %w", err)
-		}
-	}
-	if !last.GetDone() {
-		return fmt.Errorf("the episode waits for SQL after STOP (phase %s): use the lookup or llm solver", last.GetObservation().GetPhase())
-	}
-	return nil
+	return e
 }
 
 // finishedKeys reads the keys of the scored episodes of a results file

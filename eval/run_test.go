@@ -12,11 +12,11 @@ import (
 	"sync"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"avtgym/app"
+	"avtgym/driver"
 	"avtgym/internal/testutil"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -24,7 +24,7 @@ var det = []pb.OracleType{pb.OracleType_ORACLE_TYPE_DETERMINISTIC}
 
 func runOK(t *testing.T, s *testutil.Server, cfg Config) *Result {
 	t.Helper()
-	res, err := Run(context.Background(), s.Client, cfg)
+	res, err := Run(context.Background(), s.Client.Env, cfg)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestDeterministicRunsAgreeAndFullRecall(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{})
 	var runs [2][]Episode
 	for i := range runs {
-		cfg := Config{Asker: ScriptedAsker(policy.Full), Oracles: det, Seeds: []uint64{0, 1}, Dir: t.TempDir()}
+		cfg := Config{Asker: policy.Scripted(probe.Full), Oracles: det, Seeds: []uint64{0, 1}, Dir: t.TempDir()}
 		res := runOK(t, s, cfg)
 		if res.Skipped != 0 || res.Played != res.Cells {
 			t.Fatalf("fresh run: %+v", res)
@@ -91,11 +91,11 @@ func TestDeterministicRunsAgreeAndFullRecall(t *testing.T) {
 			if ea.Recall == nil || *ea.Recall != 1 {
 				t.Errorf("full on %s seed %d: recall %v, want 1", ea.TaskID, ea.Seed, ea.Recall)
 			}
-			if ea.Questions != ea.Counted || len(ea.Transcript) != 2*ea.Counted {
-				t.Errorf("full on %s: %d questions, transcript %q", ea.TaskID, ea.Questions, ea.Transcript)
+			if len(ea.Questions) != ea.Counted || len(ea.Replies) != ea.Counted {
+				t.Errorf("full on %s: questions %q, replies %q", ea.TaskID, ea.Questions, ea.Replies)
 			}
 		}
-		if ea.Condition == None && (ea.Questions != 0 || ea.Precision != nil || len(ea.Transcript) != 0) {
+		if ea.Condition == None && (len(ea.Questions) != 0 || ea.Precision != nil || len(ea.Replies) != 0) {
 			t.Errorf("none on %s asked: %+v", ea.TaskID, ea)
 		}
 		if ea.Success == nil {
@@ -136,14 +136,14 @@ func (c *cancelAfter) Done() {
 func TestResume(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{})
 	dir := t.TempDir()
-	cfg := Config{Asker: ScriptedAsker(policy.Full), Oracles: det, Seeds: []uint64{0, 1}, Limit: 4,
+	cfg := Config{Asker: policy.Scripted(probe.Full), Oracles: det, Seeds: []uint64{0, 1}, Limit: 4,
 		Conditions: []Condition{None, Asker, Full}, Dir: dir, Concurrency: 1}
 	const total, k = 4 * 2 * 3, 5
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := cfg
 	first.Progress = &cancelAfter{k: k, cancel: cancel}
-	res, err := Run(ctx, s.Client, first)
+	res, err := Run(ctx, s.Client.Env, first)
 	if err == nil || res == nil || res.Played != k {
 		t.Fatalf("cancelled run: %+v, %v; want %d played and an error", res, err, k)
 	}
@@ -188,8 +188,8 @@ func TestResume(t *testing.T) {
 	}
 	// Another asker in the same directory is refused.
 	other := cfg
-	other.Asker = ScriptedAsker(policy.None)
-	if _, err := Run(context.Background(), s.Client, other); err == nil || !strings.Contains(err.Error(), "other settings") {
+	other.Asker = policy.Scripted(probe.None)
+	if _, err := Run(context.Background(), s.Client.Env, other); err == nil || !strings.Contains(err.Error(), "other settings") {
 		t.Errorf("another asker in the same directory: %v", err)
 	}
 }
@@ -245,10 +245,10 @@ func TestDrawDonors(t *testing.T) {
 func TestSpecRandomizedScripted(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{})
 	dir := t.TempDir()
-	cfg := Config{Asker: ScriptedAsker(policy.Full), Oracles: det, Seeds: []uint64{0, 1, 2}, DonorSeed: 7,
+	cfg := Config{Asker: policy.Scripted(probe.Full), Oracles: det, Seeds: []uint64{0, 1, 2}, DonorSeed: 7,
 		Conditions: []Condition{AskerSpec}, Dir: dir}
 	res := runOK(t, s, cfg)
-	tasks, err := listTasks(context.Background(), s.Client, "", "")
+	tasks, err := policy.ListTasks(context.Background(), s.Client.Env, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestSpecRandomizedScripted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		termsOf[tk.GetTaskId()] = policy.CountedTerms(p)
+		termsOf[tk.GetTaskId()] = driver.CountedTerms(p)
 	}
 	groupDonor := map[string]string{}
 	for _, e := range readAll(t, dir) {
@@ -282,55 +282,40 @@ func TestSpecRandomizedScripted(t *testing.T) {
 			t.Errorf("group of %s has donors %s and %s", e.TaskID, d, e.Donor)
 		}
 		groupDonor[key] = e.Donor
-		var qs []string
-		for i := 0; i < len(e.Transcript); i += 2 {
-			qs = append(qs, e.Transcript[i])
-		}
-		want := policy.Questions(policy.Full, termsOf[e.Donor], 100)
+		qs := e.Questions
+		want := probe.Questions(probe.Full, termsOf[e.Donor], 100)
 		if !slices.Equal(qs, want[:min(len(want), len(qs))]) || (len(qs) < len(want) && e.Status != "TRUNCATED") {
 			t.Errorf("%s: asked %q, want the donor's %q", e.TaskID, qs, want)
 		}
 	}
 	// Another donor seed gives other donors; the same one, the same.
-	again, err := AssignDonors(context.Background(), s.Client, "demo", tasks, tasks, 7)
+	again, err := AssignDonors(context.Background(), s.Client.Env, "demo", tasks, tasks, 7)
 	if err != nil || !reflect.DeepEqual(again, donors) {
 		t.Errorf("donor seed 7 again: %v %v", again, err)
 	}
-	if other, _ := AssignDonors(context.Background(), s.Client, "demo", tasks, tasks, 8); reflect.DeepEqual(other, donors) {
+	if other, _ := AssignDonors(context.Background(), s.Client.Env, "demo", tasks, tasks, 8); reflect.DeepEqual(other, donors) {
 		t.Error("donor seeds 7 and 8 gave the same donors")
 	}
 }
 
 // viewPlayer is a stand-in for the LLM asker: it records the task view and
-// request it is shown at reset, asks one question and stops.
+// request it is shown, and stops as a fallback.
 type viewPlayer struct {
 	mu    sync.Mutex
 	views map[string]string // real task id -> task id shown
 	reqs  map[string]string
 }
 
-func (v *viewPlayer) PolicyName() string { return "view" }
+func (v *viewPlayer) Name() string { return "view" }
 
-func (v *viewPlayer) PlayEpisode(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest) (*policy.Episode, error) {
-	r := proto.Clone(reset).(*pb.ResetRequest)
-	r.IncludePrivileged = true
-	rr, err := env.Reset(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	ep := rr.GetEpisodes()[0]
+func (v *viewPlayer) Play(ctx context.Context, ep *driver.Episode) error {
+	real := ep.Reset().GetObservation().GetTask().GetTaskId()
 	v.mu.Lock()
-	v.views[reset.GetTaskId()] = ep.GetObservation().GetTask().GetTaskId()
-	v.reqs[reset.GetTaskId()] = ep.GetObservation().GetTurns()[0].GetText()
+	v.views[real] = ep.Task().GetTaskId()
+	v.reqs[real] = ep.Turns()[0].GetText()
 	v.mu.Unlock()
-	resp, err := env.Step(ctx, &pb.StepRequest{Token: ep.GetToken(), Action: &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}})
-	if err != nil {
-		return nil, err
-	}
-	if !resp.GetDone() {
-		return nil, fmt.Errorf("not done")
-	}
-	return &policy.Episode{FallbackStop: true}, nil
+	ep.FallbackStop = true
+	return ep.Stop(ctx)
 }
 
 // A model asker under asker_spec sees the donor's task view and request,
@@ -339,7 +324,7 @@ func TestSpecRandomizedModelAskerView(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{})
 	vp := &viewPlayer{views: map[string]string{}, reqs: map[string]string{}}
 	dir := t.TempDir()
-	res := runOK(t, s, Config{Asker: LLMAsker(vp), Oracles: det, Limit: 6, Conditions: []Condition{AskerSpec}, Dir: dir})
+	res := runOK(t, s, Config{Asker: vp, Oracles: det, Limit: 6, Conditions: []Condition{AskerSpec}, Dir: dir})
 	for task, d := range res.Donors {
 		if vp.views[task] != d {
 			t.Errorf("%s: the asker saw task %q, want donor %q", task, vp.views[task], d)
@@ -355,7 +340,7 @@ func TestSpecRandomizedModelAskerView(t *testing.T) {
 		}
 	}
 	vp2 := &viewPlayer{views: map[string]string{}, reqs: map[string]string{}}
-	runOK(t, s, Config{Asker: LLMAsker(vp2), Oracles: det, Limit: 3, Conditions: []Condition{Asker}, Dir: t.TempDir()})
+	runOK(t, s, Config{Asker: vp2, Oracles: det, Limit: 3, Conditions: []Condition{Asker}, Dir: t.TempDir()})
 	for task, seen := range vp2.views {
 		if seen != task {
 			t.Errorf("asker condition on %s showed %s", task, seen)
@@ -379,7 +364,7 @@ func TestTrajectoryReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	res, err := Run(context.Background(), s.Client, Config{Asker: a, Oracles: det, Seeds: []uint64{0, 1}, Limit: 2, Conditions: []Condition{Asker}, Dir: dir})
+	res, err := Run(context.Background(), s.Client.Env, Config{Asker: a, Oracles: det, Seeds: []uint64{0, 1}, Limit: 2, Conditions: []Condition{Asker}, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,13 +372,10 @@ func TestTrajectoryReplay(t *testing.T) {
 		t.Errorf("%d failed, want 1", res.Failed)
 	}
 	for _, e := range readAll(t, dir) {
-		var qs []string
-		for i := 0; i < len(e.Transcript); i += 2 {
-			qs = append(qs, e.Transcript[i])
-		}
+		qs := e.Questions
 		switch {
 		case e.TaskID == "shop-001" && e.Seed == 0:
-			if len(qs) != 2 || qs[1] != "Please elaborate." || e.Questions != 2 || e.Recall == nil || *e.Recall != 1 {
+			if len(qs) != 2 || qs[1] != "Please elaborate." || len(e.Replies) != 2 || e.Recall == nil || *e.Recall != 1 {
 				t.Errorf("shop-001/0: %+v", e)
 			}
 		case e.TaskID == "shop-001" && e.Seed == 1:
@@ -401,7 +383,7 @@ func TestTrajectoryReplay(t *testing.T) {
 				t.Errorf("shop-001/1: %+v", e)
 			}
 		case e.TaskID == "shop-002" && e.Seed == 0:
-			if len(qs) != 0 || e.Questions != 0 || !e.Scored() {
+			if len(qs) != 0 || len(e.Replies) != 0 || !e.Scored() {
 				t.Errorf("shop-002/0: %+v", e)
 			}
 		default:
@@ -424,7 +406,7 @@ func TestSingleDatabaseSkipsSpec(t *testing.T) {
 	s := testutil.StartServer(t, app.Config{Corpora: []string{testutil.WriteTiny(t)}})
 	var warn strings.Builder
 	dir := t.TempDir()
-	res := runOK(t, s, Config{Asker: ScriptedAsker(policy.Full), Oracles: det, Dir: dir, Warn: &warn})
+	res := runOK(t, s, Config{Asker: policy.Scripted(probe.Full), Oracles: det, Dir: dir, Warn: &warn})
 	if res.Cells != 5*5 || !strings.Contains(warn.String(), "asker_spec condition is skipped") {
 		t.Errorf("cells %d, warning %q", res.Cells, warn.String())
 	}

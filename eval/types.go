@@ -6,6 +6,8 @@
 // results file and skipped when the same command runs again.
 package eval
 
+import "avtgym/driver"
+
 // Condition names an evaluated policy condition (PROTOCOL.md §5–6).
 type Condition string
 
@@ -28,44 +30,14 @@ const (
 )
 
 // Episode is one finished evaluation episode: one JSON line of a run's
-// results file. Paired runs share (TaskID, Seed) across oracles.
+// results file, the driver's episode record with the cell's labels.
+// Paired runs share (TaskID, Seed) across oracles.
 type Episode struct {
-	Corpus    string    `json:"corpus"`
-	TaskID    string    `json:"task_id"`
-	AVTID     string    `json:"avt_id"`
-	DB        string    `json:"db"`
-	Split     string    `json:"split,omitempty"`
+	driver.Record
 	Condition Condition `json:"condition"`
 	// Oracle is the oracle type in lower case: deterministic, llm,
 	// llm_scoped, hybrid, or a test oracle.
 	Oracle string `json:"oracle"`
-	Seed   uint64 `json:"seed"`
-	// Status is TERMINATED, TRUNCATED or ERROR (the server's), or
-	// RPC_FAILED / ASKER_FAILED when the episode could not be played.
-	// Only TERMINATED and TRUNCATED episodes are scored.
-	Status string `json:"status"`
-	// Counted is |Amb| (counted ambiguities) of the task.
-	Counted int `json:"counted"`
-	// Questions is n, the answered questions.
-	Questions int `json:"questions"`
-	// Precision, Recall and F1 as the server's reward components report
-	// them (nil where PROTOCOL.md §6 leaves them undefined).
-	Precision *float64 `json:"precision"`
-	Recall    *float64 `json:"recall"`
-	F1        *float64 `json:"f1"`
-	// Success is the verifier's outcome (1 or 0); nil when no solution was
-	// verified.
-	Success *float64 `json:"success"`
-	// FallbackStop marks an asker whose output could not be parsed: kept
-	// for SR, omitted from recall and F1.
-	FallbackStop bool `json:"fallback_stop,omitempty"`
 	// Donor is the task whose specification the spec-randomized asker saw.
 	Donor string `json:"donor,omitempty"`
-	// Transcript is the dialogue: questions and replies, alternating.
-	Transcript []string `json:"transcript,omitempty"`
-	// Error explains a failed episode.
-	Error string `json:"error,omitempty"`
 }
-
-// Scored reports whether the episode counts in metrics.
-func (e *Episode) Scored() bool { return e.Status == "TERMINATED" || e.Status == "TRUNCATED" }

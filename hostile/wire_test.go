@@ -132,7 +132,7 @@ func TestHostileRequests(t *testing.T) {
 	t.Run("OracleService with a 50 MB history", func(t *testing.T) {
 		oc := pb.NewOracleServiceClient(conn)
 		turn := &pb.DialogueTurn{Question: "What do you mean?", Reply: strings.Repeat("x", 1<<20)}
-		req := &pb.AskRequest{TaskId: "west", Question: "What do you mean by top region?"}
+		req := &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "west"}, Question: "What do you mean by top region?"}
 		for range 50 {
 			req.History = append(req.History, turn)
 		}

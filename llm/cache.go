@@ -133,7 +133,6 @@ func (c *FileCache) load() error {
 			if _, err := c.f.WriteAt([]byte("\n"), int64(len(data))); err != nil {
 				return fmt.Errorf("llm: cache %s: %w", c.path, err)
 			}
-			good = len(data)
 			break
 		}
 		good += n + 1

@@ -103,6 +103,36 @@ type Config struct {
 	BackoffBase time.Duration
 	// BackoffMax caps a backoff, Retry-After included (default 20s).
 	BackoffMax time.Duration
+	// Clock is how the client waits and tells the time for its behaviour:
+	// the backoff before a retry and the reading of a Retry-After date.
+	// Nil means real time. Tests inject a fake that records the waits and
+	// returns at once. The per-attempt Timeout and the latency metric use
+	// real time whatever the Clock.
+	Clock Clock
+}
+
+// Clock is the time source of a Client's retry loop (Config.Clock).
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// Sleep waits for d, or until ctx ends, when it returns ctx.Err().
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// realClock is the Clock of a Config without one: the time package.
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Message is one chat message.
@@ -155,7 +185,6 @@ type Client struct {
 	sem     chan struct{}
 	jsonOff atomic.Bool // the endpoint rejected response_format
 	metrics *metrics
-	sleep   func(ctx context.Context, d time.Duration) error
 }
 
 // New checks cfg, applies the defaults and returns a client. Its metrics are
@@ -204,6 +233,9 @@ func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = DefaultBackoffMax
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -218,7 +250,6 @@ func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
 		http:    &http.Client{Transport: tr},
 		sem:     make(chan struct{}, cfg.Concurrency),
 		metrics: m,
-		sleep:   sleepCtx,
 	}, nil
 }
 
@@ -397,7 +428,7 @@ func (c *Client) call(ctx context.Context, req Request, purpose string, maxToken
 			return nil, e
 		}
 		c.metrics.retries.WithLabelValues(purpose, e.Kind.String()).Inc()
-		if err := c.sleep(ctx, c.backoff(attempt, retryAfter)); err != nil {
+		if err := c.cfg.Clock.Sleep(ctx, c.backoff(attempt, retryAfter)); err != nil {
 			return nil, callerDone(err, purpose, req.CacheKey)
 		}
 	}
@@ -423,17 +454,6 @@ func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 		d = d/2 + rand.N(d/2+1)
 	}
 	return min(d, c.cfg.BackoffMax)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // attempt makes one HTTP request, holding a concurrency slot while it is in
@@ -495,9 +515,9 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 			promptTokens: wr.Usage.PromptTokens, completionTokens: wr.Usage.CompletionTokens,
 		}), 0, nil
 	case status == http.StatusTooManyRequests:
-		return nil, retryAfter(hresp.Header.Get("Retry-After")), errorf(KindRateLimited, status, nil, "rate limited: %q", excerpt(data))
+		return nil, retryAfter(hresp.Header.Get("Retry-After"), c.cfg.Clock.Now()), errorf(KindRateLimited, status, nil, "rate limited: %q", excerpt(data))
 	case status >= 500:
-		return nil, retryAfter(hresp.Header.Get("Retry-After")), errorf(KindServer, status, nil, "server error: %q", excerpt(data))
+		return nil, retryAfter(hresp.Header.Get("Retry-After"), c.cfg.Clock.Now()), errorf(KindServer, status, nil, "server error: %q", excerpt(data))
 	case status >= 400:
 		if contextExceeded(string(data)) {
 			return nil, 0, errorf(KindContextOverflow, status, nil, "the endpoint reports the prompt exceeds the model's context: %q", excerpt(data))
@@ -526,8 +546,8 @@ func transportError(actx context.Context, err error, timeout time.Duration) *Err
 }
 
 // retryAfter parses a Retry-After header: seconds (integer or decimal) or
-// an HTTP date.
-func retryAfter(h string) time.Duration {
+// an HTTP date, which is read against now.
+func retryAfter(h string, now time.Time) time.Duration {
 	h = strings.TrimSpace(h)
 	if h == "" {
 		return 0
@@ -539,7 +559,7 @@ func retryAfter(h string) time.Duration {
 		return time.Duration(s * float64(time.Second))
 	}
 	if t, err := http.ParseTime(h); err == nil {
-		return max(time.Until(t), 0)
+		return max(t.Sub(now), 0)
 	}
 	return 0
 }

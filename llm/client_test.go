@@ -153,31 +153,124 @@ func TestRetries(t *testing.T) {
 			if got := f.calls.Load(); got != tt.wantCalls {
 				t.Errorf("endpoint calls = %d, want %d", got, tt.wantCalls)
 			}
+			if waits := clockOf(t, cfg).Waits(); int64(len(waits)) != tt.wantCalls-1 {
+				t.Errorf("backoffs %v, want one before each of the %d retries", waits, tt.wantCalls-1)
+			}
 		})
 	}
 }
 
+// TestRetryAfterHonoured: the wait before a retry is the endpoint's
+// Retry-After (seconds or an HTTP date, read against the client's clock),
+// capped by BackoffMax; without one, or with a date already past, it is the
+// jittered backoff. The waits are recorded by the fake clock, not waited.
 func TestRetryAfterHonoured(t *testing.T) {
-	f := newFake(t, func(n int, _ wireRequest, w http.ResponseWriter, _ *http.Request) {
-		if n == 0 {
-			w.Header().Set("Retry-After", "1")
-			apiError(w, http.StatusTooManyRequests, "slow down")
-			return
-		}
-		reply(w, "ok", 1, 1)
-	})
-	cfg := fastConfig(f.url())
-	cfg.BackoffMax = 3 * time.Second // the cap lets Retry-After: 1 through
-	c := newClient(t, cfg, nil)
-	start := time.Now()
-	if _, err := c.Chat(context.Background(), Request{Messages: userMsg("q")}); err != nil {
-		t.Fatal(err)
+	const base, capd = 100 * time.Millisecond, 3 * time.Second
+	tests := []struct {
+		name       string
+		status     int
+		retryAfter string
+		lo, hi     time.Duration // the recorded wait must be in [lo, hi]
+	}{
+		{"seconds", http.StatusTooManyRequests, "1", time.Second, time.Second},
+		{"decimal seconds", http.StatusTooManyRequests, "0.5", 500 * time.Millisecond, 500 * time.Millisecond},
+		{"on a 503", http.StatusServiceUnavailable, "2", 2 * time.Second, 2 * time.Second},
+		{"HTTP date", http.StatusTooManyRequests, fakeEpoch.Add(2 * time.Second).Format(http.TimeFormat), 2 * time.Second, 2 * time.Second},
+		{"over the cap", http.StatusTooManyRequests, "7200", capd, capd},
+		{"date over the cap", http.StatusTooManyRequests, fakeEpoch.Add(time.Hour).Format(http.TimeFormat), capd, capd},
+		{"date in the past", http.StatusTooManyRequests, fakeEpoch.Add(-time.Minute).Format(http.TimeFormat), base / 2, base},
+		{"junk", http.StatusTooManyRequests, "soon", base / 2, base},
+		{"none", http.StatusTooManyRequests, "", base / 2, base},
 	}
-	if took := time.Since(start); took < 900*time.Millisecond {
-		t.Errorf("retried after %v, want about 1s (Retry-After)", took)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, func(n int, _ wireRequest, w http.ResponseWriter, _ *http.Request) {
+				if n == 0 {
+					if tt.retryAfter != "" {
+						w.Header().Set("Retry-After", tt.retryAfter)
+					}
+					apiError(w, tt.status, "slow down")
+					return
+				}
+				reply(w, "ok", 1, 1)
+			})
+			cfg := fastConfig(f.url())
+			cfg.BackoffBase = base
+			cfg.BackoffMax = capd
+			clock := clockOf(t, cfg)
+			c := newClient(t, cfg, nil)
+			if _, err := c.Chat(context.Background(), Request{Messages: userMsg("q")}); err != nil {
+				t.Fatal(err)
+			}
+			if f.calls.Load() != 2 {
+				t.Errorf("calls = %d, want 2", f.calls.Load())
+			}
+			waits := clock.Waits()
+			if len(waits) != 1 || waits[0] < tt.lo || waits[0] > tt.hi {
+				t.Errorf("Retry-After %q: waits %v, want one in [%v, %v]", tt.retryAfter, waits, tt.lo, tt.hi)
+			}
+		})
 	}
-	if f.calls.Load() != 2 {
-		t.Errorf("calls = %d, want 2", f.calls.Load())
+}
+
+// TestBackoffSchedule: the waits between attempts, as the retry loop asks
+// the clock for them: one fewer than the attempts, each in the upper half of
+// BackoffBase·2^i (the jitter), growing until they reach BackoffMax, which
+// caps them. The defaults give 250ms, 500ms, 1s, 2s (each jittered).
+func TestBackoffSchedule(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		base, max time.Duration
+		retries   int
+		ceilings  []time.Duration // the i-th wait is in [ceilings[i]/2, ceilings[i]]
+	}{
+		{"defaults", 0, 0, 0, []time.Duration{250 * ms, 500 * ms, 1000 * ms, 2000 * ms}},
+		{"capped", 100 * ms, time.Second, 7, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms, 1000 * ms, 1000 * ms}},
+		{"cap below the base", time.Second, 300 * ms, 3, []time.Duration{300 * ms, 300 * ms, 300 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, func(n int, _ wireRequest, w http.ResponseWriter, _ *http.Request) {
+				apiError(w, http.StatusServiceUnavailable, "overloaded")
+			})
+			cfg := fastConfig(f.url())
+			cfg.BackoffBase, cfg.BackoffMax, cfg.MaxRetries = tt.base, tt.max, tt.retries
+			clock := clockOf(t, cfg)
+			c := newClient(t, cfg, nil)
+			for round := range 20 { // the jitter is random: check the bounds many times
+				_, err := c.Chat(context.Background(), Request{Messages: userMsg(fmt.Sprint(round))})
+				if KindOf(err) != KindServer || !strings.Contains(err.Error(), fmt.Sprintf("after %d attempts", len(tt.ceilings)+1)) {
+					t.Fatalf("err = %v, want a server error after %d attempts", err, len(tt.ceilings)+1)
+				}
+			}
+			if got, want := f.calls.Load(), int64(20*(len(tt.ceilings)+1)); got != want {
+				t.Errorf("calls = %d, want %d", got, want)
+			}
+			waits := clock.Waits()
+			if len(waits) != 20*len(tt.ceilings) {
+				t.Fatalf("%d waits, want %d", len(waits), 20*len(tt.ceilings))
+			}
+			firsts := map[time.Duration]bool{}
+			for round := range 20 {
+				ws := waits[round*len(tt.ceilings):][:len(tt.ceilings)]
+				firsts[ws[0]] = true
+				for i, w := range ws {
+					if hi := tt.ceilings[i]; w < hi/2 || w > hi {
+						t.Fatalf("round %d: wait %d = %v, want in [%v, %v] (waits %v)", round, i, w, hi/2, hi, ws)
+					}
+					// Below the cap, each ceiling doubles: a wait is at
+					// least its ceiling's half, the previous at most its
+					// ceiling, so the waits never shrink.
+					if i > 0 && tt.ceilings[i] == 2*tt.ceilings[i-1] && w < ws[i-1] {
+						t.Errorf("round %d: wait %d = %v is shorter than wait %d = %v", round, i, w, i-1, ws[i-1])
+					}
+				}
+			}
+			if len(firsts) < 2 {
+				t.Errorf("the first wait was %v in all 20 rounds: no jitter", firsts)
+			}
+		})
 	}
 }
 
@@ -197,31 +290,86 @@ func TestBackoff(t *testing.T) {
 	if d := c.backoff(0, time.Hour); d != time.Second {
 		t.Errorf("Retry-After 1h: backoff %v, want the 1s cap", d)
 	}
-	for h, want := range map[string]time.Duration{"": 0, "2": 2 * time.Second, "0.5": 500 * time.Millisecond, "junk": 0, "-3": 0} {
-		if got := retryAfter(h); got != want {
+	now := fakeEpoch
+	for h, want := range map[string]time.Duration{
+		"": 0, "2": 2 * time.Second, "0.5": 500 * time.Millisecond, "junk": 0, "-3": 0, "1e7": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Second).Format(http.TimeFormat):     0,
+	} {
+		if got := retryAfter(h, now); got != want {
 			t.Errorf("retryAfter(%q) = %v, want %v", h, got, want)
 		}
 	}
 }
 
+// TestRealClock: a Config without a Clock gets real time, whose Sleep ends
+// when the caller's context does.
+func TestRealClock(t *testing.T) {
+	c := newClient(t, Config{BaseURL: "http://x/v1", Model: "m"}, nil)
+	clock, ok := c.Config().Clock.(realClock)
+	if !ok {
+		t.Fatalf("default clock %T, want realClock", c.Config().Clock)
+	}
+	if err := clock.Sleep(context.Background(), 0); err != nil {
+		t.Errorf("Sleep(0) = %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := clock.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep(1h) on a canceled context = %v, want context.Canceled", err)
+	}
+	if now := clock.Now(); now.IsZero() {
+		t.Errorf("Now() = %v", now)
+	}
+}
+
+// TestHangPastDeadline: an endpoint that never answers is given up on by
+// each attempt's own Timeout (real time: deadline enforcement), and the
+// attempts are retried with backoffs (fake time).
 func TestHangPastDeadline(t *testing.T) {
 	f := newFake(t, nil)
-	f.handle = func(_ int, _ wireRequest, w http.ResponseWriter, r *http.Request) { f.hang(r) }
+	var abandoned atomic.Int64 // requests whose context the client ended
+	f.handle = func(_ int, _ wireRequest, w http.ResponseWriter, r *http.Request) {
+		f.hang(r)
+		if r.Context().Err() != nil {
+			abandoned.Add(1)
+		}
+	}
 	cfg := fastConfig(f.url())
 	cfg.Timeout = 100 * time.Millisecond
 	cfg.MaxRetries = 2
+	clock := clockOf(t, cfg)
 	c := newClient(t, cfg, nil)
-	start := time.Now()
-	_, err := c.Chat(context.Background(), Request{Messages: userMsg("q"), Purpose: "asker"})
-	took := time.Since(start)
-	if KindOf(err) != KindTimeout {
-		t.Fatalf("err = %v, want a timeout", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Chat(context.Background(), Request{Messages: userMsg("q"), Purpose: "asker"})
+		done <- err
+	}()
+	// Deadline enforcement: three attempts of 100ms must end the call; the
+	// bound is generous (≥ 10× the 300ms they add up to) so that a busy
+	// machine never fails it, while a deadline that is not enforced does.
+	const bound = 30 * 3 * 100 * time.Millisecond
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(bound):
+		t.Fatalf("Chat did not return within %v with a 100ms per-attempt Timeout", bound)
+	}
+	if KindOf(err) != KindTimeout || !strings.Contains(err.Error(), "100ms per-call deadline") || !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Fatalf("err = %v, want a timeout of the 100ms per-call deadline after 3 attempts", err)
 	}
 	if f.calls.Load() != 3 {
 		t.Errorf("calls = %d, want 3", f.calls.Load())
 	}
-	if took < 300*time.Millisecond || took > 3*time.Second {
-		t.Errorf("took %v, want about 3 × 100ms", took)
+	if waits := clock.Waits(); len(waits) != 2 {
+		t.Errorf("backoffs %v, want 2", waits)
+	}
+	// The handlers see the client hang up; wait for the last to notice.
+	for deadline := time.Now().Add(bound); abandoned.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if got := abandoned.Load(); got != 3 {
+		t.Errorf("%d of 3 hanging requests were abandoned by the client", got)
 	}
 }
 
@@ -242,6 +390,43 @@ func TestCallerContext(t *testing.T) {
 	}
 	if f.calls.Load() != 2 {
 		t.Errorf("calls = %d, want 2 (no retries once the caller is done)", f.calls.Load())
+	}
+}
+
+// TestCallerEndsDuringBackoff: a caller whose context ends while the client
+// waits to retry gets its own error at once, and no further attempt is made.
+func TestCallerEndsDuringBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		end      error
+		wantKind ErrorKind
+	}{
+		{"canceled", context.Canceled, KindCanceled},
+		{"deadline", context.DeadlineExceeded, KindTimeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, func(n int, _ wireRequest, w http.ResponseWriter, _ *http.Request) {
+				apiError(w, http.StatusServiceUnavailable, "overloaded")
+			})
+			cfg := fastConfig(f.url())
+			clock := clockOf(t, cfg)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			// The caller ends while the client sleeps: the sleep returns
+			// what a real one would, the context's error.
+			clock.onSleep = func(context.Context, time.Duration) error {
+				cancel(tt.end)
+				return tt.end
+			}
+			c := newClient(t, cfg, nil)
+			_, err := c.Chat(ctx, Request{Messages: userMsg("q")})
+			if KindOf(err) != tt.wantKind || !errors.Is(err, tt.end) {
+				t.Errorf("err = %v, want %v wrapping %v", err, tt.wantKind, tt.end)
+			}
+			if f.calls.Load() != 1 || len(clock.Waits()) != 1 {
+				t.Errorf("calls = %d, waits %v: want 1 call and 1 wait", f.calls.Load(), clock.Waits())
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -93,9 +94,63 @@ func apiError(w http.ResponseWriter, status int, msg string) {
 	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error"}})
 }
 
-// fastConfig is a config for the fake with short backoffs.
+// fastConfig is a config for the fake whose backoffs are recorded by a
+// fakeClock rather than waited for (clockOf returns it). Its backoffs are
+// short all the same, in case a test puts the real clock back.
 func fastConfig(baseURL string) Config {
-	return Config{BaseURL: baseURL, Model: "fake-model", Timeout: 5 * time.Second, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond}
+	return Config{BaseURL: baseURL, Model: "fake-model", Timeout: 5 * time.Second, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, Clock: newFakeClock()}
+}
+
+// clockOf returns the fakeClock of a config made by fastConfig.
+func clockOf(t *testing.T, cfg Config) *fakeClock {
+	t.Helper()
+	c, ok := cfg.Clock.(*fakeClock)
+	if !ok {
+		t.Fatalf("config clock %T is not a *fakeClock", cfg.Clock)
+	}
+	return c
+}
+
+// fakeEpoch is a fakeClock's first Now: a whole second, as HTTP dates are.
+var fakeEpoch = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeClock is a Clock for tests: Sleep records the wait, advances Now by
+// it and returns at once (ctx.Err() if ctx has ended), so that tests assert
+// the backoff schedule and never wait in real time.
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits []time.Duration
+	// onSleep, when set, is called by Sleep after recording the wait, and
+	// its result returned (e.g. to cancel the caller during a backoff).
+	onSleep func(ctx context.Context, d time.Duration) error
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: fakeEpoch} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.waits = append(c.waits, d)
+	c.now = c.now.Add(d)
+	hook := c.onSleep
+	c.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, d)
+	}
+	return ctx.Err()
+}
+
+// Waits returns the waits requested so far, in order.
+func (c *fakeClock) Waits() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.waits...)
 }
 
 func newClient(t *testing.T, cfg Config, reg prometheus.Registerer) *Client {

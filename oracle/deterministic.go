@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"unicode"
 	"unicode/utf8"
 	"weak"
 
@@ -58,16 +57,16 @@ type DeterministicMatcher struct {
 func NewDeterministicMatcher() *DeterministicMatcher { return &DeterministicMatcher{} }
 
 // Match returns the indexes of the ambiguities the question credits,
-// ascending, or nil when it credits none. It fails only for a nil record or
-// a done context.
-func (m *DeterministicMatcher) Match(ctx context.Context, rec *corpus.Record, _ []Turn, question string) ([]int, error) {
+// ascending, or nil when it credits none, with no action (ActionNone). It
+// fails only for a nil record or a done context.
+func (m *DeterministicMatcher) Match(ctx context.Context, rec *corpus.Record, _ []Turn, question string) (Match, error) {
 	if rec == nil {
-		return nil, errNilRecord
+		return Match{}, errNilRecord
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return Match{}, err
 	}
-	return m.compiled(rec).match(question), nil
+	return Match{Credits: m.compiled(rec).match(question)}, nil
 }
 
 // compiled returns the record's compiled phrases, compiling them once.
@@ -110,7 +109,7 @@ func compile(rec *corpus.Record) *compiled {
 	c := &compiled{vocab: map[string]int32{}, nAmb: len(rec.Ambiguities)}
 	byText := map[string]int{} // normalised phrase → index in c.phrases
 	add := func(text string, amb int) {
-		toks := tokens(text)
+		toks := corpus.Tokens(text)
 		if len(toks) == 0 {
 			return
 		}
@@ -191,8 +190,8 @@ func (c *compiled) match(question string) []int {
 		}
 		r, size := utf8.DecodeRuneInString(question[i:])
 		i += size
-		if isWord(r) {
-			tok = utf8.AppendRune(tok, fold(r))
+		if corpus.IsTokenRune(r) {
+			tok = utf8.AppendRune(tok, corpus.FoldRune(r))
 		} else if len(tok) > 0 {
 			flush()
 		}
@@ -268,81 +267,43 @@ func occursAt(ids []int32, covered []bool, toks []int32, i int) bool {
 // byte to 0.
 var asciiFold = func() (t [utf8.RuneSelf]byte) {
 	for b := range t {
-		if isWord(rune(b)) {
-			t[b] = byte(fold(rune(b)))
+		if corpus.IsTokenRune(rune(b)) {
+			t[b] = byte(corpus.FoldRune(rune(b)))
 		}
 	}
 	return t
 }()
 
-// isWord reports whether r belongs to a token: a letter, a decimal digit or
-// a combining mark.
-func isWord(r rune) bool {
-	if r < utf8.RuneSelf {
-		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
-	}
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)
-}
-
-// fold maps r to its case-insensitive form: lower-case of upper-case, so
-// that 'Σ', 'σ' and 'ς' (or 'K', 'k' and the Kelvin sign) agree.
-func fold(r rune) rune {
-	if r < utf8.RuneSelf {
-		if 'A' <= r && r <= 'Z' {
-			return r + 'a' - 'A'
-		}
-		return r
-	}
-	return unicode.ToLower(unicode.ToUpper(r))
-}
-
-// tokens returns the normalised tokens of s.
-func tokens(s string) []string {
-	var out []string
-	var b strings.Builder
-	for _, r := range s {
-		if isWord(r) {
-			b.WriteRune(fold(r))
-		} else if b.Len() > 0 {
-			out = append(out, b.String())
-			b.Reset()
-		}
-	}
-	if b.Len() > 0 {
-		out = append(out, b.String())
-	}
-	return out
-}
-
-// Normalize returns the deterministic matcher's normal form of s: its
-// tokens joined by single spaces ("Year-to-Date " → "year to date"). Two
-// phrases are the same phrase for the matcher iff their normal forms are
-// equal, and a phrase with an empty normal form never matches.
-func Normalize(s string) string { return strings.Join(tokens(s), " ") }
-
 // DeterministicResponder is the reference responder (PROTOCOL.md §3): it
 // returns the stored resolutions of the credited ambiguities, in
 // annotation order, joined by a single space (each trimmed of surrounding
 // white space; a text that repeats an earlier one, or is empty, is left
-// out); with no credit, or no resolution text, it returns Refusal.
+// out); with no credit, or no resolution text, it returns Refusal, Refused.
+// It reads the match's credits only, not its action (so an LLM matcher's
+// unlabeled action, which credits nothing, is refused: the hybrid oracle).
 type DeterministicResponder struct{}
 
 // NewDeterministicResponder returns the deterministic responder.
 func NewDeterministicResponder() *DeterministicResponder { return &DeterministicResponder{} }
 
-// Respond returns the reply for the credits. It fails for a nil record or a
-// credit that is not an index of rec.Ambiguities.
-func (*DeterministicResponder) Respond(_ context.Context, rec *corpus.Record, _ []Turn, _ string, credits []int) (string, error) {
+// Respond returns the reply for the match's credits. It fails for a nil
+// record or a credit that is not an index of rec.Ambiguities.
+func (r *DeterministicResponder) Respond(_ context.Context, rec *corpus.Record, _ []Turn, _ string, m Match) (Reply, error) {
+	return r.reply(rec, m.Credits)
+}
+
+// reply is the reply for credits: the joined resolutions, or Refusal.
+func (*DeterministicResponder) reply(rec *corpus.Record, credits []int) (Reply, error) {
 	if rec == nil {
-		return "", errNilRecord
+		return Reply{}, errNilRecord
 	}
 	if len(credits) == 0 {
-		return Refusal, nil
+		return Reply{Text: Refusal, Refused: true}, nil
 	}
 	sel := make([]bool, len(rec.Ambiguities))
 	for _, a := range credits {
 		if a < 0 || a >= len(sel) {
-			return "", fmt.Errorf("oracle: credit %d out of range [0, %d) in record %q", a, len(sel), rec.ID)
+			return Reply{}, fmt.Errorf("oracle: credit %d out of range [0, %d) in record %q", a, len(sel), rec.ID)
 		}
 		sel[a] = true
 	}
@@ -357,9 +318,9 @@ func (*DeterministicResponder) Respond(_ context.Context, rec *corpus.Record, _ 
 		}
 	}
 	if len(texts) == 0 {
-		return Refusal, nil
+		return Reply{Text: Refusal, Refused: true}, nil
 	}
-	return strings.Join(texts, " "), nil
+	return Reply{Text: strings.Join(texts, " ")}, nil
 }
 
 func contains(ss []string, s string) bool {

@@ -76,7 +76,7 @@ func TestMatch(t *testing.T) {
 			[]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := m.Match(context.Background(), rec, nil, tc.question)
+			got, err := credits(m.Match(context.Background(), rec, nil, tc.question))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestMatchRepeatsEarlierCredit(t *testing.T) {
 	rec := sample()
 	m := NewDeterministicMatcher()
 	hist := []Turn{{Question: "What region?", Reply: "Region means the shipping region.", Credits: []int{2}}}
-	got, err := m.Match(context.Background(), rec, hist, "Sorry, which region again?")
+	got, err := credits(m.Match(context.Background(), rec, hist, "Sorry, which region again?"))
 	if err != nil || !reflect.DeepEqual(got, []int{2}) {
 		t.Errorf("Match = %v, %v; want [2]", got, err)
 	}
@@ -122,7 +122,7 @@ func TestMatchPriority(t *testing.T) {
 		{"big data lake big", []int{4}}, // both occurrences credit 4
 		{"x y x y x", []int{6}},
 	} {
-		got, _ := m.Match(context.Background(), rec, nil, tc.question)
+		got, _ := credits(m.Match(context.Background(), rec, nil, tc.question))
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("Match(%q) = %v, want %v", tc.question, got, tc.want)
 		}
@@ -144,7 +144,7 @@ func TestMatchErrors(t *testing.T) {
 		{ID: "none"},
 		{ID: "punct", Ambiguities: []corpus.Ambiguity{{Term: "?!", Kind: corpus.Critical}, {Term: "", Kind: corpus.Critical}}},
 	} {
-		got, err := m.Match(context.Background(), rec, nil, "?! anything")
+		got, err := credits(m.Match(context.Background(), rec, nil, "?! anything"))
 		if err != nil || got != nil {
 			t.Errorf("%s: Match = %v, %v; want nil", rec.ID, got, err)
 		}
@@ -158,28 +158,9 @@ func TestMatchLarge(t *testing.T) {
 		rec.Ambiguities = append(rec.Ambiguities, corpus.Ambiguity{Term: fmt.Sprintf("term%d", i), Kind: corpus.Critical})
 	}
 	q := strings.Repeat("filler ", 200) + "term99 and term3 " + strings.Repeat("x", 300) + " term70"
-	got, _ := NewDeterministicMatcher().Match(context.Background(), rec, nil, q)
+	got, _ := credits(NewDeterministicMatcher().Match(context.Background(), rec, nil, q))
 	if want := []int{3, 70, 99}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Match = %v, want %v", got, want)
-	}
-}
-
-func TestNormalize(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                 "",
-		"  ?! ":            "",
-		"Year-To-Date":     "year to date",
-		"top  \tcustomers": "top customers",
-		"TOP-customers?":   "top customers",
-		"ÉTAT":             "état",
-		"ΟΔΟΣ":             "οδοσ",
-		"customer's":       "customer s",
-		"Q3_2024":          "q3 2024",
-		"e\u0301t\u00e9":   "e\u0301t\u00e9", // combining mark stays in the token
-	} {
-		if got := Normalize(in); got != want {
-			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 
@@ -207,30 +188,52 @@ func TestRespond(t *testing.T) {
 		{"blank resolution skipped", []int{10, 11}, "Padded."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := r.Respond(context.Background(), rec, nil, "q", tc.credits)
-			if err != nil || got != tc.want {
-				t.Errorf("Respond(%v) = %q, %v; want %q", tc.credits, got, err, tc.want)
+			got, err := r.Respond(context.Background(), rec, nil, "q", Match{Credits: tc.credits})
+			// Refused exactly when the reply is the refusal (here, the
+			// wanted text says which).
+			if err != nil || got.Text != tc.want || got.Refused != (tc.want == Refusal) {
+				t.Errorf("Respond(%v) = %+v, %v; want %q", tc.credits, got, err, tc.want)
+			}
+			if got.Withdrawn || got.FellBack || got.Regenerated != 0 || got.Credits != nil || got.Action != (Action{}) {
+				t.Errorf("Respond(%v) = %+v: the responder sets only Text and Refused", tc.credits, got)
 			}
 		})
 	}
+	// The action is not read: an unlabeled action (no credits) is refused,
+	// a labeled one answered from its credits.
+	if got, err := r.Respond(context.Background(), rec, nil, "q", Match{Action: Action{Kind: ActionUnlabeled, Arg: "LIMIT 10"}}); err != nil || !got.Refused || got.Text != Refusal {
+		t.Errorf("Respond(unlabeled) = %+v, %v", got, err)
+	}
+	if got, err := r.Respond(context.Background(), rec, nil, "q", Match{Credits: []int{2}, Action: Action{Kind: ActionLabeled, Arg: "region"}}); err != nil || got.Refused || got.Text != "Region means the shipping region." {
+		t.Errorf("Respond(labeled) = %+v, %v", got, err)
+	}
 	for _, bad := range [][]int{{-1}, {len(rec.Ambiguities)}} {
-		if _, err := r.Respond(context.Background(), rec, nil, "q", bad); err == nil {
+		if _, err := r.Respond(context.Background(), rec, nil, "q", Match{Credits: bad}); err == nil {
 			t.Errorf("Respond(%v): no error", bad)
 		}
 	}
-	if _, err := r.Respond(context.Background(), nil, nil, "q", []int{0}); err == nil {
+	if _, err := r.Respond(context.Background(), nil, nil, "q", Match{Credits: []int{0}}); err == nil {
 		t.Error("nil record: no error")
 	}
 }
 
-type failing struct{}
-
-func (failing) Match(context.Context, *corpus.Record, []Turn, string) ([]int, error) {
-	return nil, fmt.Errorf("boom")
+// credits drops a Match's action, for tests of the deterministic matcher
+// (which takes none).
+func credits(m Match, err error) ([]int, error) {
+	if m.Action != (Action{}) && err == nil {
+		panic("the deterministic matcher took action " + m.Action.String())
+	}
+	return m.Credits, err
 }
 
-func (failing) Respond(context.Context, *corpus.Record, []Turn, string, []int) (string, error) {
-	return "", fmt.Errorf("boom")
+type failing struct{}
+
+func (failing) Match(context.Context, *corpus.Record, []Turn, string) (Match, error) {
+	return Match{}, fmt.Errorf("boom")
+}
+
+func (failing) Respond(context.Context, *corpus.Record, []Turn, string, Match) (Reply, error) {
+	return Reply{}, fmt.Errorf("boom")
 }
 
 func TestAsk(t *testing.T) {
@@ -242,7 +245,7 @@ func TestAsk(t *testing.T) {
 		t.Errorf("Ask = %+v, %v; want %+v", got, err, want)
 	}
 	got, err = o.Ask(context.Background(), rec, nil, "Please elaborate.")
-	if err != nil || got.Text != Refusal || got.Credits != nil {
+	if err != nil || !reflect.DeepEqual(got, Reply{Text: Refusal, Refused: true}) {
 		t.Errorf("Ask(generic) = %+v, %v", got, err)
 	}
 	for name, bad := range map[string]Oracle{
@@ -290,14 +293,14 @@ func TestMatchScriptedPolicies(t *testing.T) {
 	for _, term := range rec.CountedTerms() {
 		want := termAmbs(rec, term)
 		for _, q := range []string{fullQ(term), advQ(term)} {
-			got, err := m.Match(context.Background(), rec, nil, q)
+			got, err := credits(m.Match(context.Background(), rec, nil, q))
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("Match(%q) = %v, %v; want %v", q, got, err, want)
 			}
 		}
 	}
 	for _, q := range append(genericQs, advSuffix) {
-		if got, _ := m.Match(context.Background(), rec, nil, q); got != nil {
+		if got, _ := credits(m.Match(context.Background(), rec, nil, q)); got != nil {
 			t.Errorf("Match(%q) = %v, want nil", q, got)
 		}
 	}
@@ -310,7 +313,7 @@ func scripted(t *testing.T, m Matcher, rec *corpus.Record, qs []string) reward.Q
 	ep := reward.Episode{Counted: rec.Counted(), Attempted: len(qs)}
 	var hist []Turn
 	for _, q := range qs {
-		cred, err := m.Match(context.Background(), rec, hist, q)
+		cred, err := credits(m.Match(context.Background(), rec, hist, q))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +367,7 @@ func referenceProblem(t *testing.T, m Matcher, rec *corpus.Record) string {
 var templateWords = func() map[string]bool {
 	w := map[string]bool{}
 	for _, s := range append([]string{fullPrefix, advSuffix}, genericQs...) {
-		for _, tok := range tokens(s) {
+		for _, tok := range corpus.Tokens(s) {
 			w[tok] = true
 		}
 	}
@@ -509,7 +512,7 @@ func TestMatchConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				rec := recs[(g+i)%len(recs)]
-				got, err := m.Match(context.Background(), rec, nil, "top customers per region")
+				got, err := credits(m.Match(context.Background(), rec, nil, "top customers per region"))
 				if err != nil || !reflect.DeepEqual(got, []int{0, 2}) {
 					t.Errorf("Match = %v, %v", got, err)
 					return

@@ -24,7 +24,7 @@ type LLMOptions struct {
 	Scoped bool
 	// RejectLeaks rejects and regenerates a reply that quotes the
 	// reference SQL or a schema identifier the question did not mention
-	// (see LLM.Ask).
+	// (see LLM.Respond).
 	RejectLeaks bool
 	// MaxRegenerations bounds the regenerations of one reply (default 2;
 	// negative: none).
@@ -68,7 +68,7 @@ const (
 // after the client's retries, a canceled context, a nil record, a record
 // whose own prompt does not fit the model's context); bad model output
 // never fails a call, and neither does a question or a dialogue too long
-// for the context (see Ask).
+// for the context (see Oracle).
 //
 // LLM is safe for concurrent use.
 type LLM struct {
@@ -93,141 +93,77 @@ func NewLLM(client *llm.Client, opt LLMOptions) *LLM {
 // Options returns the options with the defaults applied.
 func (l *LLM) Options() LLMOptions { return l.opt }
 
-// actionKind is the kind of a stage-1 action.
-type actionKind int
-
-const (
-	actUnanswerable actionKind = iota
-	actLabeled
-	actUnlabeled
-)
-
-// action is a stage-1 action; arg is the term or the segment.
-type action struct {
-	kind actionKind
-	arg  string
-}
-
-// String renders the action in the grammar of PROTOCOL.md §3.
-func (a action) String() string {
-	switch a.kind {
-	case actLabeled:
-		return "labeled(" + strconv.Quote(a.arg) + ")"
-	case actUnlabeled:
-		return "unlabeled(" + strconv.Quote(a.arg) + ")"
-	}
-	return "unanswerable()"
-}
-
-// Ask runs both stages and returns the reply with its validated action
-// (Reply.Action), the number of regenerations and whether the reply fell
-// back to the deterministic responder's text. It implements env.Oracle.
+// Oracle returns the LLM oracle as a (match, resp) pair:
+// Oracle{Matcher: l, Responder: l}. Its Ask returns the reply with the
+// validated action (Reply.Action), the number of regenerations and whether
+// the reply fell back to the deterministic responder's text.
 //
 // A prompt over the model's context is the policy's doing when the
 // record's own prompt fits: the question (or the dialogue) is too long,
-// and the answer is Refusal with unanswerable() and no credits, from
-// either stage. Whether the record's own prompt fits is decided from the
-// estimate of the prompt with no dialogue and a one-word question when the
-// overflow was estimated before the call (llm.Config.ContextTokens), and
-// by sending that prompt once when the endpoint reported the overflow;
-// when it does not fit, Ask fails (the corpus does not fit the model:
-// `avtgym corpus check --oracle-context-tokens` reports such records).
-func (l *LLM) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
-	if rec == nil {
-		return Reply{}, errNilRecord
-	}
-	act, credits, err := l.match(ctx, rec, history, question)
-	if err != nil {
-		return Reply{}, fmt.Errorf("oracle: match: %w", err)
-	}
-	r, err := l.respond(ctx, rec, history, question, act, credits)
-	if errors.Is(err, errTooLong) {
-		return Reply{Text: Refusal, Action: action{}.String()}, nil
-	}
-	if err != nil {
-		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
-	}
-	r.Credits = credits
-	r.Action = act.String()
-	return r, nil
-}
-
-// Match runs stage 1 and returns the validated action's credits.
-func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) ([]int, error) {
-	if rec == nil {
-		return nil, errNilRecord
-	}
-	_, credits, err := l.match(ctx, rec, history, question)
-	return credits, err
-}
-
-// Respond runs stage 2 for credits alone, without the action that Match
-// chose: with credits it answers as labeled(the first credited term), with
-// none as unanswerable() (Refusal). Ask keeps the action and answers
-// unlabeled questions too. A question or dialogue too long for the
-// context gets Refusal (the credits Match gave stand; Ask clears them).
-func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
-	if rec == nil {
-		return "", errNilRecord
-	}
-	act := action{}
-	if len(credits) > 0 {
-		for _, a := range credits {
-			if a < 0 || a >= len(rec.Ambiguities) {
-				return "", fmt.Errorf("oracle: credit %d out of range [0, %d) in record %q", a, len(rec.Ambiguities), rec.ID)
-			}
-		}
-		act = action{kind: actLabeled, arg: rec.Ambiguities[credits[0]].Term}
-	}
-	r, err := l.respond(ctx, rec, history, question, act, credits)
-	if errors.Is(err, errTooLong) {
-		return Refusal, nil
-	}
-	return r.Text, err
-}
-
-// Oracle returns the LLM oracle as a (match, resp) pair. The pair's
-// responder answers with the action its matcher chose for the same record,
-// history and question (so unlabeled questions get a reply); Oracle.Ask
-// returns Text and Credits only, so callers that want Reply.Action,
-// Regenerated and FellBack use LLM.Ask, which does the same. Use the pair's
-// matcher only through Oracle.Ask (or follow each Match by the Respond for
-// the same question): each Match keeps its action until that Respond.
-func (l *LLM) Oracle() Oracle {
-	s := &stash{m: map[stashKey][]action{}}
-	return Oracle{Matcher: pairMatcher{l, s}, Responder: pairResponder{l, s}}
-}
+// and the answer is Refusal (Refused) with unanswerable() and no credits,
+// from either stage (the responder's stage withdraws the match, see
+// Reply.Withdrawn). Whether the record's own prompt fits is decided from
+// the estimate of the prompt with no dialogue and a one-word question when
+// the overflow was estimated before the call (llm.Config.ContextTokens),
+// and by sending that prompt once when the endpoint reported the overflow;
+// when it does not fit, Ask fails with ErrRecordTooLong (the corpus does
+// not fit the model: `avtgym corpus check --oracle-context-tokens` reports
+// such records).
+func (l *LLM) Oracle() Oracle { return Oracle{Matcher: l, Responder: l} }
 
 // Hybrid returns the hybrid oracle of PROTOCOL.md §3 for llmMatcher: that
-// matcher with the deterministic responder, so its credits are the actual
-// oracle's and its text the reference resolutions.
+// matcher with the deterministic responder, so its credits (and, for an
+// *LLM, its validated action) are the actual oracle's and its text the
+// reference resolutions; an unlabeled or unanswerable() action credits
+// nothing and so gets Refusal.
 func Hybrid(llmMatcher Matcher) Oracle {
 	return Oracle{Matcher: llmMatcher, Responder: NewDeterministicResponder()}
 }
 
-// Hybrid returns the hybrid oracle of this LLM oracle with the validated
-// action reported: its Ask runs stage 1 and answers with the deterministic
-// responder. It implements env.Oracle.
-func (l *LLM) Hybrid() *LLMHybrid { return &LLMHybrid{l: l} }
+// Match runs stage 1 and returns the validated action with its credits.
+// A question or dialogue too long for the matcher's context is
+// unanswerable().
+func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Match, error) {
+	if rec == nil {
+		return Match{}, errNilRecord
+	}
+	act, credits, err := l.match(ctx, rec, history, question)
+	if err != nil {
+		return Match{}, err
+	}
+	return Match{Credits: credits, Action: act}, nil
+}
 
-// LLMHybrid is an LLM oracle's matcher with the deterministic responder.
-type LLMHybrid struct{ l *LLM }
-
-// Ask credits the question with the LLM matcher and answers with the
-// deterministic responder; Reply.Action is the validated action.
-func (h *LLMHybrid) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
+// Respond runs stage 2 for the match: Refusal (Refused, no model call) for
+// unanswerable(), else a model reply conditioned on the action. A match
+// without an action (a deterministic matcher's) answers as labeled(the
+// first credited term) when it has credits and as unanswerable() when it
+// has none. When the responder's own prompt is too long for the context
+// because of the question or the dialogue, the reply is Refusal, Refused
+// and Withdrawn (Oracle.Ask then drops the credits); when the record's own
+// prompt does not fit, Respond fails with ErrRecordTooLong. It fails for a
+// nil record and for a credit that is not an index of rec.Ambiguities.
+func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match) (Reply, error) {
 	if rec == nil {
 		return Reply{}, errNilRecord
 	}
-	act, credits, err := h.l.match(ctx, rec, history, question)
-	if err != nil {
-		return Reply{}, fmt.Errorf("oracle: match: %w", err)
+	for _, a := range m.Credits {
+		if a < 0 || a >= len(rec.Ambiguities) {
+			return Reply{}, fmt.Errorf("oracle: credit %d out of range [0, %d) in record %q", a, len(rec.Ambiguities), rec.ID)
+		}
 	}
-	text, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
-	if err != nil {
-		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
+	act := m.Action
+	if act.Kind == ActionNone {
+		act = unanswerable
+		if len(m.Credits) > 0 {
+			act = Action{Kind: ActionLabeled, Arg: rec.Ambiguities[m.Credits[0]].Term}
+		}
 	}
-	return Reply{Text: text, Credits: credits, Action: act.String()}, nil
+	r, err := l.respond(ctx, rec, history, question, act, m.Credits)
+	if errors.Is(err, errTooLong) {
+		return Reply{Text: Refusal, Refused: true, Withdrawn: true}, nil
+	}
+	return r, err
 }
 
 func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.opt.Version }
@@ -255,9 +191,9 @@ func (l *LLM) schema(rec *corpus.Record) string {
 
 // match runs stage 1: one request, one corrective retry on unparseable
 // output, then validation.
-func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (action, []int, error) {
+func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Action, []int, error) {
 	if err := ctx.Err(); err != nil {
-		return action{}, nil, err
+		return Action{}, nil, err
 	}
 	var segs []sqlexec.Segment
 	if !l.opt.Scoped {
@@ -273,16 +209,16 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 			if attempt > 0 {
 				// The model's own unreadable output made the corrective
 				// request too long: unreadable twice, as below.
-				return action{}, nil, nil
+				return unanswerable, nil, nil
 			}
 			base := matchMessages(rec, segs, l.opt.Scoped, nil, probeQuestion)
 			if err := l.blame(ctx, rec, err, base, true, matchMaxTokens, "oracle.match"); err != nil {
-				return action{}, nil, err
+				return Action{}, nil, err
 			}
-			return action{}, nil, nil // the question or the dialogue is too long
+			return unanswerable, nil, nil // the question or the dialogue is too long
 		}
 		if err != nil {
-			return action{}, nil, err
+			return Action{}, nil, err
 		}
 		act, ok := parseAction(resp.Content)
 		if ok {
@@ -290,7 +226,7 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 			return act, credits, nil
 		}
 		if attempt >= 1 {
-			return action{}, nil, nil
+			return unanswerable, nil, nil
 		}
 		msgs = append(msgs[:len(msgs):len(msgs)],
 			llm.Message{Role: "assistant", Content: resp.Content},
@@ -300,42 +236,42 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 
 // validate checks an action against the record and returns it in
 // canonical form with its credits; an invalid action is unanswerable().
-func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act action) (action, []int) {
-	switch act.kind {
-	case actLabeled:
-		want := Normalize(act.arg)
+func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (Action, []int) {
+	switch act.Kind {
+	case ActionLabeled:
+		want := corpus.Normalize(act.Arg)
 		if want == "" {
-			return action{}, nil
+			return unanswerable, nil
 		}
 		var credits []int
 		for i, a := range rec.Ambiguities {
-			hit := Normalize(a.Term) == want
+			hit := corpus.Normalize(a.Term) == want
 			for _, al := range a.Aliases {
-				hit = hit || Normalize(al) == want
+				hit = hit || corpus.Normalize(al) == want
 			}
 			if hit {
 				credits = append(credits, i)
 			}
 		}
 		if len(credits) == 0 {
-			return action{}, nil
+			return unanswerable, nil
 		}
-		return action{kind: actLabeled, arg: rec.Ambiguities[credits[0]].Term}, credits
-	case actUnlabeled:
+		return Action{Kind: ActionLabeled, Arg: rec.Ambiguities[credits[0]].Term}, credits
+	case ActionUnlabeled:
 		if l.opt.Scoped {
-			return action{}, nil
+			return unanswerable, nil
 		}
-		want := normSegment(act.arg)
+		want := normSegment(act.Arg)
 		if want == "" {
-			return action{}, nil
+			return unanswerable, nil
 		}
 		for _, s := range segs {
 			if normSegment(s.Text) == want {
-				return action{kind: actUnlabeled, arg: s.Text}, nil
+				return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
 			}
 		}
 	}
-	return action{}, nil
+	return unanswerable, nil
 }
 
 // segmentPrefix is the "[CLAUSE] " label of a segment as the prompt lists
@@ -359,7 +295,7 @@ var grammarCall = regexp.MustCompile(`(?i)\b(unlabeled|labeled|unanswerable)\s*\
 // grammar, or as AMB/LOC/UNA), else the first call of the text grammar
 // labeled("term") / unlabeled("segment") / unanswerable(). It reports false
 // when neither is found or a labeled/unlabeled action lacks its argument.
-func parseAction(content string) (action, bool) {
+func parseAction(content string) (Action, bool) {
 	var obj map[string]any
 	if llm.ParseJSON(content, &obj) == nil {
 		name, _ := obj["action"].(string)
@@ -378,20 +314,20 @@ func parseAction(content string) (action, bool) {
 		}
 		switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(name), "()"))) {
 		case "labeled", "labelled", "amb":
-			return action{kind: actLabeled, arg: arg}, arg != ""
+			return Action{Kind: ActionLabeled, Arg: arg}, arg != ""
 		case "unlabeled", "unlabelled", "loc":
-			return action{kind: actUnlabeled, arg: arg}, arg != ""
+			return Action{Kind: ActionUnlabeled, Arg: arg}, arg != ""
 		case "unanswerable", "una":
-			return action{}, true
+			return unanswerable, true
 		}
 	}
 	if m := grammarCall.FindStringSubmatch(content); m != nil {
 		return grammarAction(m)
 	}
-	return action{}, false
+	return Action{}, false
 }
 
-func grammarAction(m []string) (action, bool) {
+func grammarAction(m []string) (Action, bool) {
 	arg := m[3]
 	if m[2] != "" {
 		arg = m[2]
@@ -402,20 +338,22 @@ func grammarAction(m []string) (action, bool) {
 	arg = strings.TrimSpace(arg)
 	switch strings.ToLower(m[1]) {
 	case "labeled":
-		return action{kind: actLabeled, arg: arg}, arg != ""
+		return Action{Kind: ActionLabeled, Arg: arg}, arg != ""
 	case "unlabeled":
-		return action{kind: actUnlabeled, arg: arg}, arg != ""
+		return Action{Kind: ActionUnlabeled, Arg: arg}, arg != ""
 	}
-	return action{}, true
+	return unanswerable, true
 }
 
 // respond runs stage 2 for a validated action: Refusal for unanswerable(),
 // else a model reply, regenerated when it is empty or (with RejectLeaks)
-// leaks, falling back to the deterministic responder's text when every
-// attempt failed.
-func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act action, credits []int) (Reply, error) {
-	if act.kind == actUnanswerable {
-		return Reply{Text: Refusal}, nil
+// leaks, falling back to the deterministic responder's reply for the
+// credits (Refusal, Refused, when there are none: an unlabeled action)
+// when every attempt failed. errTooLong: the question or the dialogue is
+// too long for the responder's context.
+func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act Action, credits []int) (Reply, error) {
+	if act.Kind == ActionUnanswerable {
+		return Reply{Text: Refusal, Refused: true}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
@@ -442,11 +380,12 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		if llm.KindOf(err) == llm.KindContextOverflow && attempt > 0 {
 			// A regeneration request (the draft and the corrective
 			// appended) is too long: every draft counts as rejected.
-			fb, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
+			fb, err := NewDeterministicResponder().reply(rec, credits)
 			if err != nil {
 				return Reply{}, err
 			}
-			return Reply{Text: fb, Regenerated: attempt, FellBack: true}, nil
+			fb.Regenerated, fb.FellBack = attempt, true
+			return fb, nil
 		}
 		if llm.KindOf(err) == llm.KindContextOverflow {
 			base := respondMessages(rec, segs, promptSchema, l.opt.Scoped, nil, probeQuestion, act, credits)
@@ -469,11 +408,12 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 			return Reply{Text: text, Regenerated: attempt}, nil
 		}
 		if attempt >= l.opt.MaxRegenerations {
-			fb, err := NewDeterministicResponder().Respond(ctx, rec, history, question, credits)
+			fb, err := NewDeterministicResponder().reply(rec, credits)
 			if err != nil {
 				return Reply{}, err
 			}
-			return Reply{Text: fb, Regenerated: attempt, FellBack: true}, nil
+			fb.Regenerated, fb.FellBack = attempt, true
+			return fb, nil
 		}
 		msgs = append(msgs[:len(msgs):len(msgs)],
 			llm.Message{Role: "assistant", Content: resp.Content},
@@ -494,87 +434,4 @@ func cleanReply(s string) string {
 		s = strings.TrimSpace(s[1 : len(s)-1])
 	}
 	return s
-}
-
-// stash hands the action Match chose to the Respond that follows it in
-// Oracle.Ask, keyed by record, history and question.
-type stash struct {
-	mu sync.Mutex
-	m  map[stashKey][]action
-}
-
-type stashKey struct {
-	rec      *corpus.Record
-	history  string
-	question string
-}
-
-func keyOf(rec *corpus.Record, history []Turn, question string) stashKey {
-	var b strings.Builder
-	for _, t := range history {
-		b.WriteString(t.Question)
-		b.WriteByte(0)
-		b.WriteString(t.Reply)
-		b.WriteByte(0)
-	}
-	return stashKey{rec, b.String(), question}
-}
-
-func (s *stash) push(k stashKey, a action) {
-	s.mu.Lock()
-	s.m[k] = append(s.m[k], a)
-	s.mu.Unlock()
-}
-
-func (s *stash) pop(k stashKey) (action, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.m[k]
-	if len(q) == 0 {
-		return action{}, false
-	}
-	a := q[0]
-	if len(q) == 1 {
-		delete(s.m, k)
-	} else {
-		s.m[k] = q[1:]
-	}
-	return a, true
-}
-
-type pairMatcher struct {
-	l *LLM
-	s *stash
-}
-
-func (m pairMatcher) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) ([]int, error) {
-	if rec == nil {
-		return nil, errNilRecord
-	}
-	act, credits, err := m.l.match(ctx, rec, history, question)
-	if err != nil {
-		return nil, err
-	}
-	m.s.push(keyOf(rec, history, question), act)
-	return credits, nil
-}
-
-type pairResponder struct {
-	l *LLM
-	s *stash
-}
-
-func (r pairResponder) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
-	if rec == nil {
-		return "", errNilRecord
-	}
-	act, ok := r.s.pop(keyOf(rec, history, question))
-	if !ok {
-		return r.l.Respond(ctx, rec, history, question, credits)
-	}
-	rep, err := r.l.respond(ctx, rec, history, question, act, credits)
-	if errors.Is(err, errTooLong) {
-		return Refusal, nil
-	}
-	return rep.Text, err
 }

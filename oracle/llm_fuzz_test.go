@@ -58,22 +58,26 @@ func FuzzParseAction(f *testing.F) {
 				t.Fatalf("parseAction(%.200q) is not deterministic: %+v, %v then %+v, %v", content, got, ok, again, ok2)
 			}
 		}
-		switch got.kind {
-		case actLabeled, actUnlabeled:
-			if ok && (got.arg == "" || got.arg != strings.TrimSpace(got.arg)) {
+		switch got.Kind {
+		case ActionLabeled, ActionUnlabeled:
+			if ok && (got.Arg == "" || got.Arg != strings.TrimSpace(got.Arg)) {
 				t.Fatalf("parseAction(%.200q) accepted %+v: argument empty or untrimmed", content, got)
 			}
-		case actUnanswerable:
-			if got.arg != "" {
-				t.Fatalf("parseAction(%.200q) = %+v: unanswerable with an argument", content, got)
+		case ActionUnanswerable:
+			if got.Arg != "" || !ok {
+				t.Fatalf("parseAction(%.200q) = %+v, %v: unanswerable with an argument, or not accepted", content, got, ok)
+			}
+		case ActionNone:
+			if ok || got.Arg != "" {
+				t.Fatalf("parseAction(%.200q) = %+v, %v: no action accepted", content, got, ok)
 			}
 		default:
 			t.Fatalf("parseAction(%.200q) = %+v: unknown kind", content, got)
 		}
 
 		a := strings.TrimSpace(arg)
-		for _, want := range []action{{kind: actLabeled, arg: a}, {kind: actUnlabeled, arg: a}, {}} {
-			if want.kind != actUnanswerable && a == "" {
+		for _, want := range []Action{{Kind: ActionLabeled, Arg: a}, {Kind: ActionUnlabeled, Arg: a}, unanswerable} {
+			if want.Kind != ActionUnanswerable && a == "" {
 				continue
 			}
 			// The text grammar, alone and after brace-free prose.
@@ -84,20 +88,20 @@ func FuzzParseAction(f *testing.F) {
 				}
 			}
 			// The JSON object the prompt asks for.
-			name := map[actionKind]string{actLabeled: "labeled", actUnlabeled: "unlabeled", actUnanswerable: "unanswerable"}[want.kind]
-			key := map[actionKind]string{actLabeled: "term", actUnlabeled: "segment", actUnanswerable: "term"}[want.kind]
+			name := map[ActionKind]string{ActionLabeled: "labeled", ActionUnlabeled: "unlabeled", ActionUnanswerable: "unanswerable"}[want.Kind]
+			key := map[ActionKind]string{ActionLabeled: "term", ActionUnlabeled: "segment", ActionUnanswerable: "term"}[want.Kind]
 			js, err := json.Marshal(map[string]string{"action": name, key: arg})
 			if err != nil {
 				t.Fatal(err)
 			}
 			jwant := want
-			if want.kind != actUnanswerable {
+			if want.Kind != ActionUnanswerable {
 				// JSON replaces each invalid UTF-8 byte with U+FFFD.
 				var back string
 				if err := json.Unmarshal(js, &struct{ Term, Segment *string }{&back, &back}); err != nil {
 					t.Fatal(err)
 				}
-				jwant.arg = strings.TrimSpace(back)
+				jwant.Arg = strings.TrimSpace(back)
 			}
 			if got, ok := parseAction("```json\n" + string(js) + "\n```"); !ok || got != jwant {
 				t.Fatalf("parseAction(%.300q) = %+v, %v; want %+v", js, got, ok, jwant)

@@ -90,7 +90,7 @@ func matchMessages(rec *corpus.Record, segs []sqlexec.Segment, scoped bool, hist
 
 // respondMessages builds the stage-2 prompt for a labeled or unlabeled
 // action. amb are the credited ambiguities (labeled only).
-func respondMessages(rec *corpus.Record, segs []sqlexec.Segment, schema string, scoped bool, history []Turn, question string, act action, amb []int) []llm.Message {
+func respondMessages(rec *corpus.Record, segs []sqlexec.Segment, schema string, scoped bool, history []Turn, question string, act Action, amb []int) []llm.Message {
 	var b strings.Builder
 	b.WriteString("My request to the analyst:\n")
 	b.WriteString(strings.TrimSpace(rec.Request))
@@ -115,8 +115,8 @@ func respondMessages(rec *corpus.Record, segs []sqlexec.Segment, schema string, 
 	b.WriteString("\n\n" + markAction + ": ")
 	b.WriteString(act.String())
 	b.WriteString("\n")
-	switch act.kind {
-	case actLabeled:
+	switch act.Kind {
+	case ActionLabeled:
 		if scoped {
 			b.WriteString("\n" + markResolution + " by this phrase (say it in your own words):\n")
 		} else {
@@ -129,9 +129,9 @@ func respondMessages(rec *corpus.Record, segs []sqlexec.Segment, schema string, 
 				b.WriteString("\n")
 			}
 		}
-		fmt.Fprintf(&b, "\nReply to the question about %q.", act.arg)
-	case actUnlabeled:
-		fmt.Fprintf(&b, "\nReply with what the segment %q means for your intent, in everyday words.", act.arg)
+		fmt.Fprintf(&b, "\nReply to the question about %q.", act.Arg)
+	case ActionUnlabeled:
+		fmt.Fprintf(&b, "\nReply with what the segment %q means for your intent, in everyday words.", act.Arg)
 	}
 	return []llm.Message{{Role: "system", Content: respondSystem}, {Role: "user", Content: b.String()}}
 }

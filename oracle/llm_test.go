@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/internal/fakellm"
 	"avtgym/llm"
 )
 
@@ -203,7 +204,7 @@ func newTestLLM(t *testing.T, url string, cache llm.Cache, opt LLMOptions) *LLM 
 
 func ask(t *testing.T, l *LLM, rec *corpus.Record, q string) Reply {
 	t.Helper()
-	r, err := l.Ask(context.Background(), rec, nil, q)
+	r, err := l.Oracle().Ask(context.Background(), rec, nil, q)
 	if err != nil {
 		t.Fatalf("Ask(%q): %v", q, err)
 	}
@@ -215,7 +216,7 @@ func TestLLMLabeledTerm(t *testing.T) {
 	l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
 	rec := testRecord()
 	r := ask(t, l, rec, "What do you mean by top customers?")
-	if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` || r.FellBack || r.Regenerated != 0 {
+	if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action.String() != `labeled("top customers")` || r.FellBack || r.Regenerated != 0 {
 		t.Fatalf("reply %+v", r)
 	}
 	if r.Text != "Sure: top customers are the five with the highest total order value." {
@@ -243,7 +244,7 @@ func TestLLMLabeledTerm(t *testing.T) {
 		}
 		return smart(c)
 	}
-	if r := ask(t, l, rec, "Who are the best customers?"); !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` {
+	if r := ask(t, l, rec, "Who are the best customers?"); !reflect.DeepEqual(r.Credits, []int{0}) || r.Action.String() != `labeled("top customers")` {
 		t.Fatalf("alias: %+v", r)
 	}
 }
@@ -266,7 +267,7 @@ func TestLLMInvalidActionsAreUnanswerable(t *testing.T) {
 			})
 			l := newTestLLM(t, f.URL, nil, LLMOptions{})
 			r := ask(t, l, testRecord(), "Which customers and in what order?")
-			if r.Credits != nil || r.Text != Refusal || r.Action != "unanswerable()" {
+			if r.Credits != nil || r.Text != Refusal || r.Action.String() != "unanswerable()" {
 				t.Fatalf("reply %+v", r)
 			}
 			if n := len(f.stageCalls("match")); n != 1 {
@@ -292,11 +293,11 @@ func TestLLMUnlabeledSegment(t *testing.T) {
 			})
 			l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
 			r := ask(t, l, testRecord(), "How should I sort them?")
-			if r.Credits != nil || r.Action != `unlabeled("ORDER BY SUM(o.total_value) DESC")` || r.Text != "Put the biggest spenders first, please." {
+			if r.Credits != nil || r.Action.String() != `unlabeled("ORDER BY SUM(o.total_value) DESC")` || r.Text != "Put the biggest spenders first, please." {
 				t.Fatalf("reply %+v", r)
 			}
 			s := f.stageCalls("respond")
-			if len(s) != 1 || s[0].action != r.Action {
+			if len(s) != 1 || s[0].action != r.Action.String() {
 				t.Fatalf("respond calls %+v", s)
 			}
 		})
@@ -313,7 +314,7 @@ func TestLLMMalformedMatchOutput(t *testing.T) {
 		})
 		l := newTestLLM(t, f.URL, nil, LLMOptions{})
 		r := ask(t, l, testRecord(), "What are top customers?")
-		if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action != `labeled("top customers")` {
+		if !reflect.DeepEqual(r.Credits, []int{0}) || r.Action.String() != `labeled("top customers")` {
 			t.Fatalf("reply %+v", r)
 		}
 		m := f.stageCalls("match")
@@ -330,7 +331,7 @@ func TestLLMMalformedMatchOutput(t *testing.T) {
 		})
 		l := newTestLLM(t, f.URL, nil, LLMOptions{})
 		r := ask(t, l, testRecord(), "What are top customers?")
-		if r.Credits != nil || r.Text != Refusal || r.Action != "unanswerable()" {
+		if r.Credits != nil || r.Text != Refusal || r.Action.String() != "unanswerable()" {
 			t.Fatalf("reply %+v", r)
 		}
 		if n := len(f.stageCalls("match")); n != 2 {
@@ -380,7 +381,7 @@ func TestLLMLeakRejection(t *testing.T) {
 			})
 			l := newTestLLM(t, f.URL, nil, LLMOptions{RejectLeaks: true})
 			r := ask(t, l, testRecord(), "What do you mean by top customers?")
-			if !r.FellBack || r.Regenerated != 2 || r.Text != testRecord().Ambiguities[0].Resolution || !reflect.DeepEqual(r.Credits, []int{0}) {
+			if !r.FellBack || r.Regenerated != 2 || r.Text != testRecord().Ambiguities[0].Resolution || r.Refused || !reflect.DeepEqual(r.Credits, []int{0}) {
 				t.Fatalf("reply %+v", r)
 			}
 			if n := len(f.stageCalls("respond")); n != 3 {
@@ -388,7 +389,7 @@ func TestLLMLeakRejection(t *testing.T) {
 			}
 			// An unlabeled action falls back to the refusal (no credits).
 			r = ask(t, l, testRecord(), "How should I sort them?")
-			if !r.FellBack || r.Text != Refusal || r.Credits != nil {
+			if !r.FellBack || r.Text != Refusal || !r.Refused || r.Credits != nil {
 				t.Fatalf("unlabeled fallback %+v", r)
 			}
 		})
@@ -432,7 +433,7 @@ func TestLLMScoped(t *testing.T) {
 	}
 	// Without segments the smart model cannot answer unlabeled; forcing one
 	// is unanswerable.
-	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action != "unanswerable()" {
+	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action.String() != "unanswerable()" {
 		t.Fatalf("sort: %+v", r)
 	}
 	f.script = func(c fakeCall) (int, string) {
@@ -441,7 +442,7 @@ func TestLLMScoped(t *testing.T) {
 		}
 		return smart(c)
 	}
-	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action != "unanswerable()" {
+	if r := ask(t, l, rec, "How should I sort them?"); r.Text != Refusal || r.Action.String() != "unanswerable()" {
 		t.Fatalf("forced unlabeled: %+v", r)
 	}
 	f.mu.Lock()
@@ -474,14 +475,14 @@ func TestLLMHybrid(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hyb2, err := l.Hybrid().Ask(context.Background(), rec, nil, q)
-		if err != nil {
-			t.Fatal(err)
+		want, _ := det.Respond(context.Background(), rec, nil, q, Match{Credits: actual.Credits})
+		if !reflect.DeepEqual(hyb.Credits, actual.Credits) || hyb.Text != want.Text || hyb.Refused != want.Refused || hyb.Action != actual.Action {
+			t.Errorf("%q: actual %+v hybrid %+v", q, actual, hyb)
 		}
-		want, _ := det.Respond(context.Background(), rec, nil, q, actual.Credits)
-		if !reflect.DeepEqual(hyb.Credits, actual.Credits) || hyb.Text != want ||
-			!reflect.DeepEqual(hyb2.Credits, actual.Credits) || hyb2.Text != want || hyb2.Action != actual.Action {
-			t.Errorf("%q: actual %+v hybrid %+v %+v", q, actual, hyb, hyb2)
+		// The unlabeled question is answered by the actual oracle and
+		// refused by the hybrid (no credits, no resolution to give).
+		if q == "How should I sort them?" && (actual.Refused || !hyb.Refused) {
+			t.Errorf("%q: actual refused %v, hybrid refused %v", q, actual.Refused, hyb.Refused)
 		}
 	}
 }
@@ -491,37 +492,211 @@ func TestLLMOraclePair(t *testing.T) {
 	l := newTestLLM(t, f.URL, nil, LLMOptions{})
 	rec := testRecord()
 	o := l.Oracle()
-	for _, q := range []string{"What do you mean by top customers?", "How should I sort them?", "Anything else?"} {
-		want := ask(t, l, rec, q)
-		got, err := o.Ask(context.Background(), rec, nil, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Text != want.Text || !reflect.DeepEqual(got.Credits, want.Credits) {
-			t.Errorf("%q: pair %+v, Ask %+v", q, got, want)
-		}
+	if o != (Oracle{Matcher: l, Responder: l}) {
+		t.Fatalf("Oracle() = %+v", o)
 	}
-	// Respond alone: credits answer as labeled, none as the refusal.
-	txt, err := l.Respond(context.Background(), rec, nil, "Which region?", []int{1})
-	if err != nil || txt != "Sure: the region is where the customer is billed." {
-		t.Fatalf("Respond = %q, %v", txt, err)
+	// Respond answers the action it is handed, whatever the question says.
+	unl := Match{Action: Action{Kind: ActionUnlabeled, Arg: "ORDER BY SUM(o.total_value) DESC"}}
+	r, err := l.Respond(context.Background(), rec, nil, "Which region?", unl)
+	if err != nil || r.Text != "Put the biggest spenders first, please." || r.Refused {
+		t.Fatalf("Respond(unlabeled) = %+v, %v", r, err)
+	}
+	if s := f.stageCalls("respond"); len(s) != 1 || s[0].action != unl.Action.String() {
+		t.Fatalf("respond calls %+v", s)
+	}
+	// A match without an action (a deterministic matcher's): credits
+	// answer as labeled, none as the refusal, without a model call.
+	r, err = l.Respond(context.Background(), rec, nil, "Which region?", Match{Credits: []int{1}})
+	if err != nil || r.Text != "Sure: the region is where the customer is billed." || r.Refused {
+		t.Fatalf("Respond(credits) = %+v, %v", r, err)
+	}
+	if s := f.stageCalls("respond"); len(s) != 2 || s[1].action != `labeled("region")` {
+		t.Fatalf("respond calls %+v", s)
 	}
 	n := len(f.stageCalls("respond"))
-	if txt, err := l.Respond(context.Background(), rec, nil, "Hm?", nil); err != nil || txt != Refusal || len(f.stageCalls("respond")) != n {
-		t.Fatalf("Respond(no credits) = %q, %v", txt, err)
+	for _, m := range []Match{{}, {Action: unanswerable}} {
+		if r, err := l.Respond(context.Background(), rec, nil, "Hm?", m); err != nil || !reflect.DeepEqual(r, Reply{Text: Refusal, Refused: true}) || len(f.stageCalls("respond")) != n {
+			t.Fatalf("Respond(%+v) = %+v, %v", m, r, err)
+		}
 	}
-	if _, err := l.Respond(context.Background(), rec, nil, "Hm?", []int{5}); err == nil {
+	if _, err := l.Respond(context.Background(), rec, nil, "Hm?", Match{Credits: []int{5}}); err == nil {
 		t.Fatal("Respond accepted an out-of-range credit")
 	}
-	if c, err := l.Match(context.Background(), rec, nil, "Which region?"); err != nil || !reflect.DeepEqual(c, []int{1}) {
-		t.Fatalf("Match = %v, %v", c, err)
+	if _, err := l.Respond(context.Background(), nil, nil, "Hm?", Match{}); err == nil {
+		t.Fatal("Respond accepted a nil record")
 	}
+	if m, err := l.Match(context.Background(), rec, nil, "Which region?"); err != nil || !reflect.DeepEqual(m, Match{Credits: []int{1}, Action: Action{Kind: ActionLabeled, Arg: "region"}}) {
+		t.Fatalf("Match = %+v, %v", m, err)
+	}
+	// The deterministic matcher with the LLM responder: no action reported.
+	mixed := Oracle{Matcher: NewDeterministicMatcher(), Responder: l}
+	if r, err := mixed.Ask(context.Background(), rec, nil, "Which region?"); err != nil || r.Action != (Action{}) || !reflect.DeepEqual(r.Credits, []int{1}) || r.Text != "Sure: the region is where the customer is billed." {
+		t.Fatalf("deterministic matcher, LLM responder: %+v, %v", r, err)
+	}
+}
+
+// TestLLMRefused: Refused is set exactly for the refusals — unanswerable()
+// (an explicit one, an invalid action, unreadable output) — and never for
+// a model's reply, even one whose text is the refusal sentence.
+func TestLLMRefused(t *testing.T) {
+	f := newFakeModel(t, func(c fakeCall) (int, string) {
+		switch {
+		case c.stage == "match" && strings.Contains(c.question, "garbage"):
+			return 200, "no idea"
+		case c.stage == "match" && strings.Contains(c.question, "invalid"):
+			return 200, `labeled("nonsense")`
+		case c.stage == "respond" && strings.Contains(c.question, "parrot"):
+			return 200, Refusal
+		}
+		return smart(c)
+	})
+	l := newTestLLM(t, f.URL, nil, LLMOptions{})
+	rec := testRecord()
+	for q, refused := range map[string]bool{
+		"What do you mean by top customers?":         false,
+		"How should I sort them?":                    false,
+		"parrot: what do you mean by top customers?": false, // the model's reply, whatever its text
+		"Anything else?":                             true,
+		"garbage: top customers?":                    true,
+		"invalid: top customers?":                    true,
+	} {
+		r := ask(t, l, rec, q)
+		if r.Refused != refused || r.Withdrawn || (refused && (r.Text != Refusal || r.Credits != nil || r.Action != unanswerable)) {
+			t.Errorf("%q: %+v, want refused %v", q, r, refused)
+		}
+	}
+}
+
+// TestLLMMatchHandedToResponder: the responder answers exactly the action
+// and credits the matcher chose for the same question, with nothing shared
+// between concurrent questions: many goroutines ask one LLM oracle (on the
+// fakellm endpoint, no cache) questions with different actions, and each
+// reply carries its own question's action, credits and resolution.
+func TestLLMMatchHandedToResponder(t *testing.T) {
+	rec := &corpus.Record{ID: "many", DB: "shop", Request: "Show the figures.", Reference: corpus.Reference{SQL: corpus.SQLList{testSQL}}}
+	const nTerms = 12
+	for i := range nTerms {
+		rec.Ambiguities = append(rec.Ambiguities, corpus.Ambiguity{
+			Term: fmt.Sprintf("figure%02d", i), Kind: corpus.Critical, Resolution: fmt.Sprintf("Resolution number %02d.", i),
+		})
+	}
+	segs := (&LLM{}).segments(rec)
+	// The fake labels the term a question names (fakellm's own rule);
+	// a question naming segment k is unlabeled(segment k); the responder
+	// echoes the chosen action and the resolutions it is shown.
+	fk := fakellm.New(fakellm.Options{
+		Delay: time.Millisecond,
+		Hook: func(system, user string) (int, string, bool) {
+			if i := strings.Index(user, markAction+": "); i >= 0 {
+				line := user[i+len(markAction)+2:]
+				line = line[:strings.IndexByte(line, '\n')]
+				return 200, "Action " + line + ". " + strings.Join(strings.Fields(fakellm.Section(user, markResolution)), " "), true
+			}
+			q := fakellm.Section(user, markQuestion+":")
+			for k := range segs {
+				if strings.Contains(q, fmt.Sprintf("segment %d?", k)) {
+					b, _ := json.Marshal(map[string]string{"action": "unlabeled", "segment": segs[k].Text})
+					return 200, string(b), true
+				}
+			}
+			return 0, "", false
+		},
+	})
+	t.Cleanup(fk.Close)
+	l := newTestLLM(t, fk.URL, nil, LLMOptions{})
+	o := l.Oracle()
+
+	type want struct {
+		question string
+		match    Match
+		text     string // a part of the reply
+	}
+	var cases []want
+	for i := range nTerms {
+		term := rec.Ambiguities[i].Term
+		cases = append(cases, want{
+			fmt.Sprintf("What do you mean by %s?", term),
+			Match{Credits: []int{i}, Action: Action{Kind: ActionLabeled, Arg: term}},
+			fmt.Sprintf("Action labeled(%q). - Resolution number %02d.", term, i),
+		})
+	}
+	for k, s := range segs {
+		cases = append(cases, want{
+			fmt.Sprintf("What about segment %d?", k),
+			Match{Action: Action{Kind: ActionUnlabeled, Arg: s.Text}},
+			"Action " + Action{Kind: ActionUnlabeled, Arg: s.Text}.String() + ".",
+		})
+	}
+	cases = append(cases, want{"Anything else?", Match{Action: unanswerable}, Refusal})
+
+	// A spy between the stages, also concurrent: what the responder gets
+	// is what the matcher returned for the same call.
+	type callID struct{}
+	var mu sync.Mutex
+	matched := map[int]Match{}
+	spy := Oracle{
+		Matcher: matcherFunc(func(ctx context.Context, rec *corpus.Record, h []Turn, q string) (Match, error) {
+			m, err := l.Match(ctx, rec, h, q)
+			mu.Lock()
+			matched[ctx.Value(callID{}).(int)] = m
+			mu.Unlock()
+			return m, err
+		}),
+		Responder: responderFunc(func(ctx context.Context, rec *corpus.Record, h []Turn, q string, m Match) (Reply, error) {
+			mu.Lock()
+			got := matched[ctx.Value(callID{}).(int)]
+			mu.Unlock()
+			if !reflect.DeepEqual(got, m) {
+				t.Errorf("%q: the responder got %+v, the matcher returned %+v", q, m, got)
+			}
+			return l.Respond(ctx, rec, h, q, m)
+		}),
+	}
+
+	const rounds = 8
+	var wg sync.WaitGroup
+	for i := range rounds * len(cases) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cases[i%len(cases)]
+			ask := o.Ask
+			if i%2 == 1 {
+				ask = spy.Ask
+			}
+			r, err := ask(context.WithValue(context.Background(), callID{}, i), rec, nil, c.question)
+			if err != nil {
+				t.Errorf("%q: %v", c.question, err)
+				return
+			}
+			if r.Action != c.match.Action || !reflect.DeepEqual(r.Credits, c.match.Credits) || !strings.Contains(r.Text, c.text) ||
+				r.Refused != (c.match.Action.Kind == ActionUnanswerable) {
+				t.Errorf("%q: reply %+v; want action %v, credits %v, text with %q", c.question, r, c.match.Action, c.match.Credits, c.text)
+			}
+		}()
+	}
+	wg.Wait()
+	if fk.MaxInFlight() < 2 {
+		t.Logf("note: the fake saw at most %d calls at once", fk.MaxInFlight())
+	}
+}
+
+type matcherFunc func(context.Context, *corpus.Record, []Turn, string) (Match, error)
+
+func (f matcherFunc) Match(ctx context.Context, rec *corpus.Record, h []Turn, q string) (Match, error) {
+	return f(ctx, rec, h, q)
+}
+
+type responderFunc func(context.Context, *corpus.Record, []Turn, string, Match) (Reply, error)
+
+func (f responderFunc) Respond(ctx context.Context, rec *corpus.Record, h []Turn, q string, m Match) (Reply, error) {
+	return f(ctx, rec, h, q, m)
 }
 
 func TestLLMEndpointFailureIsAnError(t *testing.T) {
 	f := newFakeModel(t, func(fakeCall) (int, string) { return 500, "" })
 	l := newTestLLM(t, f.URL, nil, LLMOptions{})
-	_, err := l.Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?")
+	_, err := l.Oracle().Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?")
 	if err == nil || llm.KindOf(err) != llm.KindServer {
 		t.Fatalf("err = %v", err)
 	}
@@ -535,10 +710,10 @@ func TestLLMEndpointFailureIsAnError(t *testing.T) {
 		}
 		return 503, ""
 	}
-	if _, err := l.Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?"); err == nil {
+	if _, err := l.Oracle().Ask(context.Background(), testRecord(), nil, "What do you mean by top customers?"); err == nil {
 		t.Fatal("no error from a failing responder")
 	}
-	if _, err := l.Ask(context.Background(), nil, nil, "x"); err == nil {
+	if _, err := l.Oracle().Ask(context.Background(), nil, nil, "x"); err == nil {
 		t.Fatal("no error for a nil record")
 	}
 }
@@ -555,7 +730,7 @@ func TestLLMReplayFromFileCache(t *testing.T) {
 			if i%2 == 0 {
 				h = nil
 			}
-			r, err := l.Ask(context.Background(), testRecord(), h, q)
+			r, err := l.Oracle().Ask(context.Background(), testRecord(), h, q)
 			if err != nil {
 				t.Fatalf("Ask(%q): %v", q, err)
 			}
@@ -595,7 +770,7 @@ func TestLLMReplayFromFileCache(t *testing.T) {
 	}
 	// A new prompt version never reads the old replies.
 	l := newTestLLM(t, f.URL, c2, LLMOptions{Version: "other"})
-	if _, err := l.Ask(context.Background(), testRecord(), nil, questions[0]); err == nil {
+	if _, err := l.Oracle().Ask(context.Background(), testRecord(), nil, questions[0]); err == nil {
 		t.Fatal("a new version was served from the cache")
 	}
 }
@@ -613,13 +788,7 @@ func TestLLMConcurrent(t *testing.T) {
 			defer wg.Done()
 			q := qs[i%len(qs)]
 			want := map[string]string{qs[0]: "Sure: top", qs[1]: "Put the biggest", qs[2]: Refusal, qs[3]: "Sure: the region"}[q]
-			var r Reply
-			var err error
-			if i%2 == 0 {
-				r, err = l.Ask(context.Background(), rec, nil, q)
-			} else {
-				r, err = o.Ask(context.Background(), rec, nil, q)
-			}
+			r, err := o.Ask(context.Background(), rec, nil, q)
 			if err != nil || !strings.HasPrefix(r.Text, want) {
 				t.Errorf("%q: %+v, %v", q, r, err)
 			}
@@ -631,23 +800,23 @@ func TestLLMConcurrent(t *testing.T) {
 func TestParseAction(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want action
+		want Action
 		ok   bool
 	}{
-		{`{"action": "labeled", "term": "top customers"}`, action{actLabeled, "top customers"}, true},
-		{"```json\n{\"action\":\"LABELED\",\"term\":\" x \"}\n```", action{actLabeled, "x"}, true},
-		{`{"action": "AMB", "argument": "x"}`, action{actLabeled, "x"}, true},
-		{`{"action": "unlabeled", "segment": "LIMIT 5"}`, action{actUnlabeled, "LIMIT 5"}, true},
-		{`{"action": "unanswerable()"}`, action{}, true},
-		{`{"action": "UNA"}`, action{}, true},
-		{`I choose labeled("top \"big\" customers").`, action{actLabeled, `top "big" customers`}, true},
-		{`unlabeled('WHERE a = 1')`, action{actUnlabeled, "WHERE a = 1"}, true},
-		{`Unanswerable ( )`, action{}, true},
-		{`{"action": "labeled"}`, action{}, false},
-		{`labeled()`, action{}, false},
-		{`{"action": "maybe"}`, action{}, false},
-		{`top customers`, action{}, false},
-		{``, action{}, false},
+		{`{"action": "labeled", "term": "top customers"}`, Action{ActionLabeled, "top customers"}, true},
+		{"```json\n{\"action\":\"LABELED\",\"term\":\" x \"}\n```", Action{ActionLabeled, "x"}, true},
+		{`{"action": "AMB", "argument": "x"}`, Action{ActionLabeled, "x"}, true},
+		{`{"action": "unlabeled", "segment": "LIMIT 5"}`, Action{ActionUnlabeled, "LIMIT 5"}, true},
+		{`{"action": "unanswerable()"}`, unanswerable, true},
+		{`{"action": "UNA"}`, unanswerable, true},
+		{`I choose labeled("top \"big\" customers").`, Action{ActionLabeled, `top "big" customers`}, true},
+		{`unlabeled('WHERE a = 1')`, Action{ActionUnlabeled, "WHERE a = 1"}, true},
+		{`Unanswerable ( )`, unanswerable, true},
+		{`{"action": "labeled"}`, Action{}, false},
+		{`labeled()`, Action{}, false},
+		{`{"action": "maybe"}`, Action{}, false},
+		{`top customers`, Action{}, false},
+		{``, Action{}, false},
 	} {
 		got, ok := parseAction(c.in)
 		if ok != c.ok || (ok && got != c.want) {

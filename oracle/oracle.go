@@ -1,14 +1,19 @@
 // Package oracle plays the user in an episode: given a record, the history
 // and the asking policy's question, a Matcher decides which registered
-// ambiguities the question credits and a Responder writes the reply
-// (PROTOCOL.md §3).
+// ambiguities the question credits (a Match: the credits and the stage-1
+// Action they come from) and a Responder writes the Reply for that Match
+// (PROTOCOL.md §3). Oracle.Ask is the one place that runs the two: it
+// hands the responder the matcher's Match for the same question, so no
+// state passes between the stages any other way. A Reply says whether it
+// is a refusal (Reply.Refused) by a flag, never by its text.
 //
 // The deterministic oracle (Deterministic) is the reference oracle: its
 // matcher credits an ambiguity when the question names its term or an
 // alias as whole words, and its responder returns the stored resolutions.
-// Credits never depend on a response, so a hybrid oracle (an actual
-// matcher with the deterministic responder) earns the same credits as the
-// actual oracle.
+// Credits never depend on a response (a responder can only withdraw the
+// whole match, for a question too long for its model: Reply.Withdrawn), so
+// a hybrid oracle (an actual matcher with the deterministic responder)
+// earns the same credits as the actual oracle.
 //
 // The LLM oracle (NewLLM) is the two-stage user simulator of PROTOCOL.md §3
 // after BIRD-Interact, in an unfiltered and a scoped variant: a model
@@ -16,19 +21,20 @@
 // unanswerable(), the server validates that action against the record and
 // credits from it alone, and a second model call writes the reply
 // (optionally rejecting and regenerating replies that leak the reference
-// SQL or schema identifiers). Hybrid pairs an LLM matcher with the
-// deterministic responder, for the responder-leakage diagnostic of §6.
+// SQL or schema identifiers). The LLM oracle is the pair
+// Oracle{Matcher: l, Responder: l} (LLM.Oracle); Hybrid pairs an LLM
+// matcher with the deterministic responder, for the responder-leakage
+// diagnostic of §6.
 //
-// LeakyResponder and CreditAll are deliberately leaky test oracles, fixtures
-// for the leakage diagnostics only (served under `serve --test-oracles`):
-// the first appends the reference SQL to its replies (a responder leak),
-// the second credits every ambiguity for any question (a matcher leak).
+// The deliberately leaky test oracles, fixtures for the leakage diagnostics
+// only (served under `serve --test-oracles`), live in package oracletest.
 package oracle
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"avtgym/corpus"
 )
@@ -47,21 +53,87 @@ type Turn struct {
 	Credits []int
 }
 
-// Matcher decides which registered ambiguities a question credits: indexes
-// into rec.Ambiguities, ascending, nil when none. It reads only the question
-// (and, for chains, the history's credits), never a response.
-// Implementations must be safe for concurrent use.
+// ActionKind is the kind of a matcher's stage-1 action (PROTOCOL.md §3).
+type ActionKind int
+
+// The stage-1 action kinds.
+const (
+	// ActionNone: the matcher takes no action; it credits by its own rule
+	// (the deterministic matchers). The zero value.
+	ActionNone ActionKind = iota
+	// ActionUnanswerable: the question is not about anything the oracle
+	// answers; it credits nothing and the reply is Refusal.
+	ActionUnanswerable
+	// ActionLabeled: the question asks about a registered ambiguity; Arg is
+	// its term (the first credited one, as registered).
+	ActionLabeled
+	// ActionUnlabeled: the question asks about a detail of the reference
+	// that no registered ambiguity covers; Arg is the reference's clause
+	// segment that settles it. It credits nothing.
+	ActionUnlabeled
+)
+
+// Action is a matcher's validated stage-1 action: labeled("<term>"),
+// unlabeled("<segment>") or unanswerable() for the LLM matcher, none (the
+// zero Action) for the deterministic ones. It is privileged: never shown to
+// the asking policy.
+type Action struct {
+	// Kind is the action.
+	Kind ActionKind
+	// Arg is the term (labeled) or the segment (unlabeled); "" otherwise.
+	Arg string
+}
+
+// unanswerable is the action unanswerable().
+var unanswerable = Action{Kind: ActionUnanswerable}
+
+// String renders the action in the grammar of PROTOCOL.md §3 —
+// labeled("t"), unlabeled("seg"), unanswerable() — with Go string quoting
+// of the argument, and "" for none.
+func (a Action) String() string {
+	switch a.Kind {
+	case ActionNone:
+		return ""
+	case ActionLabeled:
+		return "labeled(" + strconv.Quote(a.Arg) + ")"
+	case ActionUnlabeled:
+		return "unlabeled(" + strconv.Quote(a.Arg) + ")"
+	}
+	return "unanswerable()"
+}
+
+// Match is a matcher's verdict on one question: the credits and the
+// stage-1 action they come from. Oracle.Ask hands it, unchanged, to the
+// responder of the same question; no state is kept between the two.
+type Match struct {
+	// Credits are the credited ambiguity indexes (into rec.Ambiguities),
+	// ascending, nil when none.
+	Credits []int
+	// Action is the validated stage-1 action the credits come from (the
+	// LLM matcher); the zero Action (none) for a matcher that takes none.
+	Action Action
+}
+
+// Matcher decides which registered ambiguities a question credits. It
+// reads only the question (and, for chains, the history's credits), never
+// a response. Implementations must be safe for concurrent use.
 type Matcher interface {
-	Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) ([]int, error)
+	Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Match, error)
 }
 
 // Responder writes the oracle's reply to a question given the matcher's
-// credits. Implementations must be safe for concurrent use.
+// verdict m on that same question (its credits and its action). It sets
+// the reply's Text, Refused, Withdrawn, Regenerated and FellBack; Oracle.Ask
+// fills Credits and Action from m. Implementations must be safe for
+// concurrent use.
 type Responder interface {
-	Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error)
+	Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match) (Reply, error)
 }
 
-// Oracle is a (match, resp) pair.
+// Oracle is a (match, resp) pair. Oracle.Ask is the one place that runs
+// both stages; the LLM oracle is Oracle{Matcher: l, Responder: l} and the
+// hybrid oracle Oracle{Matcher: l, Responder: NewDeterministicResponder()}
+// for an *LLM l.
 type Oracle struct {
 	// Matcher credits the question.
 	Matcher Matcher
@@ -73,13 +145,32 @@ type Oracle struct {
 type Reply struct {
 	// Text is the reply shown to the asking policy.
 	Text string
+	// Refused reports that the answer is a refusal: the fixed Refusal text,
+	// given for a question that credits nothing (the deterministic
+	// responder), for unanswerable() (the LLM responder, which then calls
+	// no model), for a question or dialogue too long for the model's
+	// context, and when every LLM draft for an unlabeled action was
+	// rejected (the deterministic fallback has nothing to say). A refusal
+	// earns no credit (for a loaded corpus: the deterministic responder
+	// also refuses credits whose resolutions are all blank, which corpus
+	// loading rejects). Callers tell a refusal by this flag, never by
+	// comparing Text with Refusal: a model may write that sentence as a
+	// reply, and a test oracle may append to it.
+	Refused bool
+	// Withdrawn is a responder's way to void the match: its own stage found
+	// the question (or the dialogue) too long for the model's context, so
+	// the question is the policy's fault after all. Oracle.Ask then drops
+	// the matcher's credits, reports unanswerable() (unless the matcher
+	// took no action) and sets Refused; the responder's Text is the
+	// refusal.
+	Withdrawn bool
 	// Credits are the credited ambiguity indexes (privileged: never shown
-	// to the policy).
+	// to the policy), from the matcher.
 	Credits []int
-	// Action is the LLM matcher's validated stage-1 action, such as
+	// Action is the matcher's validated stage-1 action, such as
 	// labeled("top customers"), unlabeled("ORDER BY revenue DESC") or
-	// unanswerable() (privileged); "" for the deterministic oracle.
-	Action string
+	// unanswerable() (privileged); none for the deterministic matchers.
+	Action Action
 	// Regenerated counts the LLM responder's regenerations of this reply
 	// (empty or leaking drafts rejected).
 	Regenerated int
@@ -93,7 +184,10 @@ type Reply struct {
 var ErrIncomplete = errors.New("oracle: matcher or responder is nil")
 
 // Ask credits the question with the matcher, then has the responder write
-// the reply for those credits.
+// the reply for that verdict, and returns the reply with the matcher's
+// credits and action — or, when the responder withdrew the match (see
+// Reply.Withdrawn), with no credits and unanswerable(). It implements
+// env.Oracle.
 func (o Oracle) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
 	if o.Matcher == nil || o.Responder == nil {
 		return Reply{}, ErrIncomplete
@@ -101,15 +195,22 @@ func (o Oracle) Ask(ctx context.Context, rec *corpus.Record, history []Turn, que
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
 	}
-	credits, err := o.Matcher.Match(ctx, rec, history, question)
+	m, err := o.Matcher.Match(ctx, rec, history, question)
 	if err != nil {
 		return Reply{}, fmt.Errorf("oracle: match: %w", err)
 	}
-	text, err := o.Responder.Respond(ctx, rec, history, question, credits)
+	r, err := o.Responder.Respond(ctx, rec, history, question, m)
 	if err != nil {
 		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
 	}
-	return Reply{Text: text, Credits: credits}, nil
+	r.Credits, r.Action = m.Credits, m.Action
+	if r.Withdrawn {
+		r.Refused, r.Credits = true, nil
+		if m.Action.Kind != ActionNone {
+			r.Action = unanswerable
+		}
+	}
+	return r, nil
 }
 
 // Deterministic returns the reference oracle of PROTOCOL.md §3: the

@@ -16,7 +16,8 @@ const probeQuestion = "What?"
 
 // errTooLong is respond's report that the policy's question or dialogue
 // made the prompt overflow the model's context (the record's own prompt
-// fits): the answer is Refusal.
+// fits): the answer is Refusal, and Respond withdraws the match
+// (Reply.Withdrawn).
 var errTooLong = errors.New("oracle: the question or the dialogue is too long for the model's context")
 
 // ErrRecordTooLong marks (errors.Is) an LLM oracle failure caused by the
@@ -83,22 +84,22 @@ func BaseContextTokens(rec *corpus.Record, schema string, scoped bool) (match, r
 		promptSchema = ""
 	}
 	l := &LLM{opt: LLMOptions{Scoped: scoped}}
-	try := func(a action) {
+	try := func(a Action) {
 		act, credits := l.validate(rec, segs, a)
-		if act.kind == actUnanswerable {
+		if act.Kind == ActionUnanswerable {
 			return
 		}
 		n := llm.EstimatePromptTokens(respondMessages(rec, segs, promptSchema, scoped, nil, probeQuestion, act, credits)) + respondMaxTokens
 		respond = max(respond, n)
 	}
 	for _, a := range rec.Ambiguities {
-		try(action{kind: actLabeled, arg: a.Term})
+		try(Action{Kind: ActionLabeled, Arg: a.Term})
 		for _, al := range a.Aliases {
-			try(action{kind: actLabeled, arg: al})
+			try(Action{Kind: ActionLabeled, Arg: al})
 		}
 	}
 	for _, s := range segs {
-		try(action{kind: actUnlabeled, arg: s.Text})
+		try(Action{Kind: ActionUnlabeled, Arg: s.Text})
 	}
 	return match, respond
 }

@@ -37,7 +37,7 @@ func newCtxLLM(t *testing.T, url string, contextTokens int, opt LLMOptions) *LLM
 	return NewLLM(c, opt)
 }
 
-// asker is the three ways the server asks an LLM oracle.
+// asker is the two ways the server asks an LLM oracle.
 type asker struct {
 	name string
 	ask  func(l *LLM, rec *corpus.Record, history []Turn, q string) (Reply, error)
@@ -45,25 +45,24 @@ type asker struct {
 
 var askers = []asker{
 	{"llm", func(l *LLM, rec *corpus.Record, h []Turn, q string) (Reply, error) {
-		return l.Ask(context.Background(), rec, h, q)
+		return l.Oracle().Ask(context.Background(), rec, h, q)
 	}},
 	{"hybrid", func(l *LLM, rec *corpus.Record, h []Turn, q string) (Reply, error) {
-		return l.Hybrid().Ask(context.Background(), rec, h, q)
-	}},
-	{"pair", func(l *LLM, rec *corpus.Record, h []Turn, q string) (Reply, error) {
-		return l.Oracle().Ask(context.Background(), rec, h, q)
+		return Hybrid(l).Ask(context.Background(), rec, h, q)
 	}},
 }
 
-func wantRefusal(t *testing.T, r Reply, err error, withAction bool) {
+// wantRefusal checks the refusal: Refusal, Refused, unanswerable() and no
+// credits.
+func wantRefusal(t *testing.T, r Reply, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("err = %v, want a refusal", err)
 	}
-	if r.Text != Refusal || len(r.Credits) != 0 {
+	if r.Text != Refusal || !r.Refused || len(r.Credits) != 0 {
 		t.Fatalf("reply %+v, want the refusal with no credits", r)
 	}
-	if withAction && r.Action != "unanswerable()" {
+	if r.Action != unanswerable {
 		t.Fatalf("action %q, want unanswerable()", r.Action)
 	}
 }
@@ -80,7 +79,7 @@ func TestLongQuestionRefusedBeforeTheCall(t *testing.T) {
 			f := newFakeModel(t, smart)
 			l := newCtxLLM(t, f.URL, ctxTokens, LLMOptions{Scoped: scoped})
 			rep, err := a.ask(l, rec, nil, longQuestion)
-			wantRefusal(t, rep, err, a.name != "pair")
+			wantRefusal(t, rep, err)
 			if n := len(f.stageCalls("match")) + len(f.stageCalls("respond")); n != 0 {
 				t.Errorf("scoped %v %s: %d model calls, want none", scoped, a.name, n)
 			}
@@ -104,8 +103,8 @@ func TestLongDialogueRefused(t *testing.T) {
 	for i := range history {
 		history[i] = Turn{Question: "Could you tell me more about what you want, in full detail?", Reply: Refusal}
 	}
-	rep, err := l.Ask(context.Background(), rec, history, "What do you mean by top customers?")
-	wantRefusal(t, rep, err, true)
+	rep, err := l.Oracle().Ask(context.Background(), rec, history, "What do you mean by top customers?")
+	wantRefusal(t, rep, err)
 }
 
 // TestRespondStageOverflowClearsCredits: when the matcher's prompt fits
@@ -124,9 +123,19 @@ func TestRespondStageOverflowClearsCredits(t *testing.T) {
 	q := "What do you mean by top customers? " + strings.Repeat("x", 300)
 	f := newFakeModel(t, smart)
 	l := newCtxLLM(t, f.URL, ctxTokens, LLMOptions{Schema: func(*corpus.Record) string { return schema }})
-	rep, err := l.Ask(context.Background(), rec, nil, q)
-	wantRefusal(t, rep, err, true)
-	if len(f.stageCalls("match")) != 1 || len(f.stageCalls("respond")) != 0 {
+	rep, err := l.Oracle().Ask(context.Background(), rec, nil, q)
+	wantRefusal(t, rep, err)
+	if !rep.Withdrawn {
+		t.Errorf("reply %+v: the responder stage's overflow should withdraw the match", rep)
+	}
+	// The matcher alone credited the question; the responder withdrew it.
+	if m, err := l.Match(context.Background(), rec, nil, q); err != nil || !reflect.DeepEqual(m.Credits, []int{0}) {
+		t.Errorf("Match = %+v, %v; want the credit the responder withdraws", m, err)
+	}
+	if r, err := l.Respond(context.Background(), rec, nil, q, Match{Credits: []int{0}, Action: Action{Kind: ActionLabeled, Arg: "top customers"}}); err != nil || !reflect.DeepEqual(r, Reply{Text: Refusal, Refused: true, Withdrawn: true}) {
+		t.Errorf("Respond = %+v, %v; want the withdrawn refusal", r, err)
+	}
+	if len(f.stageCalls("match")) != 2 || len(f.stageCalls("respond")) != 0 {
 		t.Errorf("calls: %d match, %d respond; want the match only", len(f.stageCalls("match")), len(f.stageCalls("respond")))
 	}
 }
@@ -147,7 +156,7 @@ func TestRecordPromptOverflowIsAnError(t *testing.T) {
 	m, r := BaseContextTokens(rec, testSchema, false)
 	f := newFakeModel(t, smart)
 	l := newCtxLLM(t, f.URL, (m+r)/2, LLMOptions{})
-	if _, err := l.Ask(context.Background(), rec, nil, "What do you mean by top customers?"); !errors.Is(err, ErrRecordTooLong) {
+	if _, err := l.Oracle().Ask(context.Background(), rec, nil, "What do you mean by top customers?"); !errors.Is(err, ErrRecordTooLong) {
 		t.Errorf("responder base over the context: err = %v", err)
 	}
 }
@@ -160,10 +169,10 @@ func TestBaseContextTokensMatchesTheClient(t *testing.T) {
 	for _, scoped := range []bool{false, true} {
 		m, _ := BaseContextTokens(rec, testSchema, scoped)
 		f := newFakeModel(t, func(c fakeCall) (int, string) { return 200, `{"action": "unanswerable"}` })
-		if _, err := newCtxLLM(t, f.URL, m, LLMOptions{Scoped: scoped}).Ask(context.Background(), rec, nil, probeQuestion); err != nil {
+		if _, err := newCtxLLM(t, f.URL, m, LLMOptions{Scoped: scoped}).Oracle().Ask(context.Background(), rec, nil, probeQuestion); err != nil {
 			t.Errorf("scoped %v: context = base: %v", scoped, err)
 		}
-		if _, err := newCtxLLM(t, f.URL, m-1, LLMOptions{Scoped: scoped}).Ask(context.Background(), rec, nil, probeQuestion); !errors.Is(err, ErrRecordTooLong) {
+		if _, err := newCtxLLM(t, f.URL, m-1, LLMOptions{Scoped: scoped}).Oracle().Ask(context.Background(), rec, nil, probeQuestion); !errors.Is(err, ErrRecordTooLong) {
 			t.Errorf("scoped %v: context = base-1: err = %v", scoped, err)
 		}
 	}
@@ -193,8 +202,8 @@ func TestEndpointReportedOverflow(t *testing.T) {
 				return smart(c)
 			})
 			l := newCtxLLM(t, f.URL, ctxTokens, LLMOptions{})
-			rep, err := l.Ask(context.Background(), rec, nil, longQuestion)
-			wantRefusal(t, rep, err, true)
+			rep, err := l.Oracle().Ask(context.Background(), rec, nil, longQuestion)
+			wantRefusal(t, rep, err)
 			calls := f.stageCalls(stage)
 			if len(calls) != 2 || calls[1].question != probeQuestion || strings.Contains(calls[1].user, "## Conversation so far") {
 				t.Fatalf("context %d, %s: calls %d; want the call and one probe with the one-word question", ctxTokens, stage, len(calls))
@@ -211,7 +220,7 @@ func TestEndpointReportedRecordOverflow(t *testing.T) {
 	for _, ctxTokens := range []int{0, 100000} {
 		f := newFakeModel(t, func(c fakeCall) (int, string) { return http.StatusBadRequest, overflowMsg })
 		l := newCtxLLM(t, f.URL, ctxTokens, LLMOptions{})
-		_, err := l.Ask(context.Background(), rec, nil, "What do you mean by top customers?")
+		_, err := l.Oracle().Ask(context.Background(), rec, nil, "What do you mean by top customers?")
 		if !errors.Is(err, ErrRecordTooLong) || llm.KindOf(err) != llm.KindContextOverflow {
 			t.Errorf("context %d: err = %v, want ErrRecordTooLong", ctxTokens, err)
 		}
@@ -225,7 +234,7 @@ func TestEndpointReportedRecordOverflow(t *testing.T) {
 		}
 		return http.StatusBadRequest, overflowMsg
 	})
-	_, err := newCtxLLM(t, f.URL, 0, LLMOptions{}).Ask(context.Background(), rec, nil, longQuestion)
+	_, err := newCtxLLM(t, f.URL, 0, LLMOptions{}).Oracle().Ask(context.Background(), rec, nil, longQuestion)
 	if err == nil || errors.Is(err, ErrRecordTooLong) || llm.KindOf(err) != llm.KindServer {
 		t.Errorf("probe failing: err = %v, want the server error", err)
 	}
@@ -249,9 +258,9 @@ func TestOverflowOnRegeneration(t *testing.T) {
 		return smart(c)
 	})
 	l := newCtxLLM(t, f.URL, 0, LLMOptions{RejectLeaks: true})
-	rep, err := l.Ask(context.Background(), rec, nil, "garbage: what do you mean by top customers?")
-	wantRefusal(t, rep, err, true)
-	rep, err = l.Ask(context.Background(), rec, nil, "What do you mean by top customers?")
+	rep, err := l.Oracle().Ask(context.Background(), rec, nil, "garbage: what do you mean by top customers?")
+	wantRefusal(t, rep, err)
+	rep, err = l.Oracle().Ask(context.Background(), rec, nil, "What do you mean by top customers?")
 	if err != nil || !rep.FellBack || rep.Text != rec.Ambiguities[0].Resolution || !reflect.DeepEqual(rep.Credits, []int{0}) {
 		t.Fatalf("regeneration overflow: %+v, %v", rep, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"avtgym/driver"
 	"avtgym/llm"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -22,11 +23,11 @@ import (
 // Output that cannot be used is retried once with a corrective message;
 // when the retry fails too, the episode ends by a fallback stop and is
 // marked FallbackStop. An endpoint failure is an *AskerError: the episode
-// is not played (Rollout reports it as ASKER_FAILED).
+// is not played (its record says ASKER_FAILED).
 //
-// The asker resets with the privileged channel only to fill the episode
-// record (AVT id, |Amb|, credits); its prompts are built from the public
-// observation alone.
+// Its prompts are built from the public observation alone (the episode may
+// have been reset with the privileged channel, for the record's AVT id,
+// |Amb| and credits; the asker never reads it).
 type LLMAsker struct {
 	client *llm.Client
 	style  AskerStyle
@@ -48,17 +49,8 @@ func NewLLMAsker(c *llm.Client, style AskerStyle) (*LLMAsker, error) {
 // Style returns the asker's prompt style.
 func (a *LLMAsker) Style() AskerStyle { return a.style }
 
-// PolicyName implements Player: "llm:<style>".
-func (a *LLMAsker) PolicyName() string { return "llm:" + string(a.style) }
-
-// AskerError is a failure of the asker's model endpoint (after the llm
-// client's own retries): the episode cannot be played, and is never a
-// fallback stop.
-type AskerError struct{ Err error }
-
-func (e *AskerError) Error() string { return "asker endpoint: " + e.Err.Error() }
-
-func (e *AskerError) Unwrap() error { return e.Err }
+// Name implements Player: "llm:<style>".
+func (a *LLMAsker) Name() string { return "llm:" + string(a.style) }
 
 // fallbackSQL is submitted when the asker's SQL output cannot be parsed in
 // the solving phase: a valid query whose result matches no reference, so
@@ -171,104 +163,65 @@ func correction(err error, st *promptState) string {
 	return b.String()
 }
 
-// needsClientSQL says whether an episode with these options waits for the
-// client's SQL after STOP: the outcome reward with the client solver (the
-// server's default solver).
-func needsClientSQL(o *pb.EpisodeOptions) bool {
-	return o.GetReward() == pb.RewardType_REWARD_TYPE_OUTCOME &&
-		(o.GetSolver() == pb.Solver_SOLVER_UNSPECIFIED || o.GetSolver() == pb.Solver_SOLVER_CLIENT)
-}
-
-// PlayEpisode implements Player.
-func (a *LLMAsker) PlayEpisode(ctx context.Context, env pb.EnvServiceClient, reset *pb.ResetRequest) (*Episode, error) {
-	ep, out, err := resetEpisode(ctx, env, reset)
-	if err != nil {
-		return nil, err
-	}
-	obs := ep.GetObservation()
-	// Only public data from here on: the task view, the turns and the
-	// budget counters of the observations.
-	ps := &promptState{
-		task:      obs.GetTask(),
-		turns:     append([]*pb.Turn(nil), obs.GetTurns()...),
-		budget:    int(obs.GetQuestionBudget()),
-		asked:     int(obs.GetQuestionsAsked()),
-		remaining: int(obs.GetQuestionsRemaining()),
-		offerSQL:  needsClientSQL(reset.GetOptions()),
-	}
-	cacheKey := fmt.Sprintf("%s|%s|%s/%s|seed=%d", AskerPromptVersion, a.style, ps.task.GetCorpus(), ps.task.GetTaskId(), ep.GetSeed())
-	st := &stepper{env: env, token: ep.GetToken()}
-	phase := obs.GetPhase()
+// Play implements Player. It reads only public data: the task view the
+// episode shows, its turns and its budget counters.
+func (a *LLMAsker) Play(ctx context.Context, ep *driver.Episode) error {
+	ps := &promptState{task: ep.Task(), offerSQL: ep.NeedsSQL()}
+	cacheKey := fmt.Sprintf("%s|%s|%s/%s|seed=%d", AskerPromptVersion, a.style, ps.task.GetCorpus(), ps.task.GetTaskId(), ep.Reset().GetSeed())
 	observe := func() {
-		o := st.last.GetObservation()
-		ps.turns = append(ps.turns, o.GetTurns()...)
-		ps.asked, ps.remaining = int(o.GetQuestionsAsked()), int(o.GetQuestionsRemaining())
-		if b := o.GetQuestionBudget(); b > 0 {
-			ps.budget = int(b)
-		}
-		phase = o.GetPhase()
+		ps.turns = ep.Turns()
+		ps.budget, ps.asked, ps.remaining = ep.Budget(), ep.Asked(), ep.Remaining()
 	}
-	stop := &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}
+	observe()
 	// Each ask is answered or ends asking (the server truncates past the
 	// budget), so the loop ends; the bound guards against a server that
 	// would not.
-	for decisions := 0; phase == pb.Phase_PHASE_ASKING; decisions++ {
+	for decisions := 0; ep.Asking(); decisions++ {
 		if decisions > ps.budget+1 {
-			if err := st.step(ctx, stop); err != nil {
-				return nil, fmt.Errorf("stop: %w", err)
+			if err := ep.Stop(ctx); err != nil {
+				return err
 			}
-			observe()
 			break
 		}
 		d, ok, err := a.decide(ctx, ps, cacheKey)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		switch {
 		case !ok:
-			out.FallbackStop = true
-			if err := st.step(ctx, stop); err != nil {
-				return nil, fmt.Errorf("fallback stop: %w", err)
-			}
+			ep.FallbackStop = true
+			err = ep.Stop(ctx)
 		case d.kind == "clarification":
-			if err := st.step(ctx, &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: d.question}}}); err != nil {
-				return nil, fmt.Errorf("ask: %w", err)
-			}
-			out.Questions = append(out.Questions, d.question)
+			err = ep.Ask(ctx, d.question)
 		case d.kind == "sql":
-			if err := st.step(ctx, &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: d.sql}}}); err != nil {
-				return nil, fmt.Errorf("submit_sql: %w", err)
-			}
+			err = ep.SubmitSQL(ctx, d.sql)
 		default:
-			if err := st.step(ctx, stop); err != nil {
-				return nil, fmt.Errorf("stop: %w", err)
-			}
+			err = ep.Stop(ctx)
+		}
+		if err != nil {
+			return err
 		}
 		observe()
-		if st.last.GetDone() {
-			break
-		}
 	}
-	if (st.last == nil || !st.last.GetDone()) && phase == pb.Phase_PHASE_SOLVING {
+	if !ep.Done() && ep.Phase() == pb.Phase_PHASE_SOLVING {
 		// The episode waits for the client's SQL: one more decision.
 		ps.solving = true
+		observe()
 		d, ok, err := a.decide(ctx, ps, cacheKey)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sql := d.sql
 		if !ok {
-			out.FallbackSQL = true
+			ep.FallbackSQL = true
 			sql = fallbackSQL
 		}
-		if err := st.step(ctx, &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}}); err != nil {
-			return nil, fmt.Errorf("submit_sql: %w", err)
+		if err := ep.SubmitSQL(ctx, sql); err != nil {
+			return err
 		}
-		observe()
 	}
-	if st.last == nil || !st.last.GetDone() {
-		return nil, fmt.Errorf("the episode did not end (phase %s)", phase)
+	if !ep.Done() {
+		return fmt.Errorf("the episode did not end (phase %s)", ep.Phase())
 	}
-	finishEpisode(out, st.last)
-	return out, nil
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"avtgym/llm"
-	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -65,24 +64,29 @@ type promptState struct {
 type exchange struct {
 	question string
 	reply    string
-	answered bool // false: refused or not answered (budget notice)
+	closed   bool // a reply, refusal or notice followed the question
+	answered bool // false: refused (a REFUSAL turn) or not answered (budget notice)
 }
 
-// exchanges pairs the questions of the dialogue with their replies.
+// exchanges pairs the questions of the dialogue with their replies. A
+// question is answered when a REPLY turn follows it; a REFUSAL turn (the
+// oracle, or the environment in its place, declined) or a notice leaves it
+// unanswered. The turn kind decides, never the text.
 func (s *promptState) exchanges() []exchange {
 	var out []exchange
 	for _, t := range s.turns {
+		n := len(out)
 		switch t.GetKind() {
 		case pb.TurnKind_TURN_KIND_QUESTION:
 			out = append(out, exchange{question: t.GetText()})
-		case pb.TurnKind_TURN_KIND_REPLY:
-			if n := len(out); n > 0 && out[n-1].reply == "" {
-				out[n-1].reply = t.GetText()
-				out[n-1].answered = strings.TrimSpace(t.GetText()) != oracle.Refusal
+		case pb.TurnKind_TURN_KIND_REPLY, pb.TurnKind_TURN_KIND_REFUSAL:
+			if n > 0 && !out[n-1].closed {
+				out[n-1].reply, out[n-1].closed = t.GetText(), true
+				out[n-1].answered = t.GetKind() == pb.TurnKind_TURN_KIND_REPLY
 			}
 		case pb.TurnKind_TURN_KIND_NOTICE:
-			if n := len(out); n > 0 && out[n-1].reply == "" {
-				out[n-1].reply = "(not answered) " + t.GetText()
+			if n > 0 && !out[n-1].closed {
+				out[n-1].reply, out[n-1].closed = "(not answered) "+t.GetText(), true
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"avtgym/app"
+	"avtgym/driver"
 	"avtgym/internal/testutil"
 	"avtgym/llm"
 	pb "avtgym/proto/avtgym/v1"
@@ -139,14 +140,31 @@ func startTiny(t *testing.T) *testutil.Server {
 	return testutil.StartServer(t, app.Config{Corpora: []string{testutil.WriteTiny(t)}})
 }
 
-func playBig(t *testing.T, srv *testutil.Server, a *LLMAsker, opts *pb.EpisodeOptions) *Episode {
+func playBig(t *testing.T, srv *testutil.Server, a *LLMAsker, opts *pb.EpisodeOptions) *driver.Record {
 	t.Helper()
 	seed := uint64(7)
-	ep, err := a.PlayEpisode(context.Background(), srv.Client.Env, &pb.ResetRequest{Corpus: "tiny", TaskId: "big", Seed: &seed, Options: opts})
-	if err != nil {
-		t.Fatalf("PlayEpisode: %v", err)
+	r := PlayOne(context.Background(), driver.Remote(srv.Client.Env), a, &pb.ResetRequest{Corpus: "tiny", TaskId: "big", Seed: &seed, Options: opts, IncludePrivileged: true})
+	if r.Error != "" {
+		t.Fatalf("play: %s", r.Error)
 	}
-	return ep
+	return r
+}
+
+// count tallies a rollout's records: scored episodes, failed ones and
+// fallback stops.
+func count(rs []*driver.Record) (scored, failed, fallback int) {
+	for _, r := range rs {
+		switch {
+		case r.Scored():
+			scored++
+		default:
+			failed++
+		}
+		if r.FallbackStop {
+			fallback++
+		}
+	}
+	return
 }
 
 // The privileged text of task "big" that no prompt may show: resolutions
@@ -188,7 +206,7 @@ func TestLLMAskerStyles(t *testing.T) {
 			if !slices.Equal(ep.Questions, want) || !slices.Equal(ep.CreditedTerms, []string{"big sales"}) {
 				t.Errorf("questions %q credited %q", ep.Questions, ep.CreditedTerms)
 			}
-			if ep.Status != "TERMINATED" || ep.FallbackStop || ep.CountedAmbiguities != 2 || ep.AVTID == "" {
+			if ep.Status != "TERMINATED" || ep.FallbackStop || ep.Counted != 2 || ep.AVTID == "" {
 				t.Errorf("episode = %+v", ep)
 			}
 			if ep.Recall == nil || *ep.Recall != 0.5 || ep.Precision == nil || *ep.Precision != 1 {
@@ -234,6 +252,92 @@ func TestLLMAskerStyles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// refusalSentence is the deterministic oracle's fixed refusal, written out:
+// package policy does not import package oracle (a client never links the
+// server), and the asker must not need the sentence anyway.
+const refusalSentence = "I can't answer that; please ask about something specific in the request."
+
+// TestLedgerByTurnKind: whether a question was answered comes from the
+// kind of the turn that follows it (REPLY: answered; REFUSAL or a notice:
+// not), never from its text — a REPLY whose text is the refusal sentence
+// is answered, a REFUSAL with any text is not.
+func TestLedgerByTurnKind(t *testing.T) {
+	turn := func(role pb.Role, kind pb.TurnKind, text string) *pb.Turn {
+		return &pb.Turn{Role: role, Kind: kind, Text: text}
+	}
+	s := &promptState{
+		task: &pb.TaskView{Request: "List the big sales."},
+		turns: []*pb.Turn{
+			turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_REQUEST, "List the big sales."),
+			turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, "Q1 parrot?"),
+			turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, refusalSentence),
+			turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, "Q2 refused?"),
+			turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REFUSAL, "Sales of 100 dollars or more."),
+			turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, "Q3 empty reply?"),
+			turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_REPLY, ""),
+			turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, "Q4 too late?"),
+			turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, "The question budget is spent."),
+		},
+		budget: 4, asked: 4,
+	}
+	xs := s.exchanges()
+	want := []exchange{
+		{question: "Q1 parrot?", reply: refusalSentence, closed: true, answered: true},
+		{question: "Q2 refused?", reply: "Sales of 100 dollars or more.", closed: true, answered: false},
+		{question: "Q3 empty reply?", reply: "", closed: true, answered: true},
+		{question: "Q4 too late?", reply: "(not answered) The question budget is spent.", closed: true},
+	}
+	if !slices.Equal(xs, want) {
+		t.Fatalf("exchanges:\n%+v\nwant\n%+v", xs, want)
+	}
+	ledger := joined(checklistLedgerPrompt(s))
+	answered, unanswered, ok := strings.Cut(ledger, "## Ledger: asked but not answered")
+	if !ok || !strings.Contains(answered, "## Ledger: answered") {
+		t.Fatalf("no ledgers:\n%s", ledger)
+	}
+	for _, q := range []string{"Q1 parrot?", "Q3 empty reply?"} {
+		if !strings.Contains(answered, "You asked: "+q) || strings.Contains(unanswered, "You asked: "+q) {
+			t.Errorf("%q is not in the answered ledger alone:\n%s", q, ledger)
+		}
+	}
+	for _, q := range []string{"Q2 refused?", "Q4 too late?"} {
+		if strings.Contains(answered, "You asked: "+q) || !strings.Contains(unanswered, "You asked: "+q) {
+			t.Errorf("%q is not in the unanswered ledger alone:\n%s", q, ledger)
+		}
+	}
+	// The other styles show the refusal's text as the answer.
+	if d := joined(directPrompt(s)); !strings.Contains(d, "Q2: Q2 refused?\nA2: Sales of 100 dollars or more.") {
+		t.Errorf("the direct prompt lacks the refusal:\n%s", d)
+	}
+}
+
+// TestLLMAskerRefusedQuestion: over a real server, a question that names
+// no ambiguity gets a REFUSAL turn, and the next ledger prompt lists it as
+// asked but not answered.
+func TestLLMAskerRefusedQuestion(t *testing.T) {
+	srv := startTiny(t)
+	const generic = "Could you tell me more about what you want?"
+	f := newFakeModel(t, func(_ int, msgs []llm.Message) (string, int) {
+		if strings.Contains(joined(msgs), generic) {
+			return `{"type": "done"}`, 0
+		}
+		return `{"type": "clarification", "question": "` + generic + `"}`, 0
+	})
+	a := newAsker(t, newAskerClient(t, f.URL+"/v1", nil), StyleChecklistLedger)
+	ep := playBig(t, srv, a, nil)
+	if !slices.Equal(ep.Questions, []string{generic}) || len(ep.CreditedTerms) != 0 {
+		t.Fatalf("questions %q credited %q", ep.Questions, ep.CreditedTerms)
+	}
+	prompts := f.captured()
+	if len(prompts) != 2 {
+		t.Fatalf("%d model calls, want 2", len(prompts))
+	}
+	answered, unanswered, ok := strings.Cut(joined(prompts[1]), "## Ledger: asked but not answered")
+	if !ok || strings.Contains(answered, generic) || !strings.Contains(unanswered, "You asked: "+generic+"\n  The user answered: "+refusalSentence) {
+		t.Errorf("the refused question is not in the unanswered ledger:\n%s", joined(prompts[1]))
 	}
 }
 
@@ -287,31 +391,6 @@ func TestLLMAskerFallbackStop(t *testing.T) {
 	if !strings.Contains(string(b), `"fallback_stop":true`) {
 		t.Errorf("episode JSON lacks fallback_stop: %s", b)
 	}
-	// Summarize keeps it for reward and success, not for recall and F1.
-	good := &Episode{Status: "TERMINATED", Recall: f64(1), F1: f64(1), Precision: f64(1), Reward: f64(1), Outcome: f64(1)}
-	ep.Outcome = f64(0)
-	s := Summarize([]*Episode{good, ep})
-	if s.Episodes != 2 || s.FallbackStops != 1 || s.Errors != 0 {
-		t.Errorf("summary counts = %+v", s)
-	}
-	if s.Recall == nil || *s.Recall != 1 || s.F1 == nil || *s.F1 != 1 {
-		t.Errorf("recall %v f1 %v, want 1 and 1 (the fallback episode omitted)", s.Recall, s.F1)
-	}
-	if want := (1 + *ep.Reward) / 2; s.RewardMean == nil || *s.RewardMean != want {
-		t.Errorf("reward mean %v, want %v", s.RewardMean, want)
-	}
-	if s.SuccessRate == nil || *s.SuccessRate != 0.5 {
-		t.Errorf("success %v, want 0.5", s.SuccessRate)
-	}
-}
-
-func f64(x float64) *float64 { return &x }
-
-func TestSummarizeFallbackOnly(t *testing.T) {
-	s := Summarize([]*Episode{{Status: "TERMINATED", FallbackStop: true, Recall: f64(0.5), F1: f64(0.5), Precision: f64(1), Reward: f64(0.5)}})
-	if s.Recall != nil || s.F1 != nil || s.RewardMean == nil || s.Precision == nil || s.FallbackStops != 1 || s.Episodes != 1 {
-		t.Errorf("summary = %+v", s)
-	}
 }
 
 // TestLLMAskerEndpointDown: an endpoint failure fails that episode
@@ -327,12 +406,12 @@ func TestLLMAskerEndpointDown(t *testing.T) {
 		return script(n, msgs)
 	})
 	a := newAsker(t, newAskerClient(t, f.URL+"/v1", nil), "")
-	s, eps, err := Rollout(context.Background(), srv.Client, RolloutConfig{Player: a, Corpus: "tiny", Concurrency: 2})
+	eps, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: a, Corpus: "tiny", Concurrency: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(eps) != 5 || s.Errors != 1 || s.Episodes != 4 || s.FallbackStops != 0 || s.Policy != "llm:checklist_ledger" {
-		t.Errorf("summary = %+v", s)
+	if scored, failed, fallback := count(eps); len(eps) != 5 || failed != 1 || scored != 4 || fallback != 0 || a.Name() != "llm:checklist_ledger" {
+		t.Errorf("%d episodes: %d scored, %d failed, %d fallback stops (%s)", len(eps), scored, failed, fallback, a.Name())
 	}
 	for _, e := range eps {
 		if e.TaskID == "big" {
@@ -351,9 +430,9 @@ func TestLLMAskerEndpointDown(t *testing.T) {
 	closed := "http://" + l.Addr().String() + "/v1"
 	l.Close()
 	a = newAsker(t, newAskerClient(t, closed, nil), StyleDirect)
-	s, _, err = Rollout(context.Background(), srv.Client, RolloutConfig{Player: a, Corpus: "tiny", Limit: 2})
-	if err != nil || s.Errors != 2 || s.Episodes != 0 {
-		t.Errorf("closed endpoint: summary %+v, err %v", s, err)
+	eps, err = Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: a, Corpus: "tiny", Limit: 2})
+	if scored, failed, _ := count(eps); err != nil || failed != 2 || scored != 0 {
+		t.Errorf("closed endpoint: %d scored, %d failed, err %v", scored, failed, err)
 	}
 }
 
@@ -364,7 +443,7 @@ func TestLLMAskerClientSQL(t *testing.T) {
 	f := newFakeModel(t, scriptedModel(bigReference))
 	a := newAsker(t, newAskerClient(t, f.URL+"/v1", nil), StyleChecklistChat)
 	ep := playBig(t, srv, a, &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_CLIENT})
-	if ep.Outcome == nil || *ep.Outcome != 1 || ep.Status != "TERMINATED" || ep.FallbackSQL {
+	if ep.Success == nil || *ep.Success != 1 || ep.Status != "TERMINATED" || ep.FallbackSQL {
 		t.Errorf("episode = %+v", ep)
 	}
 	prompts := f.captured()
@@ -388,9 +467,9 @@ func TestLLMAskerReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newAsker(t, newAskerClient(t, f.URL+"/v1", cache), "")
-	s1, eps1, err := Rollout(context.Background(), srv.Client, RolloutConfig{Player: a, Corpus: "tiny"})
-	if err != nil || s1.Errors != 0 {
-		t.Fatalf("recording: %+v %v", s1, err)
+	eps1, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: a, Corpus: "tiny"})
+	if _, failed, _ := count(eps1); err != nil || failed != 0 {
+		t.Fatalf("recording: %d failed, %v", failed, err)
 	}
 	cache.Close()
 	f.Close()
@@ -400,9 +479,9 @@ func TestLLMAskerReplay(t *testing.T) {
 	}
 	defer cache.Close()
 	a = newAsker(t, newAskerClient(t, f.URL+"/v1", cache), "")
-	s2, eps2, err := Rollout(context.Background(), srv.Client, RolloutConfig{Player: a, Corpus: "tiny"})
-	if err != nil || s2.Errors != 0 {
-		t.Fatalf("replay: %+v %v", s2, err)
+	eps2, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: a, Corpus: "tiny"})
+	if _, failed, _ := count(eps2); err != nil || failed != 0 {
+		t.Fatalf("replay: %d failed, %v", failed, err)
 	}
 	for i := range eps1 {
 		e1, e2 := *eps1[i], *eps2[i]

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/env"
+	"avtgym/internal/parallel"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -139,7 +139,9 @@ func (s *Server) ResetBatch(ctx context.Context, req *pb.ResetBatchRequest) (*pb
 		return nil, err
 	}
 	out := &pb.ResetBatchResponse{Results: make([]*pb.ResetBatchResult, len(items))}
-	fanOut(len(items), s.opt.BatchWorkers, func(i int) {
+	// Items recover their own panics: a panic in a worker goroutine would take
+	// the process down, as no handler's recover reaches it.
+	parallel.Each(len(items), s.opt.BatchWorkers, func(i int) {
 		out.Results[i] = s.resetItem(ctx, items[i], b)
 	})
 	return out, nil
@@ -195,7 +197,7 @@ func (s *Server) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.S
 		return nil, err
 	}
 	out := &pb.StepBatchResponse{Results: make([]*pb.StepBatchResult, len(items))}
-	fanOut(len(items), s.opt.BatchWorkers, func(i int) {
+	parallel.Each(len(items), s.opt.BatchWorkers, func(i int) {
 		out.Results[i] = s.stepItem(ctx, items[i], b)
 	})
 	return out, nil
@@ -234,33 +236,4 @@ func (s *Server) stepResult(resp *pb.StepResponse, err error, req *pb.StepReques
 		s.opt.Metrics.observeStep(req, resp)
 	}
 	return res
-}
-
-// fanOut runs f(0..n-1) on up to workers goroutines. Items recover their
-// own panics (a panic in a worker goroutine would take the process down:
-// no handler's recover reaches it).
-func fanOut(n, workers int, f func(i int)) {
-	workers = min(n, workers)
-	if workers <= 1 {
-		for i := range n {
-			f(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }

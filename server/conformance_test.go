@@ -162,7 +162,7 @@ func TestAskCreditsAndReward(t *testing.T) {
 	_, c := startTiny(t)
 	ep := reset(t, c, &pb.ResetRequest{TaskId: "big"})
 	r1 := step(t, c, ep.Token, ask(fullQ("big sales")), true)
-	if got := r1.Observation.Turns; len(got) != 2 || got[0].Role != pb.Role_ROLE_POLICY || got[1].Role != pb.Role_ROLE_ORACLE || got[1].Text != "Sales of 100 dollars or more." {
+	if got := r1.Observation.Turns; len(got) != 2 || got[0].Role != pb.Role_ROLE_POLICY || got[1].Role != pb.Role_ROLE_ORACLE || got[1].Kind != pb.TurnKind_TURN_KIND_REPLY || got[1].Text != "Sales of 100 dollars or more." {
 		t.Fatalf("turns = %v", got)
 	}
 	if cr := r1.Privileged.GetCredits(); len(cr) != 1 || cr[0].Term != "big sales" || !cr[0].Counted {
@@ -173,8 +173,8 @@ func TestAskCreditsAndReward(t *testing.T) {
 	}
 	// A generic question is refused and credits nothing.
 	r2 := step(t, c, r1.Token, ask("Could you clarify what you want?"), true)
-	if len(r2.Privileged.GetCredits()) != 0 || r2.Observation.Turns[1].Text == "" {
-		t.Fatalf("generic question: credits %v reply %q", r2.Privileged.GetCredits(), r2.Observation.Turns[1].Text)
+	if got := r2.Observation.Turns; len(r2.Privileged.GetCredits()) != 0 || len(got) != 2 || got[1].Role != pb.Role_ROLE_ORACLE || got[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL || got[1].Text == "" {
+		t.Fatalf("generic question: credits %v turns %v, want a REFUSAL turn", r2.Privileged.GetCredits(), got)
 	}
 	r3 := step(t, c, r2.Token, stop(), true)
 	if !r3.Done || r3.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
@@ -296,7 +296,7 @@ func TestPhaseOrder(t *testing.T) {
 	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
 	// A blank question is the policy's fault, scored: refused, and counted.
 	r = step(t, c, ep.Token, ask("  "), false)
-	if r.Done || r.Observation.QuestionsAsked != 1 || len(r.Observation.Turns) != 2 || !strings.HasPrefix(r.Observation.Turns[1].Text, "I can't answer that") {
+	if r.Done || r.Observation.QuestionsAsked != 1 || len(r.Observation.Turns) != 2 || r.Observation.Turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL || !strings.HasPrefix(r.Observation.Turns[1].Text, "I can't answer that") {
 		t.Fatalf("a blank question: %v", r)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"avtgym/env"
 	"avtgym/internal/grpcpool"
+	pb "avtgym/proto/avtgym/v1"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of avtgym's errors.
@@ -51,7 +52,9 @@ func decodeError(f *grpcpool.DecodeFailure) error {
 }
 
 // genericReason is the ErrorInfo reason of a status that came without one
-// (grpc's own, health's): its code in upper snake case (NOT_FOUND).
+// (the standard services', health's and reflection's): its code in upper
+// snake case (NOT_FOUND). These are the only reasons that are not
+// ErrorReason values (error_reason.proto says so).
 func genericReason(c codes.Code) string {
 	name := c.String()
 	var b strings.Builder
@@ -65,8 +68,9 @@ func genericReason(c codes.Code) string {
 }
 
 // toStatus is the one place where errors become gRPC statuses. Every status
-// carries an ErrorInfo with a stable reason; bad input also carries a
-// BadRequest naming the field.
+// carries an ErrorInfo with a stable reason, the name of an ErrorReason
+// value (or, for another service's status, genericReason); bad input also
+// carries a BadRequest naming the field.
 func toStatus(err error) *status.Status {
 	if st, ok := status.FromError(err); ok {
 		// Already a status (from a nested call, or another service's).
@@ -85,7 +89,7 @@ func toStatus(err error) *status.Status {
 	}
 	var (
 		code   codes.Code
-		reason string
+		reason pb.ErrorReason
 		field  string
 		msg    = env.BoundText(err.Error(), MaxErrorMessageBytes)
 	)
@@ -93,18 +97,22 @@ func toStatus(err error) *status.Status {
 	switch {
 	case errors.As(err, &ee):
 		code, reason, field = codeOf[ee.Code], ee.Reason, ee.Field
+		// Server bugs: an error without a code, or without a reason.
 		if code == codes.OK {
 			code = codes.Internal
 		}
+		if reason == pb.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			code, reason = codes.Internal, env.ReasonInternal
+		}
 	case errors.Is(err, context.DeadlineExceeded):
-		code, reason = codes.DeadlineExceeded, "DEADLINE_EXCEEDED"
+		code, reason = codes.DeadlineExceeded, env.ReasonDeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		code, reason = codes.Canceled, "CANCELED"
+		code, reason = codes.Canceled, env.ReasonCanceled
 	default:
 		code, reason = codes.Internal, env.ReasonInternal
 	}
 	st := status.New(code, msg)
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain}
 	if field != "" || (ee != nil && len(ee.Meta) > 0) {
 		info.Metadata = map[string]string{}
 		if ee != nil {
@@ -116,7 +124,7 @@ func toStatus(err error) *status.Status {
 	}
 	details := []protoadapt.MessageV1{info}
 	if field != "" && code == codes.InvalidArgument {
-		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason}}})
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason.String()}}})
 	}
 	if ee != nil && ee.Retryable {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ee.RetryDelay)})

@@ -486,7 +486,7 @@ func TestPolicyFaultsAreScored(t *testing.T) {
 	} {
 		r := step(t, c, ep.Token, ask(q), true)
 		turns := r.Observation.Turns
-		if r.Done || r.Observation.QuestionsAsked != 1 || len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE ||
+		if r.Done || r.Observation.QuestionsAsked != 1 || len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL ||
 			!strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") || len(r.Privileged.GetCredits()) != 0 {
 			t.Errorf("%s: %v", name, r.Observation)
 		}

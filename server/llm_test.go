@@ -102,19 +102,29 @@ func TestLLMSolverEndpointDown(t *testing.T) {
 	}
 }
 
+// byAVT names an OracleService task by AVT id and interpretation label.
+func byAVT(avt, label string) *pb.AskRequest_Interpretation {
+	return &pb.AskRequest_Interpretation{Interpretation: &pb.Interpretation{AvtId: avt, Label: label}}
+}
+
 func TestOracleServiceAsk(t *testing.T) {
 	s, _ := startTiny(t)
 	oc := pb.NewOracleServiceClient(s.Client.Conn())
 	ctx := ctxT(t)
-	r, err := oc.Ask(ctx, &pb.AskRequest{TaskId: "top-b", Question: fullQ("top region"), IncludePrivileged: true})
+	r, err := oc.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "top-b"}, Question: fullQ("top region"), IncludePrivileged: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Reply != "I mean the region with the most individual sales." || len(r.Privileged.GetCredits()) != 1 || r.Privileged.Credits[0].Term != "top region" {
+	if r.Reply != "I mean the region with the most individual sales." || r.Refused || len(r.Privileged.GetCredits()) != 1 || r.Privileged.Credits[0].Term != "top region" {
 		t.Fatalf("Ask = %v", r)
 	}
+	// A question naming no ambiguity: the refusal, marked refused.
+	r, err = oc.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "top-b"}, Question: "Could you clarify what you want?", IncludePrivileged: true})
+	if err != nil || !r.Refused || r.Reply == "" || len(r.Privileged.GetCredits()) != 0 {
+		t.Fatalf("Ask(generic) = %v, %v", r, err)
+	}
 	// By AVT id and interpretation label, with history, without privileged data.
-	r, err = oc.Ask(ctx, &pb.AskRequest{AvtId: "top", Interpretation: "by amount", Question: "Which best region?",
+	r, err = oc.Ask(ctx, &pb.AskRequest{Task: byAVT("top", "by amount"), Question: "Which best region?",
 		History: []*pb.DialogueTurn{{Question: "Hello?", Reply: "Hi."}}})
 	if err != nil {
 		t.Fatal(err)
@@ -122,11 +132,15 @@ func TestOracleServiceAsk(t *testing.T) {
 	if r.Reply != "I mean the region with the largest total sales amount." || r.Privileged != nil {
 		t.Fatalf("Ask by AVT = %v", r)
 	}
-	_, err = oc.Ask(ctx, &pb.AskRequest{AvtId: "top", Interpretation: "nope", Question: "x?"})
+	_, err = oc.Ask(ctx, &pb.AskRequest{Task: byAVT("top", "nope"), Question: "x?"})
 	wantError(t, err, codes.NotFound, "UNKNOWN_TASK")
-	_, err = oc.Ask(ctx, &pb.AskRequest{TaskId: "top-a", Question: " "})
+	_, err = oc.Ask(ctx, &pb.AskRequest{Task: byAVT("", "by amount"), Question: "x?"})
 	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
-	_, err = oc.Ask(ctx, &pb.AskRequest{TaskId: "top-a", Question: "x?", Oracle: pb.OracleType_ORACLE_TYPE_LLM})
+	_, err = oc.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{}, Question: "x?"})
+	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
+	_, err = oc.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "top-a"}, Question: " "})
+	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")
+	_, err = oc.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "top-a"}, Question: "x?", Oracle: pb.OracleType_ORACLE_TYPE_LLM})
 	wantError(t, err, codes.InvalidArgument, "INVALID_OPTION")
 	_, err = oc.Ask(ctx, &pb.AskRequest{Question: "x?"})
 	wantError(t, err, codes.InvalidArgument, "INVALID_ACTION")

@@ -35,8 +35,8 @@ func TestLLMOracleEpisodes(t *testing.T) {
 			if cr := r.Privileged.GetCredits(); len(cr) != 1 || cr[0].Term != "big sales" {
 				t.Fatalf("credits %v", cr)
 			}
-			if r.Privileged.GetOracleAction() != `labeled("big sales")` {
-				t.Fatalf("action %q", r.Privileged.GetOracleAction())
+			if r.Privileged.GetOracleAction() != `labeled("big sales")` || r.Observation.Turns[1].Kind != pb.TurnKind_TURN_KIND_REPLY {
+				t.Fatalf("action %q, turns %v", r.Privileged.GetOracleAction(), r.Observation.Turns)
 			}
 			reply := r.Observation.Turns[1].Text
 			want := "To put it plainly: Sales of 100 dollars or more."
@@ -48,8 +48,8 @@ func TestLLMOracleEpisodes(t *testing.T) {
 			}
 			// A question naming no term: unanswerable, the fixed refusal, no credit.
 			r = step(t, c, r.Token, ask("What is the weather like?"), true)
-			if len(r.Privileged.GetCredits()) != 0 || r.Privileged.GetOracleAction() != "unanswerable()" {
-				t.Fatalf("generic question: credits %v action %q", r.Privileged.GetCredits(), r.Privileged.GetOracleAction())
+			if len(r.Privileged.GetCredits()) != 0 || r.Privileged.GetOracleAction() != "unanswerable()" || r.Observation.Turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL {
+				t.Fatalf("generic question: credits %v action %q turns %v", r.Privileged.GetCredits(), r.Privileged.GetOracleAction(), r.Observation.Turns)
 			}
 			r = step(t, c, r.Token, stop(), false)
 			if r.Reward.GetComponents()["recall"] != 0.5 || r.Reward.GetComponents()["precision"] != 0.5 {

@@ -48,7 +48,8 @@ func TestLeakyResponderOracle(t *testing.T) {
 	for _, id := range []string{"top-a", "top-b"} {
 		ep := reset(t, c, &pb.ResetRequest{TaskId: id, Options: opts})
 		r := step(t, c, ep.Token, ask("Could you clarify what you want?"), true)
-		if reply := r.Observation.Turns[1].Text; !strings.HasPrefix(reply, "I can't answer that") || !strings.Contains(reply, refs[id]) || len(r.Privileged.GetCredits()) != 0 {
+		if reply := r.Observation.Turns[1].Text; !strings.HasPrefix(reply, "I can't answer that") || !strings.Contains(reply, refs[id]) || len(r.Privileged.GetCredits()) != 0 ||
+			r.Observation.Turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL {
 			t.Fatalf("%s generic question: credits %v reply %q", id, r.Privileged.GetCredits(), reply)
 		}
 		if r = step(t, c, r.Token, stop(), false); r.Reward.GetValue() != 1 {

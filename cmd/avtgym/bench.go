@@ -26,7 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.BatchConcurrency, "batch-concurrency", 0, "batches in flight (0: 2×GOMAXPROCS)")
 	fs.StringVar(&cfg.Corpus, "corpus", "", "corpus to draw the task from")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	target := *addr
 	if target == "" {

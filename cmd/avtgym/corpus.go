@@ -6,25 +6,32 @@ import (
 	"fmt"
 	"io"
 
+	"avtgym/audit"
 	"avtgym/corpus"
-	"avtgym/oracle"
-	"avtgym/policy"
 )
 
 const corpusUsage = `usage:
   avtgym corpus validate DIR...
-  avtgym corpus check DIR...
-  avtgym corpus import ambrosia --in DIR --out DIR
-  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE]`
+  avtgym corpus check [--oracle-context-tokens N] [--solver-context-tokens N] [flags] DIR...
+  avtgym corpus import ambrosia --in DIR --out DIR [--force]
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force]`
 
 func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) < 1 {
 		fmt.Fprintln(stderr, corpusUsage)
 		return 2
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, corpusUsage)
+		return 0
+	}
 	switch args[0] {
 	case "validate":
-		if len(args) < 2 {
+		switch {
+		case len(args) == 2 && isHelp(args[1]):
+			fmt.Fprintln(stdout, corpusUsage)
+			return 0
+		case len(args) < 2:
 			fmt.Fprintln(stderr, corpusUsage)
 			return 2
 		}
@@ -57,12 +64,18 @@ func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) i
 			code = 1
 			continue
 		}
-		problems := policy.CheckReferenceOracle(ctx, c, oracle.Deterministic())
-		for _, p := range problems {
-			fmt.Fprintln(stderr, p)
+		findings, err := audit.Probes(ctx, c)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", dir, err)
+			c.Close()
+			code = 1
+			continue
 		}
-		if len(problems) > 0 {
-			fmt.Fprintf(stderr, "%s: INVALID: %d problem(s)\n", dir, len(problems))
+		for _, f := range findings {
+			fmt.Fprintln(stderr, f)
+		}
+		if len(findings) > 0 {
+			fmt.Fprintf(stderr, "%s: INVALID: %d problem(s)\n", dir, len(findings))
 			code = 1
 		} else {
 			fmt.Fprintf(stdout, "%s: OK: corpus %q, %d tasks, %d AVTs, %d databases; every reference runs and the deterministic oracle passes the scripted probes\n",
@@ -71,6 +84,18 @@ func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) i
 		c.Close()
 	}
 	return code
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// probeCheck is the importers' check of a written corpus: the deterministic
+// oracle's scripted probes (audit.Probes).
+func probeCheck(ctx context.Context, c *corpus.Corpus) ([]corpus.Problem, error) {
+	fs, err := audit.Probes(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return audit.Problems(fs), nil
 }
 
 // loadOrReport loads a corpus directory; on failure it prints every

@@ -21,7 +21,7 @@ func runImportAmbrosia(ctx context.Context, args []string, stdout, stderr io.Wri
 	list := fs.Bool("list-rejected", true, "list each rejected question with its reason")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *in == "" || *out == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: avtgym corpus import ambrosia --in DIR --out DIR [--force] [--list-rejected=false] [--quiet]")

@@ -22,13 +22,13 @@ func runImportBirdInteract(ctx context.Context, args []string, stdout, stderr io
 	force := fs.Bool("force", false, "replace a non-empty --out (only once the import has succeeded)")
 	name := fs.String("name", "birdinteract", "corpus name")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *in == "" || *out == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "usage: avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force] [--name NAME]")
 		return 2
 	}
-	sum, err := birdinteract.Import(ctx, birdinteract.Options{In: *in, Out: *out, Responses: *responses, Force: *force, Name: *name})
+	sum, err := birdinteract.Import(ctx, birdinteract.Options{In: *in, Out: *out, Responses: *responses, Force: *force, Name: *name, Check: probeCheck})
 	if err != nil {
 		var ie *birdinteract.Error
 		if errors.As(err, &ie) {

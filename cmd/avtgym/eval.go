@@ -15,47 +15,127 @@ import (
 
 	"avtgym/client"
 	"avtgym/eval"
-	"avtgym/llm"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
+
+// evalFlags are the flags of `avtgym eval`.
+type evalFlags struct {
+	addr, asker, oracles, seeds, conds, solver, out, groups, reference, hybrid string
+	resamples                                                                  int
+	bootSeed                                                                   uint64
+	progress, quiet                                                            bool
+	timeout                                                                    time.Duration
+	llmAsker                                                                   askerFlags
+	cfg                                                                        eval.Config
+}
+
+func (f *evalFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "server", "127.0.0.1:50051", "server address")
+	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
+	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
+	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
+	fs.StringVar(&f.asker, "asker", "scripted:full", "the evaluated asker: scripted:none|full|full_adv|none_adv, llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions})")
+	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, hybrid, llm, llm_scoped, or a test oracle")
+	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
+	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
+	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions")
+	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url)")
+	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
+	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
+	fs.StringVar(&f.groups, "groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
+	fs.Uint64Var(&f.bootSeed, "bootstrap-seed", 0, "bootstrap seed")
+	fs.StringVar(&f.reference, "reference", "deterministic", "the reference oracle of the diagnostics")
+	fs.StringVar(&f.hybrid, "hybrid", "hybrid", "the hybrid oracle of ΔJ_resp and ΔRec_spec^Q")
+	fs.IntVar(&f.cfg.Concurrency, "concurrency", 16, "episodes in flight")
+	fs.BoolVar(&f.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
+	f.llmAsker.register(fs, "--asker llm")
+}
+
+// config checks the flags and fills the run's configuration (all but the
+// asker).
+func (f *evalFlags) config() error {
+	if f.out == "" {
+		return errors.New("--out DIR is required")
+	}
+	f.cfg.Dir = f.out
+	for _, s := range splitList(f.oracles) {
+		o, err := eval.ParseOracle(s)
+		if err != nil {
+			return err
+		}
+		f.cfg.Oracles = append(f.cfg.Oracles, o)
+	}
+	for _, s := range splitList(f.seeds) {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("bad seed %q", s)
+		}
+		f.cfg.Seeds = append(f.cfg.Seeds, v)
+	}
+	for _, s := range splitList(f.conds) {
+		c, err := eval.ParseCondition(s)
+		if err != nil {
+			return err
+		}
+		f.cfg.Conditions = append(f.cfg.Conditions, c)
+	}
+	if len(f.cfg.Oracles) == 0 || len(f.cfg.Seeds) == 0 || len(f.cfg.Conditions) == 0 {
+		return errors.New("--oracles, --seeds and --conditions must not be empty")
+	}
+	switch f.solver {
+	case "lookup":
+		f.cfg.Solver = pb.Solver_SOLVER_LOOKUP
+	case "llm":
+		f.cfg.Solver = pb.Solver_SOLVER_LLM
+	default:
+		return fmt.Errorf("unknown solver %q (want lookup or llm)", f.solver)
+	}
+	if f.resamples < 1 {
+		return errors.New("--resamples must be positive")
+	}
+	return nil
+}
+
+// player is the asker --asker names; the function releases what it holds.
+func (f *evalFlags) player() (policy.Player, func(), error) {
+	switch a := f.asker; {
+	case strings.HasPrefix(a, "scripted:"):
+		name, err := probe.Parse(strings.TrimPrefix(a, "scripted:"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return policy.Scripted(name), func() {}, nil
+	case strings.HasPrefix(a, "trajectories:"):
+		tr, err := eval.LoadTrajectories(strings.TrimPrefix(a, "trajectories:"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return tr, func() {}, nil
+	case a == "llm":
+		asker, closeAsker, err := f.llmAsker.build("--asker llm")
+		if err != nil {
+			return nil, nil, err
+		}
+		return asker, closeAsker, nil
+	}
+	return nil, nil, fmt.Errorf("unknown asker %q (want scripted:NAME, llm or trajectories:FILE)", f.asker)
+}
 
 // runEval runs `avtgym eval`: it plays every (task, condition, oracle,
 // seed) cell against a server, appending episodes to DIR/episodes.jsonl
 // (resumable), then analyzes the run directory and writes DIR/report.json,
 // DIR/report.md and DIR/report.html, printing the Markdown to stdout.
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f evalFlags
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("server", "127.0.0.1:50051", "server address")
-	var cfg eval.Config
-	fs.StringVar(&cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
-	fs.StringVar(&cfg.Split, "split", "", "only tasks of this split")
-	fs.IntVar(&cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	askerFlag := fs.String("asker", "scripted:full", "the evaluated asker: scripted:none|full|full_adv|none_adv, llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions})")
-	oracles := fs.String("oracles", "deterministic", "comma-separated oracles: deterministic, hybrid, llm, llm_scoped, or a test oracle")
-	seeds := fs.String("seeds", "0", "comma-separated evaluation seeds")
-	fs.Uint64Var(&cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
-	conds := fs.String("conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions")
-	solverName := fs.String("solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url)")
-	out := fs.String("out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
-	resamples := fs.Int("resamples", 2000, "bootstrap resamples")
-	groupsFile := fs.String("groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
-	bootSeed := fs.Uint64("bootstrap-seed", 0, "bootstrap seed")
-	reference := fs.String("reference", "deterministic", "the reference oracle of the diagnostics")
-	hybrid := fs.String("hybrid", "hybrid", "the hybrid oracle of ΔJ_resp and ΔRec_spec^Q")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "episodes in flight")
-	progress := fs.Bool("progress", false, "draw the progress bar even when stderr is not a terminal")
-	quiet := fs.Bool("quiet", false, "no progress bar and no warnings")
-	timeout := fs.Duration("timeout", 0, "give up after this long (0: no limit); rerun to resume")
-	askerURL := fs.String("asker-url", "", "--asker llm: the asker's OpenAI-compatible API root, e.g. http://localhost:8000/v1 (API key from $"+llm.DefaultAPIKeyEnv+")")
-	askerModel := fs.String("asker-model", "", "--asker llm: the asker's model name")
-	askerStyle := fs.String("asker-style", string(policy.StyleChecklistLedger), "--asker llm: prompt style: direct, checklist_chat or checklist_ledger")
-	askerConcurrency := fs.Int("asker-concurrency", llm.DefaultConcurrency, "--asker llm: model calls in flight")
-	askerTimeout := fs.Duration("asker-timeout", llm.DefaultTimeout, "--asker llm: deadline of one model call")
-	llmCache := fs.String("llm-cache", "", "--asker llm: persistent response cache file (replays recorded calls without the endpoint)")
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "eval: "+format+"\n", a...)
@@ -64,143 +144,85 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(2, "unexpected arguments %q", fs.Args())
 	}
-	if *out == "" {
-		return fail(2, "--out DIR is required")
+	if err := f.config(); err != nil {
+		return fail(2, "%v", err)
 	}
-	cfg.Dir = *out
-	for _, s := range splitList(*oracles) {
-		o, err := eval.ParseOracle(s)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Oracles = append(cfg.Oracles, o)
-	}
-	for _, s := range splitList(*seeds) {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return fail(2, "bad seed %q", s)
-		}
-		cfg.Seeds = append(cfg.Seeds, v)
-	}
-	for _, s := range splitList(*conds) {
-		c, err := eval.ParseCondition(s)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Conditions = append(cfg.Conditions, c)
-	}
-	if len(cfg.Oracles) == 0 || len(cfg.Seeds) == 0 || len(cfg.Conditions) == 0 {
-		return fail(2, "--oracles, --seeds and --conditions must not be empty")
-	}
-	switch *solverName {
-	case "lookup":
-		cfg.Solver = pb.Solver_SOLVER_LOOKUP
-	case "llm":
-		cfg.Solver = pb.Solver_SOLVER_LLM
-	default:
-		return fail(2, "unknown solver %q (want lookup or llm)", *solverName)
-	}
-	if *resamples < 1 {
-		return fail(2, "--resamples must be positive")
-	}
-
-	switch a := *askerFlag; {
-	case strings.HasPrefix(a, "scripted:"):
-		name, err := policy.ParseName(strings.TrimPrefix(a, "scripted:"))
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Asker = eval.ScriptedAsker(name)
-	case strings.HasPrefix(a, "trajectories:"):
-		asker, err := eval.LoadTrajectories(strings.TrimPrefix(a, "trajectories:"))
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Asker = asker
-	case a == "llm":
-		style, err := policy.ParseAskerStyle(*askerStyle)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		if *askerURL == "" || *askerModel == "" {
-			return fail(2, "--asker llm needs --asker-url and --asker-model")
-		}
-		if *askerConcurrency <= 0 || *askerTimeout <= 0 {
-			return fail(2, "--asker-concurrency and --asker-timeout must be positive")
-		}
-		lcfg := llm.Config{BaseURL: *askerURL, Model: *askerModel, Concurrency: *askerConcurrency,
-			Timeout: *askerTimeout, JSONMode: true, Version: policy.AskerPromptVersion}
-		if *llmCache != "" {
-			cache, err := llm.OpenFileCache(*llmCache)
-			if err != nil {
-				return fail(1, "%v", err)
-			}
-			defer cache.Close()
-			lcfg.Cache = cache
-		}
-		lc, err := llm.New(lcfg, nil)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		asker, err := policy.NewLLMAsker(lc, style)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Asker = eval.LLMAsker(asker)
-	default:
-		return fail(2, "unknown asker %q (want scripted:NAME, llm or trajectories:FILE)", a)
-	}
-
-	if !*quiet {
-		cfg.Warn = stderr
-	}
-	var bar *eval.Progress
-	if !*quiet && (*progress || eval.IsTerminal(stderr)) {
-		bar = eval.NewProgress(stderr)
-		cfg.Progress = bar
-	}
-	c, err := client.Dial(*addr, client.Options{CallTimeout: 5 * time.Minute})
+	asker, closeAsker, err := f.player()
 	if err != nil {
-		return fail(1, "%v", err)
+		return fail(2, "%v", err)
 	}
-	defer c.Close()
-	if *timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
-		defer cancel()
-	}
-	res, err := eval.Run(ctx, c, cfg)
-	if bar != nil {
-		bar.Finish()
-	}
+	defer closeAsker()
+	f.cfg.Asker = asker
+	res, err := f.play(ctx, stderr)
 	if err != nil {
 		if res != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 			return fail(1, "%v after %d new episodes; rerun the same command to resume", err, res.Played)
 		}
 		return fail(1, "%v", err)
 	}
-	if !*quiet {
+	if !f.quiet {
 		fmt.Fprintf(stderr, "eval: %d cells: %d played now, %d from earlier runs, %d failed\n", res.Cells, res.Played, res.Skipped, res.Failed)
 	}
-
-	eps, err := eval.ReadEpisodes(cfg.Dir)
+	md, err := f.report()
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	rep, err := eval.Analyze(eps, eval.AnalyzeOptions{Resamples: *resamples, BootstrapSeed: *bootSeed, Reference: *reference, Hybrid: *hybrid})
-	if err != nil {
-		return fail(1, "analyze: %v", err)
+	stdout.Write(md)
+	if res.Failed > 0 {
+		fmt.Fprintf(stderr, "eval: %d episode(s) failed (see their error in %s); rerun to retry them\n", res.Failed, filepath.Join(f.cfg.Dir, eval.EpisodesFile))
+		return 1
 	}
-	if *groupsFile != "" {
-		groups, err := eval.ReadGroups(*groupsFile)
+	return 0
+}
+
+// play runs the cells against the server, with a progress bar when wanted.
+func (f *evalFlags) play(ctx context.Context, stderr io.Writer) (*eval.Result, error) {
+	if !f.quiet {
+		f.cfg.Warn = stderr
+	}
+	var bar *eval.Progress
+	if !f.quiet && (f.progress || eval.IsTerminal(stderr)) {
+		bar = eval.NewProgress(stderr)
+		f.cfg.Progress = bar
+	}
+	c, err := client.Dial(f.addr, client.Options{CallTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+	}
+	res, err := eval.Run(ctx, c.Env, f.cfg)
+	if bar != nil {
+		bar.Finish()
+	}
+	return res, err
+}
+
+// report analyzes the run directory, writes the three reports there and
+// returns the Markdown.
+func (f *evalFlags) report() ([]byte, error) {
+	eps, err := eval.ReadEpisodes(f.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := eval.Analyze(eps, eval.AnalyzeOptions{Resamples: f.resamples, BootstrapSeed: f.bootSeed, Reference: f.reference, Hybrid: f.hybrid})
+	if err != nil {
+		return nil, fmt.Errorf("analyze: %w", err)
+	}
+	if f.groups != "" {
+		groups, err := eval.ReadGroups(f.groups)
 		if err != nil {
-			return fail(1, "groups: %v", err)
+			return nil, fmt.Errorf("groups: %w", err)
 		}
 		rep.GroupSignal = eval.GroupSignal(groups)
 	}
 	var md bytes.Buffer
 	if err := rep.WriteMarkdown(&md); err != nil {
-		return fail(1, "%v", err)
+		return nil, err
 	}
 	writers := []struct {
 		name  string
@@ -211,16 +233,11 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		{"report.html", rep.WriteHTML},
 	}
 	for _, wr := range writers {
-		if err := writeFileWith(filepath.Join(cfg.Dir, wr.name), wr.write); err != nil {
-			return fail(1, "%v", err)
+		if err := writeFileWith(filepath.Join(f.cfg.Dir, wr.name), wr.write); err != nil {
+			return nil, err
 		}
 	}
-	stdout.Write(md.Bytes())
-	if res.Failed > 0 {
-		fmt.Fprintf(stderr, "eval: %d episode(s) failed (see their error in %s); rerun to retry them\n", res.Failed, filepath.Join(cfg.Dir, eval.EpisodesFile))
-		return 1
-	}
-	return 0
+	return md.Bytes(), nil
 }
 
 func splitList(s string) []string {

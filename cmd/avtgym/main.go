@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,16 +27,26 @@ func main() {
 const usage = `avtgym: an environment server for training and evaluating asking policies.
 
 Usage:
-  avtgym serve    [--listen ADDR] [--corpus DIR]... [--metrics-listen ADDR] [--token-key-file F]
-  avtgym rollout  --server ADDR --policy none|full|full_adv|none_adv [flags]
+  avtgym serve    [--listen ADDR] [--corpus DIR]... [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
+                  [--statement-timeout D] [--max-rows N] [--max-bytes N] [--max-memory N]
+                  [--sql-fast-slots N] [--sql-slow-slots N] [--sql-slice D] [--sql-wait D]
+                  [--oracle-url URL --oracle-model M [--oracle-...]] [--oracle-reject-leaks] [--test-oracles]
+                  [--solver-url URL --solver-model M [--solver-...]] [--llm-cache FILE | --no-llm-cache]
+                  [--log-level L] [--shutdown-grace D]
+  avtgym rollout  [--server ADDR] --policy none|full|full_adv|none_adv|llm [--corpus NAME] [--split S]
+                  [--limit N] [--seed N] [--reward question_f1|outcome] [--solver lookup] [--json]
+                  [--episodes-out FILE] [--asker-url URL --asker-model M [--asker-style S] [--llm-cache FILE]]
+  avtgym eval     [--server ADDR] --out DIR [--asker scripted:NAME|llm|trajectories:FILE]
+                  [--oracles deterministic,hybrid,llm,...] [--seeds 0,1,2] [--conditions ...]
+                  [--solver lookup|llm] [--groups FILE] [flags]
   avtgym corpus validate DIR...
-  avtgym corpus check DIR...
-  avtgym corpus import ambrosia|birdinteract --in DIR --out DIR
-  avtgym eval     --server ADDR --out DIR [--asker scripted:full|llm|trajectories:FILE] [--oracles ...] [--seeds 0,1,2] [flags]
-  avtgym bench    [--server ADDR] [--json]
+  avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] DIR...
+  avtgym corpus import ambrosia --in DIR --out DIR [--force] [--list-rejected=false] [--quiet]
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force] [--name NAME]
+  avtgym bench    [--server ADDR] [--json] [--duration D] [--concurrency N] [--batch N]
   avtgym keygen   FILE
 
-Run 'avtgym COMMAND -h' for a command's flags.
+Run 'avtgym COMMAND -h' for all of a command's flags.
 `
 
 // run is main without the process: tests call it with their own
@@ -63,4 +75,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+// parseExit is the exit code of a flag set that failed to parse: 0 for -h
+// (the usage was asked for and printed), 2 for a usage error.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }

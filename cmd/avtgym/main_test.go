@@ -15,8 +15,9 @@ import (
 
 	"avtgym/app"
 	"avtgym/client"
+	"avtgym/driver"
+	"avtgym/eval"
 	"avtgym/internal/testutil"
-	"avtgym/policy"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -137,7 +138,7 @@ func TestKeygen(t *testing.T) {
 }
 
 // summary is what `rollout --json` prints.
-type summary = policy.Summary
+type summary = eval.RolloutSummary
 
 func rolloutJSON(t *testing.T, addr string, args ...string) *summary {
 	t.Helper()
@@ -208,7 +209,7 @@ func TestRollout(t *testing.T) {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			n++
-			var e policy.Episode
+			var e driver.Record
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 				t.Fatalf("line %d: %v: %s", n, err, sc.Text())
 			}
@@ -220,13 +221,13 @@ func TestRollout(t *testing.T) {
 				t.Errorf("%s: the none policy asked %v", e.TaskID, e.Questions)
 			}
 			r := val(t, e.TaskID+" reward", e.Reward)
-			if e.CountedAmbiguities == 0 {
+			if e.Counted == 0 {
 				controls++
 				if r != 1 {
 					t.Errorf("%s: control reward %v, want 1", e.TaskID, r)
 				}
 			} else if r == 1 {
-				t.Errorf("%s: %d counted ambiguities, none asked, yet reward 1", e.TaskID, e.CountedAmbiguities)
+				t.Errorf("%s: %d counted ambiguities, none asked, yet reward 1", e.TaskID, e.Counted)
 			}
 		}
 		if err := sc.Err(); err != nil {

@@ -10,165 +10,222 @@ import (
 	"time"
 
 	"avtgym/client"
+	"avtgym/driver"
+	"avtgym/eval"
 	"avtgym/llm"
 	"avtgym/policy"
+	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
 )
 
+// rolloutFlags are the flags of `avtgym rollout`.
+type rolloutFlags struct {
+	addr, policy, reward, solver, episodesOut string
+	json                                      bool
+	timeout                                   time.Duration
+	asker                                     askerFlags
+	cfg                                       policy.RolloutConfig
+}
+
+// askerFlags configure the LLM asker (--policy llm, eval --asker llm).
+type askerFlags struct {
+	url, model, style, cache string
+	concurrency              int
+	timeout                  time.Duration
+}
+
+func (a *askerFlags) register(fs *flag.FlagSet, when string) {
+	fs.StringVar(&a.url, "asker-url", "", when+": the asker's OpenAI-compatible API root, e.g. http://localhost:8000/v1 (API key from $"+llm.DefaultAPIKeyEnv+")")
+	fs.StringVar(&a.model, "asker-model", "", when+": the asker's model name")
+	fs.StringVar(&a.style, "asker-style", string(policy.StyleChecklistLedger), when+": prompt style: direct, checklist_chat or checklist_ledger")
+	fs.IntVar(&a.concurrency, "asker-concurrency", llm.DefaultConcurrency, when+": model calls in flight")
+	fs.DurationVar(&a.timeout, "asker-timeout", llm.DefaultTimeout, when+": deadline of one model call")
+	fs.StringVar(&a.cache, "llm-cache", "", when+": persistent response cache file (replays recorded calls without the endpoint)")
+}
+
+// build makes the LLM asker; the returned function closes its cache.
+func (a *askerFlags) build(when string) (*policy.LLMAsker, func(), error) {
+	style, err := policy.ParseAskerStyle(a.style)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.url == "" || a.model == "" {
+		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
+	}
+	if a.concurrency <= 0 || a.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
+	}
+	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: true, Version: policy.AskerPromptVersion}
+	closeCache := func() {}
+	if a.cache != "" {
+		cache, err := llm.OpenFileCache(a.cache)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Cache, closeCache = cache, func() { cache.Close() }
+	}
+	lc, err := llm.New(cfg, nil)
+	if err == nil {
+		var asker *policy.LLMAsker
+		if asker, err = policy.NewLLMAsker(lc, style); err == nil {
+			return asker, closeCache, nil
+		}
+	}
+	closeCache()
+	return nil, nil, err
+}
+
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f rolloutFlags
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("server", "127.0.0.1:50051", "server address")
-	pol := fs.String("policy", "", "policy: none, full, full_adv, none_adv (scripted) or llm (the LLM asker) (required)")
-	askerURL := fs.String("asker-url", "", "--policy llm: the asker's OpenAI-compatible API root, e.g. http://localhost:8000/v1 (API key from $"+llm.DefaultAPIKeyEnv+")")
-	askerModel := fs.String("asker-model", "", "--policy llm: the asker's model name")
-	askerStyle := fs.String("asker-style", string(policy.StyleChecklistLedger), "--policy llm: prompt style: direct, checklist_chat or checklist_ledger")
-	askerConcurrency := fs.Int("asker-concurrency", llm.DefaultConcurrency, "--policy llm: model calls in flight")
-	askerTimeout := fs.Duration("asker-timeout", llm.DefaultTimeout, "--policy llm: deadline of one model call")
-	llmCache := fs.String("llm-cache", "", "--policy llm: persistent response cache file (replays recorded calls without the endpoint)")
-	var cfg policy.RolloutConfig
-	fs.StringVar(&cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
-	fs.StringVar(&cfg.Split, "split", "", "only tasks of this split")
-	fs.IntVar(&cfg.Limit, "limit", 0, "at most this many tasks (0: all)")
-	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the first task; task i gets seed+i")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "episodes in flight")
-	rewardName := fs.String("reward", "question_f1", "reward: question_f1 or outcome")
-	solverName := fs.String("solver", "", "fixed solver: lookup (default: lookup for the outcome reward, none otherwise)")
-	asJSON := fs.Bool("json", false, "print one JSON summary object")
-	episodesOut := fs.String("episodes-out", "", "write one JSON line per episode to this file")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	fs.StringVar(&f.addr, "server", "127.0.0.1:50051", "server address")
+	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted) or llm (the LLM asker) (required)")
+	f.asker.register(fs, "--policy llm")
+	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
+	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
+	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks (0: all)")
+	fs.Uint64Var(&f.cfg.Seed, "seed", 0, "seed of the first task; task i gets seed+i")
+	fs.IntVar(&f.cfg.Concurrency, "concurrency", 16, "episodes in flight")
+	fs.StringVar(&f.reward, "reward", "question_f1", "reward: question_f1 or outcome")
+	fs.StringVar(&f.solver, "solver", "", "fixed solver: lookup (default: lookup for the outcome reward, none otherwise)")
+	fs.BoolVar(&f.json, "json", false, "print one JSON summary object")
+	fs.StringVar(&f.episodesOut, "episodes-out", "", "write one JSON line per episode to this file")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	opts, err := rolloutOptions(f.reward, f.solver)
+	if err != nil {
+		fmt.Fprintln(stderr, "rollout:", err)
 		return 2
 	}
-	var askerCfg *llm.Config
-	if *pol == "llm" {
-		style, err := policy.ParseAskerStyle(*askerStyle)
-		if err != nil {
-			fmt.Fprintln(stderr, "rollout:", err)
-			return 2
-		}
-		*askerStyle = string(style)
-		if *askerURL == "" || *askerModel == "" {
-			fmt.Fprintln(stderr, "rollout: --policy llm needs --asker-url and --asker-model")
-			return 2
-		}
-		if *askerConcurrency <= 0 || *askerTimeout <= 0 {
-			fmt.Fprintln(stderr, "rollout: --asker-concurrency and --asker-timeout must be positive")
-			return 2
-		}
-		askerCfg = &llm.Config{BaseURL: *askerURL, Model: *askerModel, Concurrency: *askerConcurrency,
-			Timeout: *askerTimeout, JSONMode: true, Version: policy.AskerPromptVersion}
-	} else {
-		name, err := policy.ParseName(*pol)
-		if err != nil {
-			fmt.Fprintf(stderr, "rollout: unknown policy %q (want none, full, full_adv, none_adv or llm)\n", *pol)
-			return 2
-		}
-		cfg.Policy = name
+	f.cfg.Options = opts
+	player, closePlayer, err := rolloutPlayer(&f)
+	if err != nil {
+		fmt.Fprintln(stderr, "rollout:", err)
+		return 2
 	}
+	defer closePlayer()
+	f.cfg.Player = player
+	if !f.json {
+		f.cfg.Progress = progressLine(stderr, "episodes")
+	}
+	c, err := client.Dial(f.addr, client.Options{CallTimeout: time.Minute})
+	if err != nil {
+		fmt.Fprintln(stderr, "rollout:", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	records, err := policy.Rollout(ctx, c.Env, f.cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "rollout:", err)
+		return 1
+	}
+	if f.episodesOut != "" {
+		if err := writeRecords(f.episodesOut, records); err != nil {
+			fmt.Fprintln(stderr, "rollout:", err)
+			return 1
+		}
+	}
+	sum := eval.SummarizeRollout(player.Name(), records)
+	printRollout(stdout, sum, f.json)
+	if sum.Errors > 0 {
+		fmt.Fprintf(stderr, "rollout: %d episode(s) failed or ended in ERROR; see the episodes file for their errors\n", sum.Errors)
+		return 1
+	}
+	return 0
+}
+
+// rolloutOptions turns --reward and --solver into episode options.
+func rolloutOptions(reward, solver string) (*pb.EpisodeOptions, error) {
 	opts := &pb.EpisodeOptions{}
-	switch *rewardName {
+	switch reward {
 	case "question_f1":
 		opts.Reward = pb.RewardType_REWARD_TYPE_QUESTION_F1
 	case "outcome":
 		opts.Reward = pb.RewardType_REWARD_TYPE_OUTCOME
 		opts.Solver = pb.Solver_SOLVER_LOOKUP
 	default:
-		fmt.Fprintf(stderr, "rollout: unknown reward %q (want question_f1 or outcome)\n", *rewardName)
-		return 2
+		return nil, fmt.Errorf("unknown reward %q (want question_f1 or outcome)", reward)
 	}
-	switch *solverName {
+	switch solver {
 	case "":
 	case "lookup":
 		opts.Solver = pb.Solver_SOLVER_LOOKUP
 	default:
-		fmt.Fprintf(stderr, "rollout: unknown solver %q (want lookup)\n", *solverName)
-		return 2
+		return nil, fmt.Errorf("unknown solver %q (want lookup)", solver)
 	}
-	cfg.Options = opts
-	if !*asJSON {
-		cfg.Progress = func(done, total int) {
-			if done == total || done%50 == 0 {
-				fmt.Fprintf(stderr, "\r%d/%d episodes", done, total)
-				if done == total {
-					fmt.Fprintln(stderr)
-				}
-			}
-		}
-	}
-	if askerCfg != nil {
-		if *llmCache != "" {
-			cache, err := llm.OpenFileCache(*llmCache)
-			if err != nil {
-				fmt.Fprintln(stderr, "rollout:", err)
-				return 1
-			}
-			defer cache.Close()
-			askerCfg.Cache = cache
-		}
-		lc, err := llm.New(*askerCfg, nil)
-		if err != nil {
-			fmt.Fprintln(stderr, "rollout:", err)
-			return 2
-		}
-		asker, err := policy.NewLLMAsker(lc, policy.AskerStyle(*askerStyle))
-		if err != nil {
-			fmt.Fprintln(stderr, "rollout:", err)
-			return 2
-		}
-		cfg.Player = asker
-	}
-	c, err := client.Dial(*addr, client.Options{CallTimeout: time.Minute})
-	if err != nil {
-		fmt.Fprintln(stderr, "rollout:", err)
-		return 1
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	sum, eps, err := policy.Rollout(ctx, c, cfg)
-	if err != nil {
-		fmt.Fprintln(stderr, "rollout:", err)
-		return 1
-	}
-	if *episodesOut != "" {
-		if err := writeEpisodes(*episodesOut, eps); err != nil {
-			fmt.Fprintln(stderr, "rollout:", err)
-			return 1
-		}
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(sum)
-	} else {
-		f := func(x *float64) string {
-			if x == nil {
-				return "n/a"
-			}
-			return fmt.Sprintf("%.3f", *x)
-		}
-		fmt.Fprintf(stdout, "policy %s on corpus %s: %d episodes (%d errors, %d truncated, %d fallback stops)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated, sum.FallbackStops)
-		fmt.Fprintf(stdout, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))
-		if m := sum.MultiInterpretation; m.Episodes > 0 {
-			fmt.Fprintf(stdout, "multi-interpretation AVTs: %d episodes, success %s (chance %s)\n", m.Episodes, f(m.SuccessRate), f(m.Chance))
-		}
-	}
-	if sum.Errors > 0 {
-		fmt.Fprintf(stderr, "rollout: %d episode(s) failed; see the episodes file for their errors\n", sum.Errors)
-		return 1
-	}
-	return 0
+	return opts, nil
 }
 
-func writeEpisodes(name string, eps []*policy.Episode) error {
+// rolloutPlayer is the policy --policy names; the function releases what
+// it holds.
+func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
+	if f.policy == "llm" {
+		asker, closeAsker, err := f.asker.build("--policy llm")
+		if err != nil {
+			return nil, nil, err
+		}
+		return asker, closeAsker, nil
+	}
+	name, err := probe.Parse(f.policy)
+	if err != nil {
+		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv or llm)", f.policy)
+	}
+	return policy.Scripted(name), func() {}, nil
+}
+
+// progressLine reports progress every 50 episodes: on a terminal on one
+// line rewritten in place (ended by a newline when done), elsewhere (a log
+// file, a pipe) one line per report.
+func progressLine(w io.Writer, what string) func(done, total int) {
+	tty := eval.IsTerminal(w)
+	return func(done, total int) {
+		if done != total && done%50 != 0 {
+			return
+		}
+		switch {
+		case !tty:
+			fmt.Fprintf(w, "%d/%d %s\n", done, total, what)
+		case done == total:
+			fmt.Fprintf(w, "\r%d/%d %s\n", done, total, what)
+		default:
+			fmt.Fprintf(w, "\r%d/%d %s", done, total, what)
+		}
+	}
+}
+
+func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(sum)
+		return
+	}
+	f := func(x *float64) string {
+		if x == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.3f", *x)
+	}
+	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated, %d fallback stops)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated, sum.FallbackStops)
+	fmt.Fprintf(w, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))
+	if m := sum.MultiInterpretation; m.Episodes > 0 {
+		fmt.Fprintf(w, "multi-interpretation AVTs: %d episodes, success %s (chance %s)\n", m.Episodes, f(m.SuccessRate), f(m.Chance))
+	}
+}
+
+func writeRecords(name string, rs []*driver.Record) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return err
 	}
 	enc := json.NewEncoder(f)
-	for _, e := range eps {
-		if err := enc.Encode(e); err != nil {
+	for _, r := range rs {
+		if err := enc.Encode(r); err != nil {
 			f.Close()
 			return err
 		}

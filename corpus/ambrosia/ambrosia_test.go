@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"avtgym/audit"
 	"avtgym/corpus"
-	"avtgym/oracle"
-	"avtgym/policy"
 )
 
 // dataDir is the AMBROSIA folder of ../shared/data, seen from this package.
@@ -81,7 +80,7 @@ func TestDeriveTermRules(t *testing.T) {
 
 // spanOf returns the word positions of term in question ([-1,-1] if absent).
 func spanOf(question, term string) (int, int) {
-	q, tm := strings.Fields(oracle.Normalize(question)), strings.Fields(oracle.Normalize(term))
+	q, tm := strings.Fields(corpus.Normalize(question)), strings.Fields(corpus.Normalize(term))
 	for i := 0; i+len(tm) <= len(q); i++ {
 		ok := len(tm) > 0
 		for k := range tm {
@@ -239,10 +238,12 @@ func TestImportValidation(t *testing.T) {
 	if len(c.Tasks) != sum.Records || c.AVTCount() != sum.Imported {
 		t.Errorf("corpus has %d tasks and %d AVTs, summary says %d and %d", len(c.Tasks), c.AVTCount(), sum.Records, sum.Imported)
 	}
-	if ps := policy.CheckReferenceOracle(ctx, c, oracle.Deterministic()); len(ps) > 0 {
-		for _, p := range ps {
-			t.Error(p)
-		}
+	fs, err := audit.Probes(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		t.Error(f)
 	}
 	for _, tk := range c.Tasks {
 		if len(tk.Ambiguities) != 1 || tk.Ambiguities[0].Kind != corpus.Critical {
@@ -253,7 +254,7 @@ func TestImportValidation(t *testing.T) {
 		if !strings.Contains(tk.Request, term) {
 			t.Errorf("%s: term %q is not a contiguous span of %q", tk.ID, term, tk.Request)
 		}
-		if i, j := spanOf(tk.Request, term); i < 0 || (i == 0 && j == len(strings.Fields(oracle.Normalize(tk.Request)))) {
+		if i, j := spanOf(tk.Request, term); i < 0 || (i == 0 && j == len(strings.Fields(corpus.Normalize(tk.Request)))) {
 			t.Errorf("%s: term %q is not a proper whole-word span of %q", tk.ID, term, tk.Request)
 		}
 		if err := CheckTerm(tk.Request, term); err != nil {

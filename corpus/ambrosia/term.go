@@ -7,7 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"avtgym/oracle"
+	"avtgym/corpus"
+	"avtgym/probe"
 )
 
 // The rules DeriveTerm applies, one per AMBROSIA ambiguity type. The names
@@ -172,7 +173,7 @@ func DeriveTerm(question, ambigType string, interpretations []string) (term stri
 // occurs in the question as whole words, it is not the whole question, it
 // is not made only of probe words, and the full probe for it names it.
 func CheckTerm(question, term string) error {
-	nt, nq := oracle.Normalize(term), oracle.Normalize(question)
+	nt, nq := corpus.Normalize(term), corpus.Normalize(question)
 	switch {
 	case nt == "":
 		return fmt.Errorf("%w: the term %q has no word", ErrNoTerm, term)
@@ -190,7 +191,7 @@ func CheckTerm(question, term string) error {
 	if onlyProbe {
 		return fmt.Errorf("%w: the term %q is made only of probe words", ErrNoTerm, term)
 	}
-	probe := oracle.Normalize("Could you clarify what exactly you mean by " + term + "?")
+	probe := corpus.Normalize(probe.FullQuestion(term))
 	if !strings.Contains(" "+probe+" ", " "+nt+" ") {
 		return fmt.Errorf("%w: the full probe does not name the term %q", ErrNoTerm, term)
 	}

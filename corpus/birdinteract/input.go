@@ -69,16 +69,13 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// The fields of a BIRD-Interact task line, of its follow_up, of its
-// ambiguity entries and of its conditions. Anything else is rejected.
-var (
-	taskFields = set("instance_id", "selected_database", "query", "amb_user_query",
-		"user_query_ambiguity", "knowledge_ambiguity", "sol_sql", "preprocess_sql",
-		"clean_up_sqls", "test_cases", "external_knowledge", "category", "high_level",
-		"conditions", "follow_up")
-	followUpFields = set("query", "sol_sql", "external_knowledge", "type", "test_cases",
-		"category", "conditions")
-)
+// The fields of a BIRD-Interact task line. Anything else is rejected (the
+// fields of its follow_up, ambiguity entries and conditions are checked by
+// strictDecode into followUp, ambiguity and conditions).
+var taskFields = set("instance_id", "selected_database", "query", "amb_user_query",
+	"user_query_ambiguity", "knowledge_ambiguity", "sol_sql", "preprocess_sql",
+	"clean_up_sqls", "test_cases", "external_knowledge", "category", "high_level",
+	"conditions", "follow_up")
 
 func set(names ...string) map[string]bool {
 	m := map[string]bool{}

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -39,7 +38,6 @@ type Server struct {
 	calls       atomic.Int64
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
-	mu          sync.Mutex
 }
 
 // New starts a fake endpoint; Close stops it.

@@ -32,23 +32,41 @@ func TestPackageDocs(t *testing.T) {
 		t.Fatalf("found only %d package folders; is the walk rooted at the module?", len(dirs))
 	}
 	for dir := range dirs {
-		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		documented, err := packageDocs(dir)
 		if err != nil {
 			t.Errorf("%s: %v", dir, err)
 			continue
 		}
-		for name, p := range pkgs {
-			documented := false
-			for _, f := range p.Files {
-				if f.Doc != nil && (strings.HasPrefix(f.Doc.Text(), "Package "+name+" ") || strings.HasPrefix(f.Doc.Text(), "Command ")) {
-					documented = true
-				}
-			}
-			if !documented {
+		for name, ok := range documented {
+			if !ok {
 				t.Errorf("package %s in %s has no doc comment starting \"Package %s \"", name, dir, name)
 			}
 		}
 	}
+}
+
+// packageDocs parses the package clauses of dir's non-test .go files and
+// says, for each package name found, whether one of its files carries a
+// package doc comment. (Like parser.ParseDir, which is deprecated, it
+// ignores build tags.)
+func packageDocs(dir string) (map[string]bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	fset := token.NewFileSet()
+	documented := map[string]bool{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ParseComments|parser.PackageClauseOnly)
+		if err != nil {
+			return nil, err
+		}
+		name := f.Name.Name
+		doc := f.Doc != nil && (strings.HasPrefix(f.Doc.Text(), "Package "+name+" ") || strings.HasPrefix(f.Doc.Text(), "Command "))
+		documented[name] = documented[name] || doc
+	}
+	return documented, nil
 }

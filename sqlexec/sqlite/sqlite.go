@@ -273,10 +273,7 @@ func (r *roConn) query(ctx context.Context, text string, lim sqlexec.Limits) (*s
 // run prepares every statement of text, checks each is read-only, then runs them.
 func (r *roConn) run(ctx context.Context, text string, lim sqlexec.Limits) (*sqlexec.Result, error) {
 	cc := r.cc
-	var (
-		stmts []cstmt
-		texts []string
-	)
+	var stmts []cstmt
 	defer func() {
 		for _, s := range stmts {
 			cc.finalize(s)
@@ -291,7 +288,6 @@ func (r *roConn) run(ctx context.Context, text string, lim sqlexec.Limits) (*sql
 		}
 		if s != nil {
 			stmts = append(stmts, s)
-			texts = append(texts, rest[:tail])
 			if !stmtReadonly(s) {
 				return nil, notReadOnly(rest[:tail], len(stmts)-1, n)
 			}

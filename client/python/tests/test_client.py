@@ -87,7 +87,8 @@ def test_absent_components_stay_absent(client):
 def test_generic_question_and_budget(client):
     ep = client.reset(task_id="shop-001", extra_questions=0)  # budget 1
     r = client.step(ep, Action.ask("Could you clarify what you want?"))
-    assert r.new_turns[1].role == "oracle" and r.episode.questions_remaining == 0
+    assert r.new_turns[1].role == "oracle" and r.new_turns[1].kind == "refusal"
+    assert r.episode.questions_remaining == 0
     r = client.step(r.episode, Action.ask(FULL_Q))  # over budget: not answered
     assert r.done and r.status == "truncated"
     assert not any(t.role == "oracle" for t in r.new_turns)

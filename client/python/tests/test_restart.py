@@ -31,11 +31,10 @@ def test_retry_after_restart_mid_episode(avtgym_binary, key_file):
 
             t = threading.Thread(target=restart)
             t.start()
-            t0 = time.monotonic()
             res = c.step(ep, Action.stop())  # fails with UNAVAILABLE, retried until the new process answers
             t.join()
+            # The step was answered by the restarted process (the first is gone).
             assert started.is_set() and second.proc.pid != old_pid
-            assert time.monotonic() - t0 >= 0.4  # it really waited for the restart
             assert res.done and res.status == "terminated"
             assert res.reward.value == 1.0 and res.reward.components["recall"] == 1.0
             assert [t.kind for t in res.episode.turns] == ["request", "question", "reply", "stop"]
@@ -50,8 +49,6 @@ def test_unavailable_after_retries(avtgym_binary, key_file):
     from avtgym import AvtgymError
 
     with Client(f"127.0.0.1:{free_port()}", timeout=10.0, retries=2) as c:
-        t0 = time.monotonic()
         with pytest.raises(AvtgymError) as ei:
             c.reset()
         assert ei.value.code == "UNAVAILABLE"
-        assert time.monotonic() - t0 < 5

@@ -267,9 +267,9 @@ func (x *ResetResponse) GetEpisodes() []*Episode {
 // StepRequest applies one action to an episode.
 type StepRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The token from the reset or the previous step.
+	// Required. The token from the reset or the previous step, as it came.
 	Token []byte `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	// The action.
+	// Required. The action; exactly one of its kinds must be set.
 	Action *Action `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// Fill the privileged field of the response.
 	IncludePrivileged bool `protobuf:"varint,3,opt,name=include_privileged,json=includePrivileged,proto3" json:"include_privileged,omitempty"`
@@ -860,7 +860,7 @@ type GetTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpus; empty means the server's first corpus.
 	Corpus string `protobuf:"bytes,1,opt,name=corpus,proto3" json:"corpus,omitempty"`
-	// The task id.
+	// Required. The task id.
 	TaskId        string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1212,17 +1212,17 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\x06splits\x18\x05 \x03(\tR\x06splits\x12\x1c\n" +
 	"\tdatabases\x18\x06 \x03(\tR\tdatabases\"F\n" +
 	"\x13ListCorporaResponse\x12/\n" +
-	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora2\xec\x03\n" +
+	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora2\x8f\x04\n" +
 	"\n" +
-	"EnvService\x12:\n" +
-	"\x05Reset\x12\x17.avtgym.v1.ResetRequest\x1a\x18.avtgym.v1.ResetResponse\x127\n" +
-	"\x04Step\x12\x16.avtgym.v1.StepRequest\x1a\x17.avtgym.v1.StepResponse\x12I\n" +
+	"EnvService\x12?\n" +
+	"\x05Reset\x12\x17.avtgym.v1.ResetRequest\x1a\x18.avtgym.v1.ResetResponse\"\x03\x90\x02\x02\x12<\n" +
+	"\x04Step\x12\x16.avtgym.v1.StepRequest\x1a\x17.avtgym.v1.StepResponse\"\x03\x90\x02\x01\x12N\n" +
 	"\n" +
-	"ResetBatch\x12\x1c.avtgym.v1.ResetBatchRequest\x1a\x1d.avtgym.v1.ResetBatchResponse\x12F\n" +
-	"\tStepBatch\x12\x1b.avtgym.v1.StepBatchRequest\x1a\x1c.avtgym.v1.StepBatchResponse\x12F\n" +
-	"\tListTasks\x12\x1b.avtgym.v1.ListTasksRequest\x1a\x1c.avtgym.v1.ListTasksResponse\x12@\n" +
-	"\aGetTask\x12\x19.avtgym.v1.GetTaskRequest\x1a\x1a.avtgym.v1.GetTaskResponse\x12L\n" +
-	"\vListCorpora\x12\x1d.avtgym.v1.ListCorporaRequest\x1a\x1e.avtgym.v1.ListCorporaResponseB!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"ResetBatch\x12\x1c.avtgym.v1.ResetBatchRequest\x1a\x1d.avtgym.v1.ResetBatchResponse\"\x03\x90\x02\x02\x12K\n" +
+	"\tStepBatch\x12\x1b.avtgym.v1.StepBatchRequest\x1a\x1c.avtgym.v1.StepBatchResponse\"\x03\x90\x02\x01\x12K\n" +
+	"\tListTasks\x12\x1b.avtgym.v1.ListTasksRequest\x1a\x1c.avtgym.v1.ListTasksResponse\"\x03\x90\x02\x01\x12E\n" +
+	"\aGetTask\x12\x19.avtgym.v1.GetTaskRequest\x1a\x1a.avtgym.v1.GetTaskResponse\"\x03\x90\x02\x01\x12Q\n" +
+	"\vListCorpora\x12\x1d.avtgym.v1.ListCorporaRequest\x1a\x1e.avtgym.v1.ListCorporaResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_env_service_proto_rawDescOnce sync.Once

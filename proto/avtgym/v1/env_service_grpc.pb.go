@@ -40,23 +40,53 @@ const (
 // the episode.
 //
 // Errors of single calls are gRPC statuses with a google.rpc.ErrorInfo
-// whose reason is stable (for example TOKEN_INVALID, WRONG_PHASE,
-// UNKNOWN_TASK); batch calls return one status per item instead.
+// (domain "avtgym") whose reason is one of the ErrorReason names (for
+// example TOKEN_TAMPERED, WRONG_PHASE, UNKNOWN_TASK), and a
+// google.rpc.BadRequest naming the field for bad input; batch calls return
+// one status per item instead.
+//
+// No method changes anything on the server, so every call is safe to
+// retry; each method's idempotency level says whether its reply is also a
+// function of its request alone.
 type EnvServiceClient interface {
 	// Reset starts one episode, or a GRPO group of episodes sharing one task
 	// and interpretation.
+	//
+	// Idempotent, not NO_SIDE_EFFECTS: it changes nothing on the server, so
+	// a retry is safe (a lost reply leaves nothing behind), but its reply
+	// must not be cached or shared between calls: without a seed every call
+	// draws a new seed, and so a new episode.
 	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 	// Step applies one action to an episode.
+	//
+	// No side effects: the episode lives in the token, not on the server,
+	// and the result is a function of the token and the action (the same
+	// token and action give the same episode; only the new token's bytes,
+	// sealed with a fresh nonce, differ). An LLM oracle or solver answers
+	// from the server's response cache; without one (serve --no-llm-cache)
+	// a model sampling above temperature 0 may answer differently, but
+	// nothing changes on the server either way.
 	Step(ctx context.Context, in *StepRequest, opts ...grpc.CallOption) (*StepResponse, error)
 	// ResetBatch runs many resets; one bad item never fails the batch.
+	//
+	// Idempotent, like Reset: items without a seed draw a new one each call.
 	ResetBatch(ctx context.Context, in *ResetBatchRequest, opts ...grpc.CallOption) (*ResetBatchResponse, error)
 	// StepBatch runs many steps; one bad item never fails the batch.
+	//
+	// No side effects, like Step.
 	StepBatch(ctx context.Context, in *StepBatchRequest, opts ...grpc.CallOption) (*StepBatchResponse, error)
 	// ListTasks lists the public summaries of a corpus's tasks.
+	//
+	// No side effects: it reads the served corpora, which do not change
+	// while the server runs.
 	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
 	// GetTask returns one task's public specification.
+	//
+	// No side effects: it reads the served corpora.
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 	// ListCorpora lists the corpora the server serves.
+	//
+	// No side effects: it reads the served corpora.
 	ListCorpora(ctx context.Context, in *ListCorporaRequest, opts ...grpc.CallOption) (*ListCorporaResponse, error)
 }
 
@@ -150,23 +180,53 @@ func (c *envServiceClient) ListCorpora(ctx context.Context, in *ListCorporaReque
 // the episode.
 //
 // Errors of single calls are gRPC statuses with a google.rpc.ErrorInfo
-// whose reason is stable (for example TOKEN_INVALID, WRONG_PHASE,
-// UNKNOWN_TASK); batch calls return one status per item instead.
+// (domain "avtgym") whose reason is one of the ErrorReason names (for
+// example TOKEN_TAMPERED, WRONG_PHASE, UNKNOWN_TASK), and a
+// google.rpc.BadRequest naming the field for bad input; batch calls return
+// one status per item instead.
+//
+// No method changes anything on the server, so every call is safe to
+// retry; each method's idempotency level says whether its reply is also a
+// function of its request alone.
 type EnvServiceServer interface {
 	// Reset starts one episode, or a GRPO group of episodes sharing one task
 	// and interpretation.
+	//
+	// Idempotent, not NO_SIDE_EFFECTS: it changes nothing on the server, so
+	// a retry is safe (a lost reply leaves nothing behind), but its reply
+	// must not be cached or shared between calls: without a seed every call
+	// draws a new seed, and so a new episode.
 	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	// Step applies one action to an episode.
+	//
+	// No side effects: the episode lives in the token, not on the server,
+	// and the result is a function of the token and the action (the same
+	// token and action give the same episode; only the new token's bytes,
+	// sealed with a fresh nonce, differ). An LLM oracle or solver answers
+	// from the server's response cache; without one (serve --no-llm-cache)
+	// a model sampling above temperature 0 may answer differently, but
+	// nothing changes on the server either way.
 	Step(context.Context, *StepRequest) (*StepResponse, error)
 	// ResetBatch runs many resets; one bad item never fails the batch.
+	//
+	// Idempotent, like Reset: items without a seed draw a new one each call.
 	ResetBatch(context.Context, *ResetBatchRequest) (*ResetBatchResponse, error)
 	// StepBatch runs many steps; one bad item never fails the batch.
+	//
+	// No side effects, like Step.
 	StepBatch(context.Context, *StepBatchRequest) (*StepBatchResponse, error)
 	// ListTasks lists the public summaries of a corpus's tasks.
+	//
+	// No side effects: it reads the served corpora, which do not change
+	// while the server runs.
 	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
 	// GetTask returns one task's public specification.
+	//
+	// No side effects: it reads the served corpora.
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	// ListCorpora lists the corpora the server serves.
+	//
+	// No side effects: it reads the served corpora.
 	ListCorpora(context.Context, *ListCorporaRequest) (*ListCorporaResponse, error)
 	mustEmbedUnimplementedEnvServiceServer()
 }

@@ -90,7 +90,7 @@ const (
 	TurnKind_TURN_KIND_REQUEST TurnKind = 1
 	// A clarifying question asked by the policy.
 	TurnKind_TURN_KIND_QUESTION TurnKind = 2
-	// The oracle's reply to a question.
+	// The oracle's reply to a question, answering it (role ORACLE).
 	TurnKind_TURN_KIND_REPLY TurnKind = 3
 	// The policy's STOP decision (its text is empty).
 	TurnKind_TURN_KIND_STOP TurnKind = 4
@@ -100,6 +100,14 @@ const (
 	TurnKind_TURN_KIND_FEEDBACK TurnKind = 6
 	// An environment notice, such as "question budget exhausted".
 	TurnKind_TURN_KIND_NOTICE TurnKind = 7
+	// The answer to a question that the oracle, or the environment in its
+	// place, declined to answer (role ORACLE, in place of a REPLY): the
+	// question named no registered ambiguity, could not be read (empty, not
+	// valid UTF-8, too long) or overflowed the oracle model's context. It
+	// counts as an asked question and earns no credit. Tell refusals by this
+	// kind, not by the text, which is a fixed refusal sentence but may
+	// differ between oracles and versions.
+	TurnKind_TURN_KIND_REFUSAL TurnKind = 8
 )
 
 // Enum value maps for TurnKind.
@@ -113,6 +121,7 @@ var (
 		5: "TURN_KIND_SQL",
 		6: "TURN_KIND_FEEDBACK",
 		7: "TURN_KIND_NOTICE",
+		8: "TURN_KIND_REFUSAL",
 	}
 	TurnKind_value = map[string]int32{
 		"TURN_KIND_UNSPECIFIED": 0,
@@ -123,6 +132,7 @@ var (
 		"TURN_KIND_SQL":         5,
 		"TURN_KIND_FEEDBACK":    6,
 		"TURN_KIND_NOTICE":      7,
+		"TURN_KIND_REFUSAL":     8,
 	}
 )
 
@@ -388,7 +398,9 @@ func (Solver) EnumDescriptor() ([]byte, []int) {
 	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{5}
 }
 
-// OracleType selects the simulated user that answers questions.
+// OracleType selects the simulated user that answers questions. The
+// ORACLE_TYPE_TEST_ values (90 and up) are test fixtures, never for
+// training.
 type OracleType int32
 
 const (
@@ -406,15 +418,19 @@ const (
 	// The LLM matcher with the deterministic responder: the reference for
 	// the responder-leakage diagnostic (PROTOCOL.md §6).
 	OracleType_ORACLE_TYPE_HYBRID OracleType = 4
-	// Test fixture for the leakage diagnostics (PROTOCOL.md §6), off unless
-	// `serve --test-oracles`: the deterministic matcher with a responder that
-	// appends the record's reference SQL to every reply that credits an
-	// ambiguity (a responder leak). Never for training.
+	// TEST FIXTURE, never for training: a deliberately leaky oracle, only
+	// for testing the leakage diagnostics (PROTOCOL.md §6). Served only by
+	// `serve --test-oracles` (package oracle/oracletest); any other server
+	// answers INVALID_ARGUMENT / INVALID_OPTION. The deterministic matcher
+	// with a responder that appends the record's reference SQL to every
+	// reply (a responder leak).
 	OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER OracleType = 90
-	// Test fixture for the leakage diagnostics (PROTOCOL.md §6), off unless
-	// `serve --test-oracles`: a matcher that credits every ambiguity for any
-	// question, with the deterministic responder (a matcher leak). Never for
-	// training.
+	// TEST FIXTURE, never for training: a deliberately leaky oracle, only
+	// for testing the leakage diagnostics (PROTOCOL.md §6). Served only by
+	// `serve --test-oracles` (package oracle/oracletest); any other server
+	// answers INVALID_ARGUMENT / INVALID_OPTION. A matcher that credits
+	// every ambiguity for any question, with the deterministic responder (a
+	// matcher leak).
 	OracleType_ORACLE_TYPE_TEST_CREDIT_ALL OracleType = 91
 )
 
@@ -591,7 +607,8 @@ func (x *Turn) GetText() string {
 // Action is one decision of the policy.
 type Action struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The decision; exactly one must be set.
+	// Required. The decision; exactly one must be set (none is
+	// INVALID_ARGUMENT / INVALID_ACTION).
 	//
 	// Types that are valid to be assigned to Kind:
 	//
@@ -1776,7 +1793,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
 	"\vROLE_ORACLE\x10\x02\x12\x14\n" +
-	"\x10ROLE_ENVIRONMENT\x10\x03*\xbe\x01\n" +
+	"\x10ROLE_ENVIRONMENT\x10\x03*\xd5\x01\n" +
 	"\bTurnKind\x12\x19\n" +
 	"\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TURN_KIND_REQUEST\x10\x01\x12\x16\n" +
@@ -1785,7 +1802,8 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x0eTURN_KIND_STOP\x10\x04\x12\x11\n" +
 	"\rTURN_KIND_SQL\x10\x05\x12\x16\n" +
 	"\x12TURN_KIND_FEEDBACK\x10\x06\x12\x14\n" +
-	"\x10TURN_KIND_NOTICE\x10\a*S\n" +
+	"\x10TURN_KIND_NOTICE\x10\a\x12\x15\n" +
+	"\x11TURN_KIND_REFUSAL\x10\b*S\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPHASE_ASKING\x10\x01\x12\x11\n" +

@@ -76,21 +76,81 @@ func (x *DialogueTurn) GetReply() string {
 	return ""
 }
 
+// Interpretation names a task by its AVT id and its interpretation label
+// instead of its task id (an episode's Privileged carries both).
+type Interpretation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The AVT id: the records sharing it are interpretations of
+	// one request.
+	AvtId string `protobuf:"bytes,1,opt,name=avt_id,json=avtId,proto3" json:"avt_id,omitempty"`
+	// The interpretation label of the record within the AVT, compared
+	// exactly (empty only for a record whose label is empty).
+	Label         string `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Interpretation) Reset() {
+	*x = Interpretation{}
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Interpretation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Interpretation) ProtoMessage() {}
+
+func (x *Interpretation) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Interpretation.ProtoReflect.Descriptor instead.
+func (*Interpretation) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Interpretation) GetAvtId() string {
+	if x != nil {
+		return x.AvtId
+	}
+	return ""
+}
+
+func (x *Interpretation) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
 // AskRequest names the task and carries the dialogue and the question.
 type AskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpus; empty means the server's first corpus.
 	Corpus string `protobuf:"bytes,1,opt,name=corpus,proto3" json:"corpus,omitempty"`
-	// The task id: one record, that is one interpretation. Alternatively
-	// set avt_id and interpretation.
-	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// The AVT id, with interpretation, instead of task_id.
-	AvtId string `protobuf:"bytes,3,opt,name=avt_id,json=avtId,proto3" json:"avt_id,omitempty"`
-	// The interpretation label of the record within the AVT.
-	Interpretation string `protobuf:"bytes,4,opt,name=interpretation,proto3" json:"interpretation,omitempty"`
-	// The earlier turns, oldest first.
+	// Required. The task: one record, that is one interpretation of an AVT.
+	// A request that sets neither is INVALID_ARGUMENT / INVALID_ACTION.
+	//
+	// Types that are valid to be assigned to Task:
+	//
+	//	*AskRequest_TaskId
+	//	*AskRequest_Interpretation
+	Task isAskRequest_Task `protobuf_oneof:"task"`
+	// The earlier turns, oldest first; at most 128.
 	History []*DialogueTurn `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
-	// The question to answer.
+	// Required. The question to answer: not blank, at most 16 KiB of valid
+	// UTF-8.
 	Question string `protobuf:"bytes,6,opt,name=question,proto3" json:"question,omitempty"`
 	// The oracle; default deterministic.
 	Oracle OracleType `protobuf:"varint,7,opt,name=oracle,proto3,enum=avtgym.v1.OracleType" json:"oracle,omitempty"`
@@ -102,7 +162,7 @@ type AskRequest struct {
 
 func (x *AskRequest) Reset() {
 	*x = AskRequest{}
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[1]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +174,7 @@ func (x *AskRequest) String() string {
 func (*AskRequest) ProtoMessage() {}
 
 func (x *AskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[1]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,7 +187,7 @@ func (x *AskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AskRequest.ProtoReflect.Descriptor instead.
 func (*AskRequest) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{1}
+	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AskRequest) GetCorpus() string {
@@ -137,25 +197,29 @@ func (x *AskRequest) GetCorpus() string {
 	return ""
 }
 
+func (x *AskRequest) GetTask() isAskRequest_Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 func (x *AskRequest) GetTaskId() string {
 	if x != nil {
-		return x.TaskId
+		if x, ok := x.Task.(*AskRequest_TaskId); ok {
+			return x.TaskId
+		}
 	}
 	return ""
 }
 
-func (x *AskRequest) GetAvtId() string {
+func (x *AskRequest) GetInterpretation() *Interpretation {
 	if x != nil {
-		return x.AvtId
+		if x, ok := x.Task.(*AskRequest_Interpretation); ok {
+			return x.Interpretation
+		}
 	}
-	return ""
-}
-
-func (x *AskRequest) GetInterpretation() string {
-	if x != nil {
-		return x.Interpretation
-	}
-	return ""
+	return nil
 }
 
 func (x *AskRequest) GetHistory() []*DialogueTurn {
@@ -186,6 +250,24 @@ func (x *AskRequest) GetIncludePrivileged() bool {
 	return false
 }
 
+type isAskRequest_Task interface {
+	isAskRequest_Task()
+}
+
+type AskRequest_TaskId struct {
+	// The task id.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3,oneof"`
+}
+
+type AskRequest_Interpretation struct {
+	// The task's AVT and interpretation label.
+	Interpretation *Interpretation `protobuf:"bytes,9,opt,name=interpretation,proto3,oneof"`
+}
+
+func (*AskRequest_TaskId) isAskRequest_Task() {}
+
+func (*AskRequest_Interpretation) isAskRequest_Task() {}
+
 // AskPrivileged is what the asking policy must not see.
 type AskPrivileged struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -199,7 +281,7 @@ type AskPrivileged struct {
 
 func (x *AskPrivileged) Reset() {
 	*x = AskPrivileged{}
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[2]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +293,7 @@ func (x *AskPrivileged) String() string {
 func (*AskPrivileged) ProtoMessage() {}
 
 func (x *AskPrivileged) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[2]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +306,7 @@ func (x *AskPrivileged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AskPrivileged.ProtoReflect.Descriptor instead.
 func (*AskPrivileged) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{2}
+	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AskPrivileged) GetCredits() []*Credit {
@@ -247,14 +329,20 @@ type AskResponse struct {
 	// The reply, as the asking policy would see it.
 	Reply string `protobuf:"bytes,1,opt,name=reply,proto3" json:"reply,omitempty"`
 	// Privileged data; set only when the request asked for it.
-	Privileged    *AskPrivileged `protobuf:"bytes,2,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	Privileged *AskPrivileged `protobuf:"bytes,2,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	// The oracle declined to answer: reply is the fixed refusal, given when
+	// the question named no registered ambiguity (for an LLM oracle: stage 1
+	// chose, or was validated to, unanswerable()) or overflowed the oracle
+	// model's context. It earns no credit. In an episode the same answer is
+	// a turn of kind TURN_KIND_REFUSAL instead of TURN_KIND_REPLY.
+	Refused       bool `protobuf:"varint,3,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AskResponse) Reset() {
 	*x = AskResponse{}
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[3]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +354,7 @@ func (x *AskResponse) String() string {
 func (*AskResponse) ProtoMessage() {}
 
 func (x *AskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[3]
+	mi := &file_avtgym_v1_oracle_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +367,7 @@ func (x *AskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AskResponse.ProtoReflect.Descriptor instead.
 func (*AskResponse) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{3}
+	return file_avtgym_v1_oracle_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AskResponse) GetReply() string {
@@ -296,6 +384,13 @@ func (x *AskResponse) GetPrivileged() *AskPrivileged {
 	return nil
 }
 
+func (x *AskResponse) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
 var File_avtgym_v1_oracle_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_oracle_service_proto_rawDesc = "" +
@@ -303,27 +398,31 @@ const file_avtgym_v1_oracle_service_proto_rawDesc = "" +
 	"\x1eavtgym/v1/oracle_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\"@\n" +
 	"\fDialogueTurn\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
-	"\x05reply\x18\x02 \x01(\tR\x05reply\"\xa9\x02\n" +
+	"\x05reply\x18\x02 \x01(\tR\x05reply\"=\n" +
+	"\x0eInterpretation\x12\x15\n" +
+	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12\x14\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xcd\x02\n" +
 	"\n" +
 	"AskRequest\x12\x16\n" +
-	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x15\n" +
-	"\x06avt_id\x18\x03 \x01(\tR\x05avtId\x12&\n" +
-	"\x0einterpretation\x18\x04 \x01(\tR\x0einterpretation\x121\n" +
+	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x19\n" +
+	"\atask_id\x18\x02 \x01(\tH\x00R\x06taskId\x12C\n" +
+	"\x0einterpretation\x18\t \x01(\v2\x19.avtgym.v1.InterpretationH\x00R\x0einterpretation\x121\n" +
 	"\ahistory\x18\x05 \x03(\v2\x17.avtgym.v1.DialogueTurnR\ahistory\x12\x1a\n" +
 	"\bquestion\x18\x06 \x01(\tR\bquestion\x12-\n" +
 	"\x06oracle\x18\a \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracle\x12-\n" +
-	"\x12include_privileged\x18\b \x01(\bR\x11includePrivileged\"a\n" +
+	"\x12include_privileged\x18\b \x01(\bR\x11includePrivilegedB\x06\n" +
+	"\x04taskJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05R\x06avt_id\"a\n" +
 	"\rAskPrivileged\x12+\n" +
 	"\acredits\x18\x01 \x03(\v2\x11.avtgym.v1.CreditR\acredits\x12#\n" +
-	"\roracle_action\x18\x02 \x01(\tR\foracleAction\"]\n" +
+	"\roracle_action\x18\x02 \x01(\tR\foracleAction\"w\n" +
 	"\vAskResponse\x12\x14\n" +
 	"\x05reply\x18\x01 \x01(\tR\x05reply\x128\n" +
 	"\n" +
 	"privileged\x18\x02 \x01(\v2\x18.avtgym.v1.AskPrivilegedR\n" +
-	"privileged2E\n" +
-	"\rOracleService\x124\n" +
-	"\x03Ask\x12\x15.avtgym.v1.AskRequest\x1a\x16.avtgym.v1.AskResponseB!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"privileged\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\bR\arefused2J\n" +
+	"\rOracleService\x129\n" +
+	"\x03Ask\x12\x15.avtgym.v1.AskRequest\x1a\x16.avtgym.v1.AskResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_oracle_service_proto_rawDescOnce sync.Once
@@ -337,27 +436,29 @@ func file_avtgym_v1_oracle_service_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_oracle_service_proto_rawDescData
 }
 
-var file_avtgym_v1_oracle_service_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_avtgym_v1_oracle_service_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_avtgym_v1_oracle_service_proto_goTypes = []any{
-	(*DialogueTurn)(nil),  // 0: avtgym.v1.DialogueTurn
-	(*AskRequest)(nil),    // 1: avtgym.v1.AskRequest
-	(*AskPrivileged)(nil), // 2: avtgym.v1.AskPrivileged
-	(*AskResponse)(nil),   // 3: avtgym.v1.AskResponse
-	(OracleType)(0),       // 4: avtgym.v1.OracleType
-	(*Credit)(nil),        // 5: avtgym.v1.Credit
+	(*DialogueTurn)(nil),   // 0: avtgym.v1.DialogueTurn
+	(*Interpretation)(nil), // 1: avtgym.v1.Interpretation
+	(*AskRequest)(nil),     // 2: avtgym.v1.AskRequest
+	(*AskPrivileged)(nil),  // 3: avtgym.v1.AskPrivileged
+	(*AskResponse)(nil),    // 4: avtgym.v1.AskResponse
+	(OracleType)(0),        // 5: avtgym.v1.OracleType
+	(*Credit)(nil),         // 6: avtgym.v1.Credit
 }
 var file_avtgym_v1_oracle_service_proto_depIdxs = []int32{
-	0, // 0: avtgym.v1.AskRequest.history:type_name -> avtgym.v1.DialogueTurn
-	4, // 1: avtgym.v1.AskRequest.oracle:type_name -> avtgym.v1.OracleType
-	5, // 2: avtgym.v1.AskPrivileged.credits:type_name -> avtgym.v1.Credit
-	2, // 3: avtgym.v1.AskResponse.privileged:type_name -> avtgym.v1.AskPrivileged
-	1, // 4: avtgym.v1.OracleService.Ask:input_type -> avtgym.v1.AskRequest
-	3, // 5: avtgym.v1.OracleService.Ask:output_type -> avtgym.v1.AskResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	1, // 0: avtgym.v1.AskRequest.interpretation:type_name -> avtgym.v1.Interpretation
+	0, // 1: avtgym.v1.AskRequest.history:type_name -> avtgym.v1.DialogueTurn
+	5, // 2: avtgym.v1.AskRequest.oracle:type_name -> avtgym.v1.OracleType
+	6, // 3: avtgym.v1.AskPrivileged.credits:type_name -> avtgym.v1.Credit
+	3, // 4: avtgym.v1.AskResponse.privileged:type_name -> avtgym.v1.AskPrivileged
+	2, // 5: avtgym.v1.OracleService.Ask:input_type -> avtgym.v1.AskRequest
+	4, // 6: avtgym.v1.OracleService.Ask:output_type -> avtgym.v1.AskResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_oracle_service_proto_init() }
@@ -366,13 +467,17 @@ func file_avtgym_v1_oracle_service_proto_init() {
 		return
 	}
 	file_avtgym_v1_episode_proto_init()
+	file_avtgym_v1_oracle_service_proto_msgTypes[2].OneofWrappers = []any{
+		(*AskRequest_TaskId)(nil),
+		(*AskRequest_Interpretation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_oracle_service_proto_rawDesc), len(file_avtgym_v1_oracle_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

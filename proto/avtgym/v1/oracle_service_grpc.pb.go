@@ -31,6 +31,12 @@ const (
 // far and a question, it returns the oracle's reply. It keeps no state.
 type OracleServiceClient interface {
 	// Ask answers one question.
+	//
+	// No side effects: the reply is a function of the task, the dialogue,
+	// the question and the oracle. An LLM oracle answers from the server's
+	// response cache; without one (serve --no-llm-cache) a model sampling
+	// above temperature 0 may answer differently, but nothing changes on the
+	// server either way.
 	Ask(ctx context.Context, in *AskRequest, opts ...grpc.CallOption) (*AskResponse, error)
 }
 
@@ -61,6 +67,12 @@ func (c *oracleServiceClient) Ask(ctx context.Context, in *AskRequest, opts ...g
 // far and a question, it returns the oracle's reply. It keeps no state.
 type OracleServiceServer interface {
 	// Ask answers one question.
+	//
+	// No side effects: the reply is a function of the task, the dialogue,
+	// the question and the oracle. An LLM oracle answers from the server's
+	// response cache; without one (serve --no-llm-cache) a model sampling
+	// above temperature 0 may answer differently, but nothing changes on the
+	// server either way.
 	Ask(context.Context, *AskRequest) (*AskResponse, error)
 	mustEmbedUnimplementedOracleServiceServer()
 }

@@ -103,28 +103,38 @@ def _batch_results(eps: Sequence[Episode], resp: pb.StepBatchResponse) -> list[S
 
 @dataclass(frozen=True)
 class OracleReply:
-    """OracleService.Ask's answer: the reply text and, when privileged=True was asked for, the
-    credited ambiguities (dicts with index, term, counted) and the oracle's validated action."""
+    """OracleService.Ask's answer: the reply text; refused, True when the oracle declined to answer
+    (the question named no registered ambiguity or was too long for the oracle's model; in an
+    episode that answer is a turn of kind "refusal"); and, when privileged=True was asked for,
+    the credited ambiguities (dicts with index, term, counted) and the oracle's validated action."""
 
     reply: str
     credits: tuple[dict[str, Any], ...] = ()
     action: str = ""
+    refused: bool = False
 
 
 def _ask_request(question: str, task_id: str | None, history: Sequence[tuple[str, str]],
                  corpus: str | None, avt_id: str | None, interpretation: str | None,
                  oracle: str | None, privileged: bool) -> Any:
-    return opb.AskRequest(
-        corpus=corpus or "", task_id=task_id or "", avt_id=avt_id or "",
-        interpretation=interpretation or "", question=question, oracle=oracle_enum(oracle),
+    req = opb.AskRequest(
+        corpus=corpus or "", question=question, oracle=oracle_enum(oracle),
         include_privileged=privileged,
         history=[opb.DialogueTurn(question=q, reply=r) for q, r in history])
+    # AskRequest.task is a oneof: the task id, or the AVT id and interpretation label.
+    if task_id and (avt_id or interpretation):
+        raise ValueError("name the task by task_id, or by avt_id and interpretation, not both")
+    if task_id:
+        req.task_id = task_id
+    elif avt_id or interpretation:
+        req.interpretation.CopyFrom(opb.Interpretation(avt_id=avt_id or "", label=interpretation or ""))
+    return req
 
 
 def _oracle_reply(resp: Any) -> OracleReply:
     p = resp.privileged
     credits = tuple({"index": c.index, "term": c.term, "counted": c.counted} for c in p.credits)
-    return OracleReply(resp.reply, credits, p.oracle_action)
+    return OracleReply(resp.reply, credits, p.oracle_action, resp.refused)
 
 
 class Client:
@@ -198,8 +208,9 @@ class Client:
                    avt_id: str | None = None, interpretation: str | None = None,
                    oracle: str | None = None, privileged: bool = False) -> OracleReply:
         """OracleService.Ask: the oracle on its own, for trainers that own their rollout loop.
-        Name the task (one interpretation) by task_id, or by avt_id and interpretation; history is
-        the earlier (question, reply) pairs, oldest first. No episode state is kept."""
+        Name the task (one interpretation) by task_id, or by avt_id and interpretation (its label),
+        not both (ValueError); history is the earlier (question, reply) pairs, oldest first. No
+        episode state is kept."""
         return _oracle_reply(self._call("Ask", _ask_request(question, task_id, history, corpus, avt_id,
                                                              interpretation, oracle, privileged),
                                         stub=self._oracle))

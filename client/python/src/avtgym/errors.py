@@ -16,7 +16,9 @@ class AvtgymError(Exception):
     """An error from the server (or the transport).
 
     code: the grpc.StatusCode name ("INVALID_ARGUMENT", "UNAVAILABLE", ...); reason: the
-    google.rpc.ErrorInfo reason ("TOKEN_TAMPERED", "WRONG_PHASE", ...) or "" when none;
+    google.rpc.ErrorInfo reason ("TOKEN_TAMPERED", "WRONG_PHASE", ...) or "" when none: the
+    name of an avtgym.v1.ErrorReason value (avtgym.v1.error_reason_pb2, where each one's code
+    and meaning is documented), or, for the standard services (health), the code's name;
     field: the first BadRequest field violation's field, or ""; message: the status message;
     metadata: the ErrorInfo metadata."""
 

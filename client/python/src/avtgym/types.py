@@ -110,7 +110,10 @@ class TaskSummary:
 @dataclass(frozen=True)
 class Turn:
     """One utterance. role: "policy" | "oracle" | "environment"; kind: "request" | "question" |
-    "reply" | "stop" | "sql" | "feedback" | "notice"."""
+    "reply" | "refusal" | "stop" | "sql" | "feedback" | "notice" (the TurnKind name, lower-cased,
+    without its prefix). A question is followed by a "reply" when it was answered and by a
+    "refusal" (role "oracle") when the oracle, or the environment in its place, declined: tell
+    the two by kind, never by text."""
 
     role: str
     kind: str

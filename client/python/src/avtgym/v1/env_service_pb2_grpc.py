@@ -34,8 +34,14 @@ class EnvServiceStub:
     the episode.
 
     Errors of single calls are gRPC statuses with a google.rpc.ErrorInfo
-    whose reason is stable (for example TOKEN_INVALID, WRONG_PHASE,
-    UNKNOWN_TASK); batch calls return one status per item instead.
+    (domain "avtgym") whose reason is one of the ErrorReason names (for
+    example TOKEN_TAMPERED, WRONG_PHASE, UNKNOWN_TASK), and a
+    google.rpc.BadRequest naming the field for bad input; batch calls return
+    one status per item instead.
+
+    No method changes anything on the server, so every call is safe to
+    retry; each method's idempotency level says whether its reply is also a
+    function of its request alone.
     """
 
     def __init__(self, channel):
@@ -90,13 +96,24 @@ class EnvServiceServicer:
     the episode.
 
     Errors of single calls are gRPC statuses with a google.rpc.ErrorInfo
-    whose reason is stable (for example TOKEN_INVALID, WRONG_PHASE,
-    UNKNOWN_TASK); batch calls return one status per item instead.
+    (domain "avtgym") whose reason is one of the ErrorReason names (for
+    example TOKEN_TAMPERED, WRONG_PHASE, UNKNOWN_TASK), and a
+    google.rpc.BadRequest naming the field for bad input; batch calls return
+    one status per item instead.
+
+    No method changes anything on the server, so every call is safe to
+    retry; each method's idempotency level says whether its reply is also a
+    function of its request alone.
     """
 
     def Reset(self, request, context):
         """Reset starts one episode, or a GRPO group of episodes sharing one task
         and interpretation.
+
+        Idempotent, not NO_SIDE_EFFECTS: it changes nothing on the server, so
+        a retry is safe (a lost reply leaves nothing behind), but its reply
+        must not be cached or shared between calls: without a seed every call
+        draws a new seed, and so a new episode.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +121,14 @@ class EnvServiceServicer:
 
     def Step(self, request, context):
         """Step applies one action to an episode.
+
+        No side effects: the episode lives in the token, not on the server,
+        and the result is a function of the token and the action (the same
+        token and action give the same episode; only the new token's bytes,
+        sealed with a fresh nonce, differ). An LLM oracle or solver answers
+        from the server's response cache; without one (serve --no-llm-cache)
+        a model sampling above temperature 0 may answer differently, but
+        nothing changes on the server either way.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,6 +136,8 @@ class EnvServiceServicer:
 
     def ResetBatch(self, request, context):
         """ResetBatch runs many resets; one bad item never fails the batch.
+
+        Idempotent, like Reset: items without a seed draw a new one each call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -118,6 +145,8 @@ class EnvServiceServicer:
 
     def StepBatch(self, request, context):
         """StepBatch runs many steps; one bad item never fails the batch.
+
+        No side effects, like Step.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,6 +154,9 @@ class EnvServiceServicer:
 
     def ListTasks(self, request, context):
         """ListTasks lists the public summaries of a corpus's tasks.
+
+        No side effects: it reads the served corpora, which do not change
+        while the server runs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -132,6 +164,8 @@ class EnvServiceServicer:
 
     def GetTask(self, request, context):
         """GetTask returns one task's public specification.
+
+        No side effects: it reads the served corpora.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,6 +173,8 @@ class EnvServiceServicer:
 
     def ListCorpora(self, request, context):
         """ListCorpora lists the corpora the server serves.
+
+        No side effects: it reads the served corpora.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -199,8 +235,14 @@ class EnvService:
     the episode.
 
     Errors of single calls are gRPC statuses with a google.rpc.ErrorInfo
-    whose reason is stable (for example TOKEN_INVALID, WRONG_PHASE,
-    UNKNOWN_TASK); batch calls return one status per item instead.
+    (domain "avtgym") whose reason is one of the ErrorReason names (for
+    example TOKEN_TAMPERED, WRONG_PHASE, UNKNOWN_TASK), and a
+    google.rpc.BadRequest naming the field for bad input; batch calls return
+    one status per item instead.
+
+    No method changes anything on the server, so every call is safe to
+    retry; each method's idempotency level says whether its reply is also a
+    function of its request alone.
     """
 
     @staticmethod

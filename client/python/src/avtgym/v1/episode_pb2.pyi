@@ -24,6 +24,7 @@ class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_KIND_SQL: _ClassVar[TurnKind]
     TURN_KIND_FEEDBACK: _ClassVar[TurnKind]
     TURN_KIND_NOTICE: _ClassVar[TurnKind]
+    TURN_KIND_REFUSAL: _ClassVar[TurnKind]
 
 class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +82,7 @@ TURN_KIND_STOP: TurnKind
 TURN_KIND_SQL: TurnKind
 TURN_KIND_FEEDBACK: TurnKind
 TURN_KIND_NOTICE: TurnKind
+TURN_KIND_REFUSAL: TurnKind
 PHASE_UNSPECIFIED: Phase
 PHASE_ASKING: Phase
 PHASE_SOLVING: Phase

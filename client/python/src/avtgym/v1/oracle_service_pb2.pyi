@@ -15,11 +15,18 @@ class DialogueTurn(_message.Message):
     reply: str
     def __init__(self, question: _Optional[str] = ..., reply: _Optional[str] = ...) -> None: ...
 
+class Interpretation(_message.Message):
+    __slots__ = ("avt_id", "label")
+    AVT_ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    avt_id: str
+    label: str
+    def __init__(self, avt_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
 class AskRequest(_message.Message):
-    __slots__ = ("corpus", "task_id", "avt_id", "interpretation", "history", "question", "oracle", "include_privileged")
+    __slots__ = ("corpus", "task_id", "interpretation", "history", "question", "oracle", "include_privileged")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
-    AVT_ID_FIELD_NUMBER: _ClassVar[int]
     INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
@@ -27,13 +34,12 @@ class AskRequest(_message.Message):
     INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
-    avt_id: str
-    interpretation: str
+    interpretation: Interpretation
     history: _containers.RepeatedCompositeFieldContainer[DialogueTurn]
     question: str
     oracle: _episode_pb2.OracleType
     include_privileged: bool
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., history: _Optional[_Iterable[_Union[DialogueTurn, _Mapping]]] = ..., question: _Optional[str] = ..., oracle: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., interpretation: _Optional[_Union[Interpretation, _Mapping]] = ..., history: _Optional[_Iterable[_Union[DialogueTurn, _Mapping]]] = ..., question: _Optional[str] = ..., oracle: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
 
 class AskPrivileged(_message.Message):
     __slots__ = ("credits", "oracle_action")
@@ -44,9 +50,11 @@ class AskPrivileged(_message.Message):
     def __init__(self, credits: _Optional[_Iterable[_Union[_episode_pb2.Credit, _Mapping]]] = ..., oracle_action: _Optional[str] = ...) -> None: ...
 
 class AskResponse(_message.Message):
-    __slots__ = ("reply", "privileged")
+    __slots__ = ("reply", "privileged", "refused")
     REPLY_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     reply: str
     privileged: AskPrivileged
-    def __init__(self, reply: _Optional[str] = ..., privileged: _Optional[_Union[AskPrivileged, _Mapping]] = ...) -> None: ...
+    refused: bool
+    def __init__(self, reply: _Optional[str] = ..., privileged: _Optional[_Union[AskPrivileged, _Mapping]] = ..., refused: _Optional[bool] = ...) -> None: ...

@@ -52,6 +52,12 @@ class OracleServiceServicer:
 
     def Ask(self, request, context):
         """Ask answers one question.
+
+        No side effects: the reply is a function of the task, the dialogue,
+        the question and the oracle. An LLM oracle answers from the server's
+        response cache; without one (serve --no-llm-cache) a model sampling
+        above temperature 0 may answer differently, but nothing changes on the
+        server either way.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

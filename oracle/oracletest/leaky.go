@@ -1,11 +1,25 @@
-package oracle
+// Package oracletest holds the deliberately leaky test oracles: fixtures
+// for the leakage diagnostics of PROTOCOL.md §6, never for training.
+// LeakyResponder appends the reference SQL to its replies (a responder
+// leak, ORACLE_TYPE_TEST_LEAKY_RESPONDER); CreditAll credits every ambiguity
+// for any question (a matcher leak, ORACLE_TYPE_TEST_CREDIT_ALL).
+//
+// They live apart from package oracle so that no production path can reach
+// them by accident: the only non-test importer is app, which registers them
+// when its Config.TestOracles is set (serve --test-oracles).
+package oracletest
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"avtgym/corpus"
+	"avtgym/oracle"
 )
+
+// errNilRecord is returned for a nil record.
+var errNilRecord = errors.New("oracletest: nil record")
 
 // LeakPrefix introduces the reference SQL that the LeakyResponder test
 // oracle appends to its replies.
@@ -22,21 +36,25 @@ const LeakPrefix = " The SQL is: "
 // is positive for any asker that asks at least once where the dialogue did
 // not already reveal the interpretation; ΔJ_full where the replies alone
 // do not already reveal it).
-func LeakyResponder() Oracle {
-	return Oracle{Matcher: NewDeterministicMatcher(), Responder: leakyResponder{}}
+func LeakyResponder() oracle.Oracle {
+	return oracle.Oracle{Matcher: oracle.NewDeterministicMatcher(), Responder: leakyResponder{}}
 }
 
 // leakyResponder is the deterministic responder plus the reference SQL.
-type leakyResponder struct{ DeterministicResponder }
+// A question that credits nothing is still Refused (the deterministic
+// reply is the refusal; the leak is appended to it), so refusals, like
+// credits, are the deterministic oracle's and only the text leaks.
+type leakyResponder struct{ oracle.DeterministicResponder }
 
-func (r leakyResponder) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, credits []int) (string, error) {
-	text, err := r.DeterministicResponder.Respond(ctx, rec, history, question, credits)
+func (r leakyResponder) Respond(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string, m oracle.Match) (oracle.Reply, error) {
+	rep, err := r.DeterministicResponder.Respond(ctx, rec, history, question, m)
 	if err != nil {
-		return text, err
+		return rep, err
 	}
 	// Joined by "; ": after white-space normalisation this is the task's
 	// ReferenceSQL (the statements joined by ";\n").
-	return text + LeakPrefix + strings.Join(rec.Reference.SQL, "; "), nil
+	rep.Text += LeakPrefix + strings.Join(rec.Reference.SQL, "; ")
+	return rep, nil
 }
 
 // CreditAll returns a deliberately leaky test oracle (a fixture for the
@@ -46,30 +64,31 @@ func (r leakyResponder) Respond(ctx context.Context, rec *corpus.Record, history
 // deterministic responder, which therefore replies with all the record's
 // resolutions. A matcher leak: recall is 1 on every record with a counted
 // ambiguity as soon as one question is asked (ΔRec_none = 1 on those).
-func CreditAll() Oracle {
-	return Oracle{Matcher: CreditAllMatcher{}, Responder: NewDeterministicResponder()}
+func CreditAll() oracle.Oracle {
+	return oracle.Oracle{Matcher: CreditAllMatcher{}, Responder: oracle.NewDeterministicResponder()}
 }
 
 // CreditAllMatcher credits every ambiguity of the record for any question
 // that is not empty or white space only; it is the matcher of CreditAll.
 type CreditAllMatcher struct{}
 
-// Match returns 0..len(rec.Ambiguities)-1, or nil for an empty question or
-// a record without ambiguities. It fails only for a nil record or a done
+// Match credits 0..len(rec.Ambiguities)-1, or nothing for an empty
+// question or a record without ambiguities, with no action (like the
+// deterministic matcher). It fails only for a nil record or a done
 // context.
-func (CreditAllMatcher) Match(ctx context.Context, rec *corpus.Record, _ []Turn, question string) ([]int, error) {
+func (CreditAllMatcher) Match(ctx context.Context, rec *corpus.Record, _ []oracle.Turn, question string) (oracle.Match, error) {
 	if rec == nil {
-		return nil, errNilRecord
+		return oracle.Match{}, errNilRecord
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return oracle.Match{}, err
 	}
 	if strings.TrimSpace(question) == "" || len(rec.Ambiguities) == 0 {
-		return nil, nil
+		return oracle.Match{}, nil
 	}
 	out := make([]int, len(rec.Ambiguities))
 	for i := range out {
 		out[i] = i
 	}
-	return out, nil
+	return oracle.Match{Credits: out}, nil
 }

@@ -1,4 +1,4 @@
-package oracle
+package oracletest
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/oracle"
 )
 
 // leakRecord is a small record with three ambiguities of every kind and a
@@ -29,7 +30,7 @@ func TestLeakyResponder(t *testing.T) {
 	ctx := context.Background()
 	rec := leakRecord()
 	o := LeakyResponder()
-	det := Deterministic()
+	det := oracle.Deterministic()
 	for _, tc := range []struct {
 		question string
 		credits  []int
@@ -39,15 +40,15 @@ func TestLeakyResponder(t *testing.T) {
 		{"Big sales, and which recent year? Sorted how?", []int{0, 1, 2}, "Sales of 100 dollars or more. The year 2024. Sort by amount, largest first." + LeakPrefix + leakSQL},
 		{"Sorted how?", []int{2}, "Sort by amount, largest first." + LeakPrefix + leakSQL},
 		// No credit: the refusal, and still the leak.
-		{"Could you clarify what you want?", nil, Refusal + LeakPrefix + leakSQL},
-		{"", nil, Refusal + LeakPrefix + leakSQL},
+		{"Could you clarify what you want?", nil, oracle.Refusal + LeakPrefix + leakSQL},
+		{"", nil, oracle.Refusal + LeakPrefix + leakSQL},
 	} {
 		got, err := o.Ask(ctx, rec, nil, tc.question)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.question, err)
 		}
-		if !reflect.DeepEqual(got.Credits, tc.credits) || got.Text != tc.reply {
-			t.Errorf("%q: got credits %v reply %q, want %v %q", tc.question, got.Credits, got.Text, tc.credits, tc.reply)
+		if !reflect.DeepEqual(got.Credits, tc.credits) || got.Text != tc.reply || got.Refused != (tc.credits == nil) || got.Action != (oracle.Action{}) {
+			t.Errorf("%q: got %+v, want credits %v reply %q", tc.question, got, tc.credits, tc.reply)
 		}
 		// The matcher is the deterministic one, and the reply extends the
 		// deterministic reply.
@@ -55,7 +56,7 @@ func TestLeakyResponder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(got.Credits, ref.Credits) || !strings.HasPrefix(got.Text, ref.Text) {
+		if !reflect.DeepEqual(got.Credits, ref.Credits) || !strings.HasPrefix(got.Text, ref.Text) || got.Refused != ref.Refused {
 			t.Errorf("%q: leaky %v %q vs deterministic %v %q", tc.question, got.Credits, got.Text, ref.Credits, ref.Text)
 		}
 	}
@@ -64,7 +65,7 @@ func TestLeakyResponder(t *testing.T) {
 	if got, want := strings.Join(strings.Fields(leakSQL), " "), strings.Join(strings.Fields(strings.Join(rec.Reference.SQL, ";\n")), " "); got != want {
 		t.Errorf("normalised leak %q != normalised reference %q", got, want)
 	}
-	if _, err := o.Responder.Respond(ctx, rec, nil, "q", []int{3}); err == nil {
+	if _, err := o.Responder.Respond(ctx, rec, nil, "q", oracle.Match{Credits: []int{3}}); err == nil {
 		t.Error("out-of-range credit accepted")
 	}
 	if _, err := o.Ask(ctx, nil, nil, "big sales?"); err == nil {
@@ -82,19 +83,19 @@ func TestCreditAll(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", q, err)
 		}
-		if !reflect.DeepEqual(got.Credits, []int{0, 1, 2}) || got.Text != all {
+		if !reflect.DeepEqual(got.Credits, []int{0, 1, 2}) || got.Text != all || got.Refused {
 			t.Errorf("%q: got credits %v reply %q, want [0 1 2] %q", q, got.Credits, got.Text, all)
 		}
 	}
 	for _, q := range []string{"", " \t\n"} {
 		got, err := o.Ask(ctx, rec, nil, q)
-		if err != nil || got.Credits != nil || got.Text != Refusal {
+		if err != nil || got.Credits != nil || got.Text != oracle.Refusal || !got.Refused {
 			t.Errorf("empty question %q: %v %v", q, got, err)
 		}
 	}
 	// A record without ambiguities: nothing to credit, the refusal.
 	none := &corpus.Record{ID: "none", Reference: corpus.Reference{SQL: corpus.SQLList{"SELECT 1"}}}
-	if got, err := o.Ask(ctx, none, nil, "Could you clarify?"); err != nil || got.Credits != nil || got.Text != Refusal {
+	if got, err := o.Ask(ctx, none, nil, "Could you clarify?"); err != nil || got.Credits != nil || got.Text != oracle.Refusal || !got.Refused {
 		t.Errorf("no ambiguities: %v %v", got, err)
 	}
 	if _, err := o.Ask(ctx, nil, nil, "q"); err == nil {

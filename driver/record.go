@@ -1,0 +1,113 @@
+package driver
+
+import "slices"
+
+// Record is what one played episode comes to: a line of `avtgym rollout
+// --episodes-out`, and, with eval's labels, of an evaluation run's
+// episodes.jsonl. The reward's components are copied as the server
+// reported them; a quantity PROTOCOL.md §6 leaves undefined is null.
+type Record struct {
+	Corpus    string `json:"corpus"`
+	TaskID    string `json:"task_id"`
+	AVTID     string `json:"avt_id"`
+	DB        string `json:"db,omitempty"`
+	Split     string `json:"split,omitempty"`
+	EpisodeID string `json:"episode_id,omitempty"`
+	Seed      uint64 `json:"seed"`
+	// Status is TERMINATED, TRUNCATED or ERROR (the server's terminal
+	// status), or, for an episode that could not be played, RPC_FAILED
+	// (a call failed) or ASKER_FAILED (the policy itself failed, such as
+	// the LLM asker's endpoint). Only TERMINATED and TRUNCATED are scored.
+	Status string `json:"status"`
+	// Counted is |Amb|, the task's counted ambiguities (from the privileged
+	// field; 0 when the reset did not ask for it).
+	Counted int `json:"counted"`
+	// Questions are the questions asked, in order; Replies the oracle's
+	// replies (and the environment's in the oracle's place), in order.
+	Questions []string `json:"questions"`
+	Replies   []string `json:"replies"`
+	// CreditedTerms are the distinct counted terms credited over the
+	// episode, in annotation order (privileged).
+	CreditedTerms []string `json:"credited_terms"`
+	// Reward is the reward's value; Precision, Recall, F1 and Success its
+	// components precision, recall, question_f1 and outcome (F1 only when
+	// the task has counted ambiguities, as PROTOCOL.md §6 defines it).
+	Reward    *float64 `json:"reward"`
+	Precision *float64 `json:"precision"`
+	Recall    *float64 `json:"recall"`
+	F1        *float64 `json:"f1"`
+	Success   *float64 `json:"success"`
+	// FallbackStop marks an episode that ended by a fallback STOP (the
+	// policy's output could not be parsed): kept for the reward and SR,
+	// omitted from recall and F1. FallbackSQL marks a placeholder SQL
+	// submitted for unparsable output.
+	FallbackStop bool `json:"fallback_stop,omitempty"`
+	FallbackSQL  bool `json:"fallback_sql,omitempty"`
+	// Error explains an episode that could not be played.
+	Error string `json:"error,omitempty"`
+}
+
+// Scored reports whether the episode counts in metrics.
+func (r *Record) Scored() bool { return r.Status == "TERMINATED" || r.Status == "TRUNCATED" }
+
+// Record sums the episode up. An episode that has not ended gets status
+// RPC_FAILED with err's text (or "the episode did not end"); err, when
+// set, is the error that stopped the play.
+func (e *Episode) Record(err error) *Record {
+	obs := e.reset.GetObservation()
+	r := &Record{
+		Corpus: obs.GetTask().GetCorpus(), TaskID: obs.GetTask().GetTaskId(), DB: obs.GetTask().GetDatabase().GetId(), Split: obs.GetTask().GetSplit(),
+		EpisodeID: e.reset.GetEpisodeId(), Seed: e.reset.GetSeed(),
+		Questions: nonNil(e.questions), Replies: nonNil(e.replies), CreditedTerms: []string{},
+		FallbackStop: e.FallbackStop, FallbackSQL: e.FallbackSQL,
+	}
+	priv := e.reset.GetPrivileged()
+	r.AVTID = priv.GetAvtId()
+	if r.AVTID == "" {
+		r.AVTID = r.TaskID
+	}
+	for _, a := range priv.GetAmbiguities() {
+		if a.GetCounted() {
+			r.Counted++
+		}
+	}
+	switch {
+	case err != nil:
+		r.Status, r.Error = "RPC_FAILED", err.Error()
+		return r
+	case !e.Done():
+		r.Status, r.Error = "RPC_FAILED", "the episode did not end (phase "+e.phase.String()+")"
+		return r
+	}
+	last := e.last
+	r.Status = statusName(last.GetStatus())
+	for _, c := range last.GetPrivileged().GetEpisodeCredits() {
+		if c.GetCounted() && !slices.Contains(r.CreditedTerms, c.GetTerm()) {
+			r.CreditedTerms = append(r.CreditedTerms, c.GetTerm())
+		}
+	}
+	if rw := last.GetReward(); rw != nil {
+		v := rw.GetValue()
+		r.Reward = &v
+		get := func(k string) *float64 {
+			if x, ok := rw.GetComponents()[k]; ok {
+				return &x
+			}
+			return nil
+		}
+		r.Precision, r.Recall, r.Success = get("precision"), get("recall"), get("outcome")
+		if r.Counted > 0 {
+			r.F1 = get("question_f1")
+		} else {
+			r.Recall = nil
+		}
+	}
+	return r
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return slices.Clone(s)
+}

@@ -1,0 +1,93 @@
+package eval
+
+import (
+	"avtgym/driver"
+)
+
+// RolloutSummary aggregates the records of one policy's rollout (`avtgym
+// rollout`) with the eligibility rules of PROTOCOL.md §6, through the same
+// per-cell metrics as an evaluation (Cell): each mean is over the episodes
+// where its quantity is defined, null when none is.
+type RolloutSummary struct {
+	Policy    string `json:"policy"`
+	Corpus    string `json:"corpus"`
+	Episodes  int    `json:"episodes"`
+	Errors    int    `json:"errors"`
+	Truncated int    `json:"truncated"`
+	// FallbackStops counts the episodes that ended by a fallback stop;
+	// they count for reward and success, not for recall and F1.
+	FallbackStops int      `json:"fallback_stops"`
+	Precision     *float64 `json:"precision"`
+	Recall        *float64 `json:"recall"`
+	F1            *float64 `json:"f1"`
+	RewardMean    *float64 `json:"reward_mean"`
+	SuccessRate   *float64 `json:"success_rate"`
+	// MultiInterpretation restricts success to the tasks whose AVT has two
+	// or more interpretations in this rollout, beside the success a
+	// uniform guess among them would reach (the mean of 1/k).
+	MultiInterpretation MultiSummary `json:"multi_interpretation"`
+}
+
+// MultiSummary is success on multi-interpretation AVTs against chance.
+type MultiSummary struct {
+	Episodes    int      `json:"episodes"`
+	SuccessRate *float64 `json:"success_rate"`
+	Chance      *float64 `json:"chance"`
+}
+
+// SummarizeRollout aggregates the records of a rollout. A record that could
+// not be played (an error) counts in Errors only; ERROR episodes, which
+// the environment did not score, are errors too.
+func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
+	s := &RolloutSummary{Policy: policy}
+	eps := make([]Episode, 0, len(rs))
+	perAVT := map[string]int{}
+	var reward, multi, chance sum
+	for _, r := range rs {
+		if s.Corpus == "" {
+			s.Corpus = r.Corpus
+		}
+		if !r.Scored() {
+			s.Errors++
+			continue
+		}
+		s.Episodes++
+		perAVT[r.AVTID]++
+		if r.Status == "TRUNCATED" {
+			s.Truncated++
+		}
+		if r.FallbackStop {
+			s.FallbackStops++
+		}
+		reward.add(r.Reward)
+		eps = append(eps, Episode{Record: *r})
+	}
+	m := Cell(eps)
+	s.Precision, s.Recall, s.F1, s.SuccessRate = m.Precision, m.Recall, m.F1, m.SR
+	s.RewardMean = reward.mean()
+	for _, e := range eps {
+		if k := perAVT[e.AVTID]; k >= 2 && e.Success != nil {
+			s.MultiInterpretation.Episodes++
+			multi.add(e.Success)
+			p := 1 / float64(k)
+			chance.add(&p)
+		}
+	}
+	s.MultiInterpretation.SuccessRate, s.MultiInterpretation.Chance = multi.mean(), chance.mean()
+	return s
+}
+
+// sum accumulates a mean of defined values.
+type sum struct {
+	total float64
+	n     int
+}
+
+func (m *sum) add(x *float64) {
+	if x != nil {
+		m.total += *x
+		m.n++
+	}
+}
+
+func (m *sum) mean() *float64 { return ratio(m.total, m.n) }

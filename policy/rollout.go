@@ -1,0 +1,120 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"avtgym/driver"
+	"avtgym/internal/parallel"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// RolloutConfig says what to roll out.
+type RolloutConfig struct {
+	Player  Player
+	Corpus  string
+	Split   string
+	Limit   int // 0 means every task
+	Seed    uint64
+	Options *pb.EpisodeOptions
+	// Concurrency bounds the episodes in flight; 0 means 16.
+	Concurrency int
+	// Progress, when set, is called after each episode.
+	Progress func(done, total int)
+}
+
+// Rollout plays cfg.Player once on each task of a corpus (in corpus order,
+// up to Limit), task i with seed Seed+i, and returns the episodes'
+// records in task order. An episode that could not be played is a record
+// with status RPC_FAILED or ASKER_FAILED and its error.
+func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*driver.Record, error) {
+	if cfg.Player == nil {
+		return nil, errors.New("policy: no player to roll out")
+	}
+	tasks, err := ListTasks(ctx, c, cfg.Corpus, cfg.Split)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
+		tasks = tasks[:cfg.Limit]
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
+	env := driver.Remote(c)
+	records := make([]*driver.Record, len(tasks))
+	var (
+		mu   sync.Mutex
+		done int
+	)
+	err = parallel.For(ctx, len(tasks), cfg.Concurrency, func(ctx context.Context, i int) error {
+		t := tasks[i]
+		seed := cfg.Seed + uint64(i)
+		records[i] = PlayOne(ctx, env, cfg.Player, &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), Seed: &seed, Options: cfg.Options, IncludePrivileged: true})
+		if cfg.Progress != nil {
+			mu.Lock()
+			done++
+			cfg.Progress(done, len(tasks))
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return records, nil
+}
+
+// PlayOne starts one episode with reset, has p play it and returns its
+// record. A reset that fails, or a play that fails, is a record with
+// status RPC_FAILED (ASKER_FAILED for an *AskerError) naming the task
+// and seed of reset.
+func PlayOne(ctx context.Context, env driver.Env, p Player, reset *pb.ResetRequest) *driver.Record {
+	ep, err := driver.Start(ctx, env, reset)
+	if err != nil {
+		return Failed(reset, err)
+	}
+	return Finish(ep, p.Play(ctx, ep))
+}
+
+// Finish is ep's record after a play that returned err.
+func Finish(ep *driver.Episode, err error) *driver.Record {
+	r := ep.Record(err)
+	var ae *AskerError
+	if errors.As(err, &ae) {
+		r.Status = "ASKER_FAILED"
+	}
+	return r
+}
+
+// Failed is the record of an episode that could not even start.
+func Failed(reset *pb.ResetRequest, err error) *driver.Record {
+	status := "RPC_FAILED"
+	var ae *AskerError
+	if errors.As(err, &ae) {
+		status = "ASKER_FAILED"
+	}
+	return &driver.Record{Corpus: reset.GetCorpus(), TaskID: reset.GetTaskId(), AVTID: reset.GetTaskId(), Seed: reset.GetSeed(),
+		Status: status, Error: err.Error(), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{}}
+}
+
+// ListTasks lists the tasks of a corpus (and split), all pages.
+func ListTasks(ctx context.Context, c pb.EnvServiceClient, corpus, split string) ([]*pb.TaskSummary, error) {
+	var tasks []*pb.TaskSummary
+	page := ""
+	for {
+		resp, err := c.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpus, Split: split, PageSize: 1000, PageToken: page})
+		if err != nil {
+			return nil, fmt.Errorf("listing tasks: %w", err)
+		}
+		tasks = append(tasks, resp.GetTasks()...)
+		if page = resp.GetNextPageToken(); page == "" {
+			return tasks, nil
+		}
+	}
+}
