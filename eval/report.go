@@ -90,8 +90,8 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	var b strings.Builder
 	b.WriteString("## Inference and leakage across oracles\n\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); reference oracle %s, hybrid %s.\n",
-			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, r.Reference, r.Hybrid)
+		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s\n",
+			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, oracleRoles(r.Reference, r.Hybrid))
 	}
 	b.WriteString("\nCells: mean ± sample SD across seeds [95% bootstrap interval], in % (diagnostics in percentage points); " + Dash + " where undefined.\n\n")
 	b.WriteString(mdRow(table8Header))

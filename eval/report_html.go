@@ -12,13 +12,17 @@ import (
 const htmlCSS = `
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+.scroll { max-width: 100%; overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; vertical-align: top; }
+th { background: #f3f3f3; font-weight: 600; } td.l, th.l { text-align: left; }
+td span { display: block; white-space: nowrap; } td .ci { color: #666; font-size: 0.88em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
-figure { margin: 0; } figcaption { font-size: 0.85em; color: #555; max-width: 40em; }
+figure { margin: 0; max-width: 100%; } figcaption { font-size: 0.85em; color: #555; max-width: 40em; }
+svg.chart { max-width: 100%; height: auto; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #333; }
 .meta { color: #555; font-size: 0.9em; }
+@media (max-width: 1100px) { body { margin: 1em; } table { font-size: 0.72em; } }
 `
 
 // seriesColors colours the bars of a chart's series in order.
@@ -36,8 +40,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n")
 	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
 	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
-	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). Reference oracle %s, hybrid %s.</p>\n",
-		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(r.Reference), esc(r.Hybrid))
+	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s</p>\n",
+		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r.Reference, r.Hybrid)))
 
 	groups := make([]string, len(r.Rows))
 	sr := make([][]Summary, len(r.Rows))
@@ -80,7 +84,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row) []string) {
-	fmt.Fprintf(b, "<table id=\"%s\">\n<tr>", id)
+	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
 	for i, h := range header {
 		cls := ""
 		if i < 2 {
@@ -92,15 +96,43 @@ func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, c
 	for i := range r.Rows {
 		b.WriteString("<tr>")
 		for j, c := range cells(r, &r.Rows[i]) {
-			cls := ""
 			if j < 2 {
-				cls = " class=\"l\""
+				// Names may wrap after an underscore (test_leaky_<wbr/>responder).
+				fmt.Fprintf(b, "<td class=\"l\">%s</td>", strings.ReplaceAll(html.EscapeString(c), "_", "_<wbr/>"))
+				continue
 			}
-			fmt.Fprintf(b, "<td%s>%s</td>", cls, html.EscapeString(c))
+			b.WriteString("<td>")
+			writeSummaryCell(b, c)
+			b.WriteString("</td>")
 		}
 		b.WriteString("</tr>\n")
 	}
-	b.WriteString("</table>\n")
+	b.WriteString("</table>\n</div>\n")
+}
+
+// writeSummaryCell writes a FormatSummary cell on two lines, "mean ± SD"
+// above the bootstrap interval "[lo, hi]", so that a column is about half
+// as wide as the one-line text.
+func writeSummaryCell(b *strings.Builder, c string) {
+	head, ci, ok := strings.Cut(c, " [")
+	fmt.Fprintf(b, "<span>%s</span>", html.EscapeString(head))
+	if ok {
+		fmt.Fprintf(b, "<span class=\"ci\">[%s</span>", html.EscapeString(ci))
+	}
+}
+
+// oracleRoles names the reference and hybrid oracles of the diagnostics
+// for the report's header. An oracle named like its role ("hybrid") is not
+// named twice ("hybrid hybrid").
+func oracleRoles(reference, hybrid string) string {
+	role := func(role, name string) string {
+		if name == role {
+			return "the " + role + " oracle"
+		}
+		return "the " + role + " oracle " + name
+	}
+	return "ΔJ_full and ΔRec_none compare with " + role("reference", reference) +
+		"; ΔJ_resp and ΔRec_spec^Q use " + role("hybrid", hybrid) + " (actual matcher, reference responder)."
 }
 
 // writeChart draws a grouped bar chart in SVG: one group per oracle, one
@@ -114,7 +146,14 @@ func writeChart(b *strings.Builder, id, caption string, groups, series []string,
 		plotH, bottom          = 200.0, 40.0
 	)
 	groupW := float64(len(series))*(barW+barGap) - barGap
-	width := left + right + float64(len(groups))*(groupW+groupGap)
+	// A group's slot is wide enough for its bars and for the longest
+	// group label (about 6.5 px a character at 11 px), so that labels
+	// such as "test_leaky_responder" never run into their neighbours.
+	slotW := groupW + groupGap
+	for _, g := range groups {
+		slotW = math.Max(slotW, 6.5*float64(len([]rune(g)))+12)
+	}
+	width := left + right + float64(len(groups))*slotW
 	legendW := 0.0
 	for _, s := range series {
 		legendW += legendItemWidth(s)
@@ -156,7 +195,7 @@ func writeChart(b *strings.Builder, id, caption string, groups, series []string,
 	}
 	fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\"/>\n", left, y(0), width-right, y(0))
 	for g, name := range groups {
-		gx := left + groupGap/2 + float64(g)*(groupW+groupGap)
+		gx := left + float64(g)*slotW + (slotW-groupW)/2
 		tops := make([]float64, len(series))
 		for k := range series {
 			s := vals[g][k]

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -100,5 +101,80 @@ func TestWriteHTML(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// TestWriteHTMLHeaderNamesOraclesOnce: the header names the reference and
+// hybrid oracles without repeating a word ("hybrid hybrid" when the hybrid
+// oracle is the one called hybrid), and names a hybrid oracle called
+// otherwise.
+func TestWriteHTMLHeaderNamesOraclesOnce(t *testing.T) {
+	eps := loadEpisodes(t, "testdata/episodes.jsonl")
+	for _, tc := range []struct{ reference, hybrid string }{
+		{"", ""}, // Analyze's defaults: deterministic, hybrid
+		{"deterministic", "hybrid"},
+		{"reference", "hybrid"},
+		{"deterministic", "hybrid_v2"},
+	} {
+		r, err := Analyze(eps, AnalyzeOptions{Resamples: 20, BootstrapSeed: 5, Reference: tc.reference, Hybrid: tc.hybrid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := r.WriteHTML(&buf); err != nil {
+			t.Fatal(err)
+		}
+		s := buf.String()
+		i := strings.Index(s, `<p class="meta">`)
+		if i < 0 {
+			t.Fatal("no header paragraph")
+		}
+		meta := s[i:]
+		meta = meta[:strings.Index(meta, "</p>")]
+		text := regexp.MustCompile(`<[^>]*>`).ReplaceAllString(meta, " ")
+		words := regexp.MustCompile(`[\pL\pN_^]+`).FindAllString(text, -1)
+		for k := 1; k < len(words); k++ {
+			if strings.EqualFold(words[k], words[k-1]) {
+				t.Errorf("%+v: header repeats %q: %s", tc, words[k], text)
+			}
+		}
+		for _, name := range []string{r.Reference, r.Hybrid} {
+			if !strings.Contains(text, name) {
+				t.Errorf("%+v: header does not name oracle %q: %s", tc, name, text)
+			}
+		}
+	}
+}
+
+// TestWriteHTMLTableFits: the wide tables sit in a horizontal scroll
+// container (so that a narrow window scrolls the table, not the page) and
+// every cell with an interval puts it on a line of its own, which keeps
+// Table 8 within a 1280 px window (checked by eye with make
+// report-screenshot).
+func TestWriteHTMLTableFits(t *testing.T) {
+	eps := loadEpisodes(t, "testdata/episodes.jsonl")
+	r, err := Analyze(eps, AnalyzeOptions{Resamples: 20, BootstrapSeed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteHTML(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s := buf.String()
+	for _, id := range []string{"table8", "gain"} {
+		if !strings.Contains(s, "<div class=\"scroll\">\n<table id=\""+id+"\">") {
+			t.Errorf("table %s is not in a scroll container", id)
+		}
+	}
+	if strings.Contains(s, "white-space: nowrap; }\nth") || !strings.Contains(s, ".scroll { max-width: 100%; overflow-x: auto; }") {
+		t.Error("CSS: cells must be allowed to wrap, and .scroll must scroll")
+	}
+	cell := regexp.MustCompile(`<td><span>([^<]*)</span><span class="ci">\[([^<]*)\]</span></td>`)
+	if n := len(cell.FindAllString(s, -1)); n < 10 {
+		t.Errorf("%d cells with the interval on its own line, want at least 10", n)
+	}
+	if regexp.MustCompile(`<td>[^<]*\[`).MatchString(s) {
+		t.Error("a cell has its interval on the same line as its mean")
 	}
 }

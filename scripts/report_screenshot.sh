@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bin/report}
+case $out in /*) ;; *) out=$PWD/$out ;; esac # chromium needs absolute paths
 command -v chromium >/dev/null || { echo "needs chromium: apt-get install -y chromium" >&2; exit 1; }
 go build -o bin/avtgym ./cmd/avtgym
 rm -rf "$out" && mkdir -p "$out"
@@ -18,5 +19,6 @@ bin/avtgym eval --server "127.0.0.1:$port" --asker scripted:none_adv \
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --user-data-dir="$(mktemp -d)" --window-size=1280,2000 \
-  --screenshot="$PWD/$out/report.png" "file://$PWD/$out/run/report.html" 2>/dev/null
+  --screenshot="$out/report.png" "file://$out/run/report.html" 2>"$out/chromium.log" || true
+[ -s "$out/report.png" ] || { echo "chromium wrote no screenshot; see $out/chromium.log" >&2; exit 1; }
 echo "wrote $out/report.png (from $out/run/report.html)"
