@@ -55,8 +55,9 @@ type Config struct {
 	// Logger receives logs; nil means none.
 	Logger *zap.Logger
 
-	// OracleLLM is the endpoint of the LLM oracles (llm, llm_scoped,
-	// hybrid); an empty BaseURL leaves them unavailable.
+	// OracleLLM is the endpoint of the LLM oracles (llm, llm_scoped and
+	// their hybrids, hybrid and hybrid_scoped); an empty BaseURL leaves
+	// them unavailable.
 	OracleLLM llm.Config
 	// OracleRejectLeaks makes the LLM oracle regenerate replies that quote
 	// reference SQL or unmentioned schema identifiers.
@@ -296,13 +297,16 @@ func (a *App) wireModels(ecfg *env.Config) error {
 		schema := func(r *corpus.Record) string { return schemas[r] }
 		unfiltered := oracle.NewLLM(client, oracle.LLMOptions{Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
 		scoped := oracle.NewLLM(client, oracle.LLMOptions{Scoped: true, Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
-		// Each LLM oracle is the pair Oracle{Matcher: l, Responder: l};
-		// the hybrid is the unfiltered matcher with the deterministic
-		// responder, sharing the unfiltered oracle's client and cache, so
-		// both see the same stage-1 answers.
+		// Each LLM oracle is the pair Oracle{Matcher: l, Responder: l},
+		// and each has its own hybrid: its own matcher (the same *LLM,
+		// sharing its client and cache, so both see the same stage-1
+		// answers) with the deterministic responder. A responder
+		// diagnostic then never also changes the matcher (env.HybridOf
+		// names each oracle's hybrid; ListOracles reports it).
 		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered.Oracle()
 		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = scoped.Oracle()
 		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = oracle.Hybrid(unfiltered)
+		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED] = oracle.Hybrid(scoped)
 		cfg.Logger.Info("LLM oracles", zap.String("url", oc.BaseURL), zap.String("model", oc.Model))
 	}
 	if cfg.SolverLLM.BaseURL != "" {

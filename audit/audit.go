@@ -1,10 +1,12 @@
 // Package audit checks a loaded corpus for internal consistency: every
 // record's reference passes its own verifier when submitted through the
-// environment; within an AVT, one interpretation's reference fails on
-// another interpretation's record whenever their raw results differ; the
-// deterministic oracle gives the scripted probes of PROTOCOL.md §5 their
-// required recall and precision; no public field of a record contains
-// its reference SQL or any resolution text of the corpus; and, given the
+// environment; within an AVT, the interpretations can be told apart: their
+// references and raw results differ and one interpretation's reference
+// fails on another's record; the deterministic oracle gives the scripted
+// probes of PROTOCOL.md §5 their required recall and precision; no public
+// field of a record contains its reference SQL or any resolution text of
+// the corpus, nor a paraphrase of a resolution on its database
+// (paraphrase.go); and, given the
 // models' context lengths, every record's base prompts fit them. It is
 // what `avtgym corpus check` runs; see docs/corpus-check.md.
 package audit
@@ -16,6 +18,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +41,11 @@ const (
 	// Reference: the record's reference SQL, submitted through the
 	// environment, succeeds (outcome 1). Unit: a record.
 	Reference Check = "reference"
-	// Cross: for an ordered pair (i, j) of interpretations of one AVT whose
-	// raw results differ, j's reference submitted to i's record fails
-	// (outcome 0). Pairs with equal raw results are skipped. Unit: a pair.
+	// Cross: for an ordered pair (i, j) of interpretations of one AVT, the
+	// two references differ (after white-space normalisation), their raw
+	// results are not identical (same rows in the same order), and j's
+	// reference submitted to i's record fails (outcome 0). Interpretations
+	// that cannot be told apart are a failure, never skipped. Unit: a pair.
 	Cross Check = "cross_interpretation"
 	// Oracle: on a record with counted ambiguities, the full and full_adv
 	// policies reach recall = precision = 1 and none_adv recall 0 under
@@ -48,7 +53,9 @@ const (
 	// skipped. Unit: a record.
 	Oracle Check = "oracle_probes"
 	// Leak: no public field of the record contains its reference SQL or
-	// a resolution text of any record of the corpus. Unit: a record.
+	// a resolution text of any record of the corpus, nor a paraphrase of a
+	// resolution of a record on its database (paraphrase.go). Unit: a
+	// record.
 	Leak Check = "public_leak"
 	// Context: the record's base prompts (no question, no dialogue) fit
 	// the model contexts given in Options: each LLM oracle stage and the
@@ -389,8 +396,17 @@ func (a *auditor) checkReference(ctx context.Context, t *corpus.Task) result {
 	return result{check: Reference, verdict: pass}
 }
 
-// checkCross submits tj's reference to ti when their raw results differ.
+// checkCross fails a pair of interpretations of one AVT whose references
+// are identical once white space is normalised, or whose raw results are
+// identical (the same rows in the same order); otherwise it submits tj's
+// reference to ti, which must fail. Rows that are equal only as a
+// multiset (another order) pass only when ti's verifier rejects them, that
+// is when it compares order.
 func (a *auditor) checkCross(ctx context.Context, ti, tj *corpus.Task) result {
+	if normSQL(ti.ReferenceSQL) == normSQL(tj.ReferenceSQL) {
+		return failed(Cross, ti, "the reference of %s (%q) is identical to this record's (white space normalised): the interpretations cannot be told apart",
+			tj.ID, tj.Interpretation)
+	}
 	ri, err := a.raw.get(ctx, ti.DB, ti, a.opt.Limits)
 	if err != nil {
 		return failed(Cross, ti, "the reference of %s does not run: %v", ti.ID, err)
@@ -399,18 +415,37 @@ func (a *auditor) checkCross(ctx context.Context, ti, tj *corpus.Task) result {
 	if err != nil {
 		return failed(Cross, ti, "the reference of %s does not run on %s's database: %v", tj.ID, ti.ID, err)
 	}
-	if equalRaw(ri, rj) {
-		return result{check: Cross, verdict: skip}
+	sameRows := equalRaw(ri, rj)
+	if sameRows && equalOrdered(ri, rj) {
+		return failed(Cross, ti, "the reference of %s (%q) returns this record's raw result exactly (%d rows, %d columns, in the same order): the interpretations cannot be told apart",
+			tj.ID, tj.Interpretation, len(ri.rows), ri.cols)
 	}
 	v, _, problem := a.submit(ctx, ti, tj.ReferenceSQL)
 	if problem != "" {
 		return failed(Cross, ti, "submitting the reference of %s: %s", tj.ID, problem)
 	}
 	if v != 0 {
+		if sameRows {
+			return failed(Cross, ti, "the verifier accepts the reference of %s (%q), whose raw result has the same %d rows in another order: the interpretations cannot be told apart",
+				tj.ID, tj.Interpretation, len(ri.rows))
+		}
 		return failed(Cross, ti, "the verifier accepts the reference of %s (%q), whose raw result differs (%d vs %d rows%s)",
 			tj.ID, tj.Interpretation, len(rj.rows), len(ri.rows), firstDiff(rj.rows, ri.rows))
 	}
 	return result{check: Cross, verdict: pass}
+}
+
+// normSQL normalises a reference for the identity test: runs of white
+// space become one space, and trailing semicolons and spaces go.
+func normSQL(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	for {
+		t := strings.TrimRight(s, "; ")
+		if t == s {
+			return s
+		}
+		s = t
+	}
 }
 
 // firstDiff describes the first differing sorted row, for messages.

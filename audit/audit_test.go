@@ -137,18 +137,62 @@ func TestReferenceRejectedByOwnVerifier(t *testing.T) {
 	}
 }
 
-// Two interpretations whose SQL differ only by a column alias have equal
-// raw results: the pairs are skipped, not failed.
-func TestAliasOnlyInterpretationsSkipped(t *testing.T) {
+// Two interpretations whose SQL differ only by a column alias have
+// identical raw results: the pairs fail (they were once skipped), since no
+// verifier can tell the interpretations apart.
+func TestIdenticalRawResultsFail(t *testing.T) {
 	c := load(t, func(recs string) string {
 		rec := `{"id":"n-%s","avt_id":"n","db":"mini","request":"How many sales were there?","ambiguities":[{"term":"sales","kind":"critical","resolution":"%s"}],"reference":{"sql":"SELECT COUNT(*) AS %s FROM sales"}}` + "\n"
 		return recs + fmt.Sprintf(rec, "a", "Every row of the sales table counts.", "n") + fmt.Sprintf(rec, "b", "All the rows in the sales table.", "total")
 	})
 	r := run(t, c)
-	if !r.OK() {
-		t.Fatalf("findings: %v", r.Findings)
+	wantFindings(t, r, Cross, []int{6, 7}, []string{
+		"the reference of n-b (\"\") returns this record's raw result exactly (1 rows, 1 columns, in the same order)",
+		"the reference of n-a (\"\") returns this record's raw result exactly",
+	})
+	wantCounts(t, r, map[Check]Count{Cross: {Checked: 4, Passed: 2, Failed: 2}})
+	if r.OK() {
+		t.Error("OK with indistinguishable interpretations")
 	}
-	wantCounts(t, r, map[Check]Count{Cross: {Checked: 4, Passed: 2, Skipped: 2}})
+}
+
+// Two interpretations with the same reference up to white space and a
+// trailing semicolon fail without being run.
+func TestIdenticalReferencesFail(t *testing.T) {
+	c := load(t, func(recs string) string {
+		rec := `{"id":"s-%s","avt_id":"s","db":"mini","request":"Which sales are large?","ambiguities":[{"term":"large","kind":"critical","resolution":"%s"}],"reference":{"sql":"%s"}}` + "\n"
+		return recs + fmt.Sprintf(rec, "a", "Sales of at least 100 dollars.", "SELECT id FROM sales WHERE amount >= 100") +
+			fmt.Sprintf(rec, "b", "Sales above the average amount.", "SELECT id\\nFROM sales   WHERE amount >= 100 ;")
+	})
+	r := run(t, c)
+	wantFindings(t, r, Cross, []int{6, 7}, []string{
+		"the reference of s-b (\"\") is identical to this record's (white space normalised)",
+		"the reference of s-a (\"\") is identical to this record's",
+	})
+}
+
+// The same rows in another order: an order-sensitive verifier tells the
+// interpretations apart (pass); a bag verifier does not (fail).
+func TestSameRowsOtherOrder(t *testing.T) {
+	for _, tc := range []struct {
+		order string
+		fail  bool
+	}{{"ordered", false}, {"bag", true}} {
+		c := load(t, func(recs string) string {
+			rec := `{"id":"o-%s","avt_id":"o","db":"mini","request":"List the sales by size.","ambiguities":[{"term":"by size","kind":"critical","resolution":"%s"}],"reference":{"sql":"SELECT id FROM sales ORDER BY amount %s, id","comparison":{"order":"` + tc.order + `"}}}` + "\n"
+			return recs + fmt.Sprintf(rec, "a", "Smallest amounts first, please.", "ASC") + fmt.Sprintf(rec, "b", "Largest amounts first, please.", "DESC")
+		})
+		r := run(t, c)
+		if tc.fail {
+			wantFindings(t, r, Cross, []int{6, 7}, []string{
+				"whose raw result has the same 13 rows in another order",
+				"whose raw result has the same 13 rows in another order",
+			})
+		} else {
+			wantFindings(t, r, Cross, nil, nil)
+			wantCounts(t, r, map[Check]Count{Cross: {Checked: 4, Passed: 4}})
+		}
+	}
 }
 
 func TestRequestContainsAnotherRecordsResolution(t *testing.T) {
@@ -159,6 +203,63 @@ func TestRequestContainsAnotherRecordsResolution(t *testing.T) {
 	r := run(t, c)
 	wantFindings(t, r, Leak, []int{5}, []string{`request contains the resolution of "top region" in record top-b`})
 	wantCounts(t, r, map[Check]Count{Leak: {Checked: 5, Passed: 4, Failed: 1}})
+}
+
+// A resolution pasted into a public field with "I mean", the article, case
+// and punctuation dropped, or with its words reordered, is found by the
+// paraphrase search (the verbatim search misses it).
+func TestParaphrasedResolutionLeaks(t *testing.T) {
+	for _, tc := range []struct {
+		name, old, new string
+		line           []int
+		want           []string
+	}{
+		{"another record's resolution in a request, without I mean",
+			`"request":"How many sales rows are there in total?"`,
+			`"request":"How many sales rows are there in total? region with most individual sales"`,
+			[]int{5}, []string{`request contains a paraphrase of the resolution of "top region" in record top-b (`}},
+		{"the AVT's resolution in its request, reordered",
+			`"request":"Which is the top region?"`,
+			`"request":"Which is the top region: with most sales, individual ones, which region?"`,
+			[]int{1, 2}, []string{
+				`request contains a paraphrase of the resolution of "top region" in record top-b (`,
+				`request contains a paraphrase of the record's own resolution of "top region" (distinguishing words: individual, most)`}},
+		{"resolutions in the evidence, with other punctuation and case",
+			`"request":"List the big sales of the recent year, sorted.",`,
+			`"request":"List the big sales of the recent year, sorted.","evidence":"Sales, of 100 dollars OR more, are big; sort by amount: largest first",`,
+			[]int{3, 3}, []string{
+				`evidence contains a paraphrase of the record's own resolution of "big sales" (distinguishing words: 100, dollar, more, of, or, sale): "Sales of 100 dollars or more."`,
+				`evidence contains a paraphrase of the record's own resolution of "sorted"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, func(recs string) string {
+				if !strings.Contains(recs, tc.old) {
+					t.Fatalf("the tiny corpus has no %s", tc.old)
+				}
+				return strings.ReplaceAll(recs, tc.old, tc.new)
+			})
+			r := run(t, c)
+			wantFindings(t, r, Leak, tc.line, tc.want)
+		})
+	}
+}
+
+// An AVT whose interpretations restate the request, as AMBROSIA's do, is
+// not a leak: the request holds 8 of the 9 words of the first
+// interpretation (a plain overlap rule would flag it) but not its
+// distinguishing word "both", and none of the second's ("or").
+func TestRestatedRequestIsNoLeak(t *testing.T) {
+	c := load(t, func(recs string) string {
+		rec := `{"id":"y-%s","avt_id":"y","db":"mini","request":"List the regions with sales in 2024 and 2023.","ambiguities":[{"term":"in 2024 and 2023","kind":"critical","resolution":"%s"}],"reference":{"sql":"%s"}}` + "\n"
+		return recs + fmt.Sprintf(rec, "a", "List the regions with sales in both 2024 and 2023.",
+			"SELECT region FROM sales WHERE year = 2024 INTERSECT SELECT region FROM sales WHERE year = 2023") +
+			fmt.Sprintf(rec, "b", "List the regions with sales in 2024 or in 2023.", "SELECT DISTINCT region FROM sales")
+	})
+	r := run(t, c)
+	wantFindings(t, r, Leak, nil, nil)
+	if !r.OK() {
+		t.Errorf("findings: %v", r.Findings)
+	}
 }
 
 func TestEvidenceContainsReferenceSQL(t *testing.T) {
@@ -232,5 +333,37 @@ func TestMatcher(t *testing.T) {
 	}
 	if normalize("  Hello,\n  WORLD.  ") != "hello, world" {
 		t.Errorf("normalize = %q", normalize("  Hello,\n  WORLD.  "))
+	}
+}
+
+// Every resolution of the demo corpus, pasted into its own record's request
+// with "I mean", articles and sentence punctuation dropped and lower-cased,
+// is found by the paraphrase search; the corpus as it is has no finding
+// (TestDemoPasses).
+func TestParaphraseFindsDemoPastes(t *testing.T) {
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lk := buildLeakIndex(c, DefaultMinResolutionLen)
+	mangle := strings.NewReplacer("I mean ", "", "I mean, ", "", ", ", " ", ". ", " ", "The ", "", "the ", "", "An ", "", "A ", "")
+	n := 0
+	for _, m := range lk.para.byDB {
+		for _, ps := range m {
+			for _, p := range ps {
+				n++
+				u := p.o.task
+				res := u.Ambiguities[p.o.amb].Resolution
+				pasted := u.Request + " " + strings.ToLower(mangle.Replace(strings.TrimSuffix(res, ".")))
+				seq := contentWords(pasted)
+				if own, all := p.leaks(&paraText{seq: seq, words: wordSetOf(seq)}); !own || !all {
+					t.Errorf("%s: %q pasted as %q not found (own %v, all %v)", u.ID, res, pasted, own, all)
+				}
+			}
+		}
+	}
+	if n != 81 {
+		t.Errorf("%d demo resolutions searched in paraphrase, want 81", n)
 	}
 }

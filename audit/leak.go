@@ -155,6 +155,7 @@ type leakIndex struct {
 	patterns    []string
 	owners      [][]owner
 	fields      map[*corpus.Task][]field
+	para        *paraIndex
 	searchNanos atomic.Int64
 }
 
@@ -227,7 +228,17 @@ func buildLeakIndex(c *corpus.Corpus, minLen int) *leakIndex {
 		lk.fields[t] = append(fs, dbf...)
 	}
 	lk.m = newMatcher(lk.patterns)
+	lk.para = buildParaIndex(c, minLen)
 	return lk
+}
+
+// searchPara returns the resolutions of db's records that a public text
+// leaks in paraphrase (paraphrase.go), searching it once per database.
+func (lk *leakIndex) searchPara(pt *publicText, db *corpus.DB) []paraHit {
+	start := time.Now()
+	ps := lk.para.search(pt, db)
+	lk.searchNanos.Add(int64(time.Since(start)))
+	return ps
 }
 
 // search returns the patterns a public text contains, searching it once.
@@ -241,13 +252,16 @@ func (lk *leakIndex) search(pt *publicText) []int32 {
 }
 
 // checkLeak reports each public field of t that contains t's reference
-// SQL or a resolution of any record.
+// SQL or a resolution of any record, or a paraphrase of a resolution of a
+// record on t's database (paraphrase.go).
 func (a *auditor) checkLeak(t *corpus.Task) result {
 	var fs []Finding
 	for _, f := range a.lk.fields[t] {
+		verbatim := map[owner]bool{}
 		for _, id := range a.lk.search(f.text) {
 			var others []owner
 			for _, o := range a.lk.owners[id] {
+				verbatim[o] = true
 				switch {
 				case o.amb < 0 && o.task == t:
 					fs = append(fs, finding(Leak, t, "%s contains the record's reference SQL", f.label))
@@ -265,6 +279,21 @@ func (a *auditor) checkLeak(t *corpus.Task) result {
 				}
 				fs = append(fs, finding(Leak, t, "%s contains the resolution of %q in record %s (%s:%d)%s: %q",
 					f.label, o.task.Ambiguities[o.amb].Term, o.task.ID, o.task.File, o.task.Line, more, o.task.Ambiguities[o.amb].Resolution))
+			}
+		}
+		for _, h := range a.lk.searchPara(f.text, t.DB) {
+			p := h.p
+			if verbatim[p.o] || p.o.task.AVTID != t.AVTID && !h.all {
+				continue
+			}
+			o := p.o
+			res := o.task.Ambiguities[o.amb]
+			if o.task == t {
+				fs = append(fs, finding(Leak, t, "%s contains a paraphrase of the record's own resolution of %q (distinguishing words: %s): %q",
+					f.label, res.Term, p.distList(), res.Resolution))
+			} else {
+				fs = append(fs, finding(Leak, t, "%s contains a paraphrase of the resolution of %q in record %s (%s:%d) (distinguishing words: %s): %q",
+					f.label, res.Term, o.task.ID, o.task.File, o.task.Line, p.distList(), res.Resolution))
 			}
 		}
 	}

@@ -15,10 +15,11 @@ import (
 
 // rawResult is a query result in the audit's own canonical form,
 // independent of the verifier's comparator: the column count and each
-// row rendered as text, rows sorted.
+// row rendered as text, rows sorted, and the rows in the order returned.
 type rawResult struct {
-	cols int
-	rows []string
+	cols    int
+	rows    []string
+	ordered []string
 }
 
 // canonical renders a result: NULL as NULL; integers, and reals with an
@@ -39,8 +40,9 @@ func canonical(res *sqlexec.Result) rawResult {
 		}
 		rows[i] = b.String()
 	}
+	ordered := append([]string(nil), rows...)
 	sort.Strings(rows)
-	return rawResult{cols: len(res.Columns), rows: rows}
+	return rawResult{cols: len(res.Columns), rows: rows, ordered: ordered}
 }
 
 func cell(v any) string {
@@ -78,6 +80,20 @@ func equalRaw(a, b rawResult) bool {
 	}
 	for i := range a.rows {
 		if a.rows[i] != b.rows[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// equalOrdered reports whether two canonical results have the same column
+// count and the same rows in the same order.
+func equalOrdered(a, b rawResult) bool {
+	if a.cols != b.cols || len(a.ordered) != len(b.ordered) {
+		return false
+	}
+	for i := range a.ordered {
+		if a.ordered[i] != b.ordered[i] {
 			return false
 		}
 	}

@@ -43,7 +43,8 @@ type Record struct {
 	// submitted for unparsable output.
 	FallbackStop bool `json:"fallback_stop,omitempty"`
 	FallbackSQL  bool `json:"fallback_sql,omitempty"`
-	// Error explains an episode that could not be played.
+	// Error explains an episode that could not be played or scored (for
+	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
 }
 
@@ -81,6 +82,14 @@ func (e *Episode) Record(err error) *Record {
 	}
 	last := e.last
 	r.Status = statusName(last.GetStatus())
+	if r.Status == "ERROR" {
+		// The server says why only on the privileged channel (the reason
+		// may describe the reference).
+		r.Error = last.GetPrivileged().GetVerifierReason()
+		if r.Error == "" {
+			r.Error = "the environment failed (reset with the privileged channel for the reason)"
+		}
+	}
 	for _, c := range last.GetPrivileged().GetEpisodeCredits() {
 		if c.GetCounted() && !slices.Contains(r.CreditedTerms, c.GetTerm()) {
 			r.CreditedTerms = append(r.CreditedTerms, c.GetTerm())

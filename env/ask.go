@@ -36,7 +36,9 @@ const (
 // maxHistoryReplyBytes, all valid UTF-8) are checked first:
 // INVALID_ARGUMENT naming the field ("history[3].reply"). Unlike in an
 // episode, where a malformed question is the policy's scored turn, a
-// malformed request here is the caller's error.
+// malformed request here is the caller's error. strict_credit applies the
+// strict-credit rule (oracle.StrictMatch) to the question, and for a
+// record with chains to the recomputed credits of the history.
 func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, error) {
 	if err := checkAskText("question", req.GetQuestion(), maxQuestionBytes, false); err != nil {
 		return nil, err
@@ -60,7 +62,9 @@ func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, err
 	for i, h := range req.GetHistory() {
 		history[i] = oracle.Turn{Question: h.GetQuestion(), Reply: h.GetReply()}
 	}
-	reply, err := o.Ask(ctx, t.Record, history, req.GetQuestion())
+	// The dialogue carries no credits: a record whose matcher reads them
+	// (chains) has them recomputed from the questions.
+	reply, err := o.AskWith(ctx, t.Record, history, req.GetQuestion(), oracle.AskOptions{StrictCredit: req.GetStrictCredit(), CreditHistory: true})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -22,10 +22,12 @@ import (
 	"avtgym/sqlexec"
 )
 
-// Oracle answers a question about a record: the matcher's credits and the
-// responder's reply. oracle.Oracle implements it.
+// Oracle answers a question about a record under the question's options
+// (the strict-credit rule; whether the history's credits must be
+// recomputed): the matcher's credits and the responder's reply.
+// oracle.Oracle implements it.
 type Oracle interface {
-	Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string) (oracle.Reply, error)
+	AskWith(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string, opt oracle.AskOptions) (oracle.Reply, error)
 }
 
 // Solver writes the SQL of an episode from its task's public specification
@@ -50,7 +52,8 @@ type Config struct {
 	// Sealer seals episode tokens.
 	Sealer *Sealer
 	// Oracles maps each selectable oracle type to its implementation.
-	// ORACLE_TYPE_DETERMINISTIC must be present.
+	// ORACLE_TYPE_DETERMINISTIC must be present, and so must every served
+	// oracle's hybrid (HybridOf).
 	Oracles map[pb.OracleType]Oracle
 	// Limits bound every submitted statement.
 	Limits sqlexec.Limits
@@ -85,6 +88,9 @@ func New(cfg Config) (*Env, error) {
 	}
 	if cfg.Oracles[pb.OracleType_ORACLE_TYPE_DETERMINISTIC] == nil {
 		return nil, errorf(Internal, ReasonInternal, "", "env: the deterministic oracle is required")
+	}
+	if err := checkHybrids(cfg.Oracles); err != nil {
+		return nil, err
 	}
 	if cfg.Limits == (sqlexec.Limits{}) {
 		cfg.Limits = sqlexec.DefaultLimits()
@@ -312,6 +318,7 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 		}
 		st.Oracle = k
 	}
+	st.StrictCredit = o.GetStrictCredit()
 	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
 	if o != nil && o.ExtraQuestions != nil {
 		extra = o.GetExtraQuestions()

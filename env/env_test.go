@@ -48,7 +48,7 @@ type fakeOracle struct {
 	calls atomic.Int32
 }
 
-func (f *fakeOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+func (f *fakeOracle) AskWith(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string, _ oracle.AskOptions) (oracle.Reply, error) {
 	f.calls.Add(1)
 	return f.reply, f.err
 }
@@ -611,9 +611,9 @@ type spyOracle struct {
 	calls atomic.Int32
 }
 
-func (s *spyOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+func (s *spyOracle) AskWith(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string, opt oracle.AskOptions) (oracle.Reply, error) {
 	s.calls.Add(1)
-	return s.Oracle.Ask(ctx, rec, history, q)
+	return s.Oracle.AskWith(ctx, rec, history, q, opt)
 }
 
 // TestLongRepliesAreCut: whatever the oracle replies, the observation and

@@ -120,7 +120,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
-		reply, err = ep.env.cfg.Oracles[st.Oracle].Ask(ctx, ep.task.Record, dialogue(st), q)
+		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, ep.task.Record, dialogue(st), q, oracle.AskOptions{StrictCredit: st.StrictCredit})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
 			// ERROR, and the caller may retry the same token later.

@@ -134,7 +134,8 @@ func StateBound(corpusBytes, idBytes int) int {
 		bytesField(15, MaxSQLBytes) + // solution SQL
 		boolField(16) + boolField(17) + // verified, outcome
 		bytesField(18, MaxNoticeBytes) + // verifier reason
-		varintField(19) // issued
+		varintField(19) + // issued
+		boolField(20) // strict credit
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound

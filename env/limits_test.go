@@ -39,6 +39,7 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		Outcome:        true,
 		VerifierReason: strings.Repeat("v", MaxNoticeBytes),
 		IssuedUnix:     -1,
+		StrictCredit:   true,
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {

@@ -154,8 +154,10 @@ func hEnv(t *testing.T, c *corpus.Corpus, oc, sc *llm.Client) *Env {
 		schema := func(r *corpus.Record) string { return schemas[r] }
 		unfiltered := oracle.NewLLM(oc, oracle.LLMOptions{Schema: schema})
 		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM] = unfiltered.Oracle()
-		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = oracle.NewLLM(oc, oracle.LLMOptions{Scoped: true, Schema: schema}).Oracle()
+		scoped := oracle.NewLLM(oc, oracle.LLMOptions{Scoped: true, Schema: schema})
+		cfg.Oracles[pb.OracleType_ORACLE_TYPE_LLM_SCOPED] = scoped.Oracle()
 		cfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID] = oracle.Hybrid(unfiltered)
+		cfg.Oracles[pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED] = oracle.Hybrid(scoped)
 	}
 	if sc != nil {
 		cfg.LLMSolver = NewLLMSolver(sc)
@@ -191,7 +193,7 @@ func hAsk(q string) *pb.Action {
 
 func hStop() *pb.Action { return &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}} }
 
-var llmOracles = []pb.OracleType{pb.OracleType_ORACLE_TYPE_LLM, pb.OracleType_ORACLE_TYPE_LLM_SCOPED, pb.OracleType_ORACLE_TYPE_HYBRID}
+var llmOracles = []pb.OracleType{pb.OracleType_ORACLE_TYPE_LLM, pb.OracleType_ORACLE_TYPE_LLM_SCOPED, pb.OracleType_ORACLE_TYPE_HYBRID, pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED}
 
 // lastReply is the text of the response's last oracle turn.
 func lastReply(r *pb.StepResponse) string {
@@ -291,16 +293,20 @@ func TestLongQuestionIsScoredNotError(t *testing.T) {
 			if r.Observation.GetQuestionsAsked() != 1 {
 				t.Errorf("%s %s: %d questions counted, want 1", mode, o, r.Observation.GetQuestionsAsked())
 			}
-			// The episode goes on. The long question stays in the dialogue,
-			// so the next one overflows too (the dialogue is the policy's);
-			// the episode is scored with both as imprecise questions.
+			// The episode goes on. The long question stays in the dialogue.
+			// The matcher never reads the dialogue, so the hybrids credit
+			// the next question; the LLM responders read it, so their next
+			// prompt overflows too (the dialogue is the policy's) and the
+			// match is withdrawn: scored as two imprecise questions.
+			hybrid := o == pb.OracleType_ORACLE_TYPE_HYBRID || o == pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED
 			r = hStep(t, e, r.Token, hAsk("What are big sales?"))
-			if r.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || lastReply(r) != oracle.Refusal || len(r.Privileged.GetCredits()) != 0 {
+			if wantCredits := map[bool]int{true: 1}[hybrid]; r.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || (lastReply(r) == oracle.Refusal) == hybrid || len(r.Privileged.GetCredits()) != wantCredits {
 				t.Errorf("%s %s: the next question: status %s credits %v", mode, o, r.Status, r.Privileged.GetCredits())
 			}
 			r = hStep(t, e, r.Token, hStop())
 			comp := r.Reward.GetComponents()
-			if r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward == nil || comp["precision"] != 0 || comp["recall"] != 0 {
+			want := map[bool]float64{true: 0.5}[hybrid]
+			if r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward == nil || comp["precision"] != want || comp["recall"] != want {
 				t.Errorf("%s %s: end: status %s reward %v", mode, o, r.Status, r.Reward)
 			}
 			if _, ok := comp["precision"]; !ok {
@@ -466,10 +472,10 @@ type hCounting struct {
 	history atomic.Int64
 }
 
-func (h *hCounting) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+func (h *hCounting) AskWith(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string, opt oracle.AskOptions) (oracle.Reply, error) {
 	h.calls.Add(1)
 	h.history.Store(int64(len(history)))
-	return h.Oracle.Ask(ctx, rec, history, q)
+	return h.Oracle.AskWith(ctx, rec, history, q, opt)
 }
 
 // TestAskHistoryBounded: OracleService.Ask checks the history before any

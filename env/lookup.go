@@ -14,7 +14,14 @@ import (
 //     reply (after whitespace normalisation) is chosen outright (the
 //     longest, when several do);
 //  2. otherwise the interpretations whose resolution texts appear most
-//     often in the replies remain (all of them when nothing was revealed);
+//     often in the replies remain (all of them when nothing was revealed):
+//     an interpretation scores one for each of its distinct resolution
+//     texts that occurs in the replies *on its own*, that is at least once
+//     outside every occurrence of a longer resolution text of the AVT that
+//     contains it. When one interpretation's resolution is contained in
+//     another's ("… by month" and "… by month and year"), a reply stating
+//     the longer one thus reveals only the longer one, and a reply stating
+//     the shorter one only the shorter one (the most specific match wins);
 //  3. among those that remain, one is chosen uniformly with the episode's
 //     seed.
 //
@@ -52,9 +59,10 @@ func chooseInterpretation(interps []*corpus.Task, said string, seed uint64) *cor
 	}
 	candidates := verbatim
 	if len(candidates) == 0 {
+		occ := resolutionOccurrences(interps, said)
 		best := -1
 		for _, t := range interps {
-			n := revealed(t, said)
+			n := revealed(t, occ)
 			switch {
 			case n > best:
 				best, candidates = n, []*corpus.Task{t}
@@ -69,18 +77,67 @@ func chooseInterpretation(interps []*corpus.Task, said string, seed uint64) *cor
 	return candidates[mix(seed^0x6c6f6f6b7570)%uint64(len(candidates))]
 }
 
-// revealed counts the distinct resolution texts of t that occur in said.
-func revealed(t *corpus.Task, said string) int {
+// revealed counts the distinct resolution texts of t that occur in the
+// replies on their own (occ, from resolutionOccurrences).
+func revealed(t *corpus.Task, occ map[string]bool) int {
 	n := 0
 	seen := map[string]bool{}
 	for _, a := range t.Ambiguities {
 		r := normalizeSpace(a.Resolution)
-		if r != "" && !seen[r] && strings.Contains(said, r) {
+		if r != "" && !seen[r] && occ[r] {
 			n++
 		}
 		seen[r] = true
 	}
 	return n
+}
+
+// resolutionOccurrences returns the distinct normalised resolution texts of
+// interps that occur in said on their own: at some position [p, p+len(r))
+// not inside an occurrence [p', p'+len(r')) of a longer resolution text r'
+// of interps (p' ≤ p and p+len(r) ≤ p'+len(r')).
+func resolutionOccurrences(interps []*corpus.Task, said string) map[string]bool {
+	var texts []string
+	seen := map[string]bool{}
+	for _, t := range interps {
+		for _, a := range t.Ambiguities {
+			if r := normalizeSpace(a.Resolution); r != "" && !seen[r] {
+				seen[r] = true
+				texts = append(texts, r)
+			}
+		}
+	}
+	type span struct{ start, end int }
+	spans := map[string][]span{}
+	for _, r := range texts {
+		for from := 0; ; {
+			k := strings.Index(said[from:], r)
+			if k < 0 {
+				break
+			}
+			spans[r] = append(spans[r], span{from + k, from + k + len(r)})
+			from += k + 1
+		}
+	}
+	out := map[string]bool{}
+	for r, rs := range spans {
+	occurrence:
+		for _, s := range rs {
+			for r2, r2s := range spans {
+				if len(r2) <= len(r) || !strings.Contains(r2, r) {
+					continue
+				}
+				for _, s2 := range r2s {
+					if s2.start <= s.start && s.end <= s2.end {
+						continue occurrence // part of the longer text
+					}
+				}
+			}
+			out[r] = true
+			break
+		}
+	}
+	return out
 }
 
 // normalizeSpace collapses runs of white space into one space.

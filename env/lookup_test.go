@@ -176,3 +176,51 @@ func TestLookupLongestVerbatimWins(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupContainedResolution: when one interpretation's resolution is
+// contained in another's (AMBROSIA's "… by month" and "… by month and
+// year", the union of two readings), the reply stating the longer one
+// reveals only the longer one, and the reply stating the shorter one only
+// the shorter one.
+func TestLookupContainedResolution(t *testing.T) {
+	month := interp("month", "SELECT m", "Show the total sales by month")
+	year := interp("year", "SELECT y", "Show the total sales by year")
+	both := interp("both", "SELECT m, y", "Show the total sales by month and year")
+	interps := []*corpus.Task{month, year, both}
+	cases := []struct {
+		replies []string
+		want    string
+	}{
+		{[]string{"Show the total sales by month and year"}, "both"},
+		{[]string{"Show the total sales by month"}, "month"},
+		{[]string{"Show the total sales by year"}, "year"},
+		// White space does not matter, and a refusal before changes nothing.
+		{[]string{"I can't answer that.", "Show the  total sales\nby month and year"}, "both"},
+	}
+	// The shorter text stated on its own in another reply counts too: both
+	// are revealed once, a tie between month and both.
+	for _, tc := range cases {
+		for seed := range uint64(64) {
+			if got := chooseInterpretation(interps, said(tc.replies...), seed).ID; got != tc.want {
+				t.Fatalf("replies %q seed %d: chose %s, want %s", tc.replies, seed, got, tc.want)
+			}
+		}
+	}
+	counts := choiceCounts(interps, said("Show the total sales by month", "Show the total sales by month and year"), 400)
+	if counts["year"] != 0 || counts["month"] == 0 || counts["both"] == 0 {
+		t.Errorf("both texts stated on their own: %v, want a tie between month and both", counts)
+	}
+	// The same with the contained text at the end of the longer one.
+	a := interp("a", "SELECT 1", "rooms per night")
+	b := interp("b", "SELECT 2", "prices of rooms per night")
+	for seed := range uint64(64) {
+		if got := chooseInterpretation([]*corpus.Task{a, b}, said("prices of rooms per night"), seed).ID; got != "b" {
+			t.Fatalf("seed %d: chose %s, want b", seed, got)
+		}
+	}
+	// Stated once on its own and once inside the longer text: both count.
+	counts = choiceCounts([]*corpus.Task{a, b}, said("only rooms per night, not prices of rooms per night"), 400)
+	if counts["a"] == 0 || counts["b"] == 0 {
+		t.Errorf("both stated: %v, want a tie", counts)
+	}
+}

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -34,9 +35,16 @@ func summarize(ms []*metric, d *dataset, resamples int, seed uint64) []Summary {
 	buf := make([]float64, 0, len(d.seeds))
 	boot := make([][]float64, len(ms))
 	for i, m := range ms {
+		out[i].Donor = m.donor
+		out[i].Clusters = m.clusters()
+		if m.missing != "" {
+			out[i].Reason = m.missing
+			continue
+		}
 		mean, vals := m.perSeed(nil, buf)
 		out[i].Seeds = len(vals)
 		if len(vals) == 0 {
+			out[i].Reason = m.empty
 			continue
 		}
 		out[i].Mean = ptr(mean)
@@ -74,8 +82,58 @@ func summarize(ms []*metric, d *dataset, resamples int, seed uint64) []Summary {
 		sort.Float64s(boot[i])
 		out[i].Lo = ptr(quantile(boot[i], 0.025))
 		out[i].Hi = ptr(quantile(boot[i], 0.975))
+		out[i].Warning = intervalWarning(out[i])
 	}
 	return out
+}
+
+// intervalWarning says why an interval is not to be trusted, "" when it
+// may be: it needs at least two clusters to vary at all, and a zero-width
+// interval means every resample gave the same value (a degenerate
+// interval, not certainty).
+func intervalWarning(s Summary) string {
+	unit := "AVT cluster"
+	if s.Donor {
+		unit = "donor component"
+	}
+	if s.Clusters != 1 {
+		unit += "s"
+	}
+	switch {
+	case s.Clusters < 2:
+		return fmt.Sprintf("degenerate interval: only %d %s to resample", s.Clusters, unit)
+	case *s.Lo == *s.Hi:
+		return fmt.Sprintf("zero-width interval over %d %s: every resample gave the same value", s.Clusters, unit)
+	}
+	return ""
+}
+
+// clusters counts the resampling units that hold data for m in any seed.
+func (m *metric) clusters() int {
+	if len(m.terms) == 0 {
+		return 0
+	}
+	n := 0
+	units := len(m.terms[0].stat.den[0:1])
+	if units > 0 {
+		units = len(m.terms[0].stat.den[0])
+	}
+	for u := range units {
+		for _, t := range m.terms {
+			found := false
+			for si := range t.stat.den {
+				if t.stat.den[si][u] > 0 {
+					found = true
+					break
+				}
+			}
+			if found {
+				n++
+				break
+			}
+		}
+	}
+	return n
 }
 
 // quantile is the linearly interpolated q-quantile of sorted xs (type 7).

@@ -43,7 +43,13 @@ func TestLeakyOraclesMoveTheDiagnostics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := eval.Analyze(eps, eval.AnalyzeOptions{Resamples: 2000, BootstrapSeed: 7})
+	opt := eval.AnalyzeOptions{Resamples: 2000, BootstrapSeed: 7}
+	om, err := eval.ReadOracleMap(dir)
+	if err != nil || om == nil {
+		t.Fatalf("the run directory's oracle map: %v, %v", om, err)
+	}
+	om.Apply(&opt)
+	rep, err := eval.Analyze(eps, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,4 +131,62 @@ func ptr(x *float64) any {
 		return "nil"
 	}
 	return *x
+}
+
+// TestDefaultAskerRevealsBothLeaks is issue 12's finding 6: without an
+// asker, eval plays policy.Partial, under which the responder leak shows
+// in ΔJ_resp and the matcher leak in ΔRec_none, each with an interval
+// above 0. Under the full policy (the old default) the responder leak is
+// invisible: every term is asked, so the hybrid succeeds as often as the
+// leak does.
+func TestDefaultAskerRevealsBothLeaks(t *testing.T) {
+	s := testutil.StartServer(t, app.Config{TestOracles: true})
+	oracles := []pb.OracleType{pb.OracleType_ORACLE_TYPE_DETERMINISTIC, pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER, pb.OracleType_ORACLE_TYPE_TEST_CREDIT_ALL}
+	analyze := func(asker policy.Player) map[string]eval.Row {
+		t.Helper()
+		dir := t.TempDir()
+		_, err := eval.Run(context.Background(), s.Client.Env, eval.Config{
+			Asker: asker, Oracles: oracles, Seeds: []uint64{0, 1, 2},
+			Conditions: []eval.Condition{eval.Asker, eval.NoneAdv}, Dir: dir,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, err := eval.ReadEpisodes(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := eval.AnalyzeOptions{BootstrapSeed: 11}
+		om, err := eval.ReadOracleMap(dir)
+		if err != nil || om == nil {
+			t.Fatalf("the run directory's oracle map: %v, %v", om, err)
+		}
+		om.Apply(&opt)
+		rep, err := eval.Analyze(eps, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string]eval.Row{}
+		for _, r := range rep.Rows {
+			rows[r.Oracle] = r
+		}
+		return rows
+	}
+	rows := analyze(nil)
+	resp := rows["test_leaky_responder"].DJResp
+	if resp.Mean == nil || *resp.Mean <= 0 || resp.Lo == nil || *resp.Lo <= 0 {
+		t.Errorf("default asker: ΔJ_resp of the leaky responder = %v [%v, …], want an interval above 0", ptr(resp.Mean), ptr(resp.Lo))
+	}
+	none := rows["test_credit_all"].DRecNone
+	if none.Mean == nil || *none.Mean <= 0 || none.Lo == nil || *none.Lo <= 0 {
+		t.Errorf("default asker: ΔRec_none of credit-all = %v [%v, …], want an interval above 0", ptr(none.Mean), ptr(none.Lo))
+	}
+	if d := rows["deterministic"].DJResp; d.Mean == nil || *d.Mean != 0 {
+		t.Errorf("default asker: deterministic ΔJ_resp = %v, want 0", ptr(d.Mean))
+	}
+	full := analyze(policy.Scripted(probe.Full))["test_leaky_responder"].DJResp
+	if full.Mean == nil || *full.Mean != 0 {
+		t.Errorf("full asker: ΔJ_resp of the leaky responder = %v, want 0 (why full is not the default)", ptr(full.Mean))
+	}
+	t.Logf("default asker: ΔJ_resp(leaky responder) = %.3f [%.3f, %.3f]; ΔRec_none(credit-all) = %.3f", *resp.Mean, *resp.Lo, *resp.Hi, *none.Mean)
 }

@@ -32,8 +32,18 @@ type CellMetrics struct {
 	NF1        int `json:"n_f1"`
 }
 
+// errored reports an episode the environment could not complete (the
+// server's ERROR, after the run's retries). AmbiTab §C.2 counts a record
+// an oracle cannot complete as a failure with zero recall credit: such an
+// episode is eligible for SR (as 0) and, with counted ambiguities, for
+// recall and F1 (as 0); it is never eligible for precision.
+func errored(e *Episode) bool { return e.Status == "ERROR" }
+
 // successOf returns an episode's outcome and whether it counts for SR.
 func successOf(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, true
+	}
 	if !e.Scored() || e.Success == nil {
 		return 0, false
 	}
@@ -51,6 +61,9 @@ func precisionOf(e *Episode) (float64, bool) {
 // recallOf returns an episode's recall and whether it is eligible
 // (fallback stops are omitted).
 func recallOf(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, e.Counted > 0
+	}
 	if !e.Scored() || e.Recall == nil || e.FallbackStop {
 		return 0, false
 	}
@@ -60,6 +73,9 @@ func recallOf(e *Episode) (float64, bool) {
 // f1Of returns an episode's F1 and whether it is eligible (fallback stops
 // are omitted).
 func f1Of(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, e.Counted > 0
+	}
 	if !e.Scored() || e.F1 == nil || e.FallbackStop {
 		return 0, false
 	}
@@ -71,7 +87,8 @@ func f1Of(e *Episode) (float64, bool) {
 // scored episodes with a non-nil Success; precision over scored episodes
 // with a non-nil Precision; recall and F1 over scored episodes with
 // non-nil values that did not end by a fallback stop. Each is a macro
-// mean (F1 is the mean of episode F1s).
+// mean (F1 is the mean of episode F1s). Episodes the environment could not
+// complete (ERROR) count as failures with zero recall (see errored).
 func Cell(eps []Episode) CellMetrics {
 	m := CellMetrics{Episodes: len(eps)}
 	var sr, pr, rc, f1 float64
@@ -123,6 +140,17 @@ type Summary struct {
 	Hi   *float64 `json:"hi"`
 	// Seeds counts the seeds where the metric is defined.
 	Seeds int `json:"seeds"`
+	// Clusters counts the bootstrap's resampling units that hold data for
+	// the metric: AVTs, or donor components for ΔRec_spec^Q.
+	Clusters int `json:"clusters"`
+	// Donor marks a metric resampled by donor components (ΔRec_spec^Q).
+	Donor bool `json:"donor,omitempty"`
+	// Warning says why the interval is not to be trusted: it rests on
+	// fewer than two clusters, or every resample gave the same value.
+	Warning string `json:"warning,omitempty"`
+	// Reason says why the metric is undefined (Mean null): what did not
+	// run, or which episodes would have been eligible.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Row holds one oracle's results. SR and asking metrics are fractions in
@@ -131,7 +159,10 @@ type Summary struct {
 // diagnostics of PROTOCOL.md §6 as fractions (differences for all but
 // DRecSpec, which is a raw recall).
 type Row struct {
-	Oracle    string  `json:"oracle"`
+	Oracle string `json:"oracle"`
+	// Hybrid is the oracle's hybrid, against which DJResp and DRecSpec
+	// are measured.
+	Hybrid    string  `json:"hybrid"`
 	SRNone    Summary `json:"sr_none"`
 	SRAsker   Summary `json:"sr_asker"`
 	SRFull    Summary `json:"sr_full"`
@@ -144,6 +175,16 @@ type Row struct {
 	DRecSpec  Summary `json:"drec_spec_q"`
 	DJFull    Summary `json:"dj_full"`
 	DRecNone  Summary `json:"drec_none"`
+	// Errors counts, per condition, the episodes that ended in ERROR (the
+	// environment could not complete them, after the run's retries):
+	// they count above as failures with zero recall.
+	Errors map[Condition]int `json:"errors,omitempty"`
+	// SRNoneCompleted, SRAskerCompleted and SRFullCompleted are the
+	// conditions' SR on the (task, seed) pairs that every oracle that ran
+	// the condition completed (no ERROR under any), beside the headline SR.
+	SRNoneCompleted  Summary `json:"sr_none_completed"`
+	SRAskerCompleted Summary `json:"sr_asker_completed"`
+	SRFullCompleted  Summary `json:"sr_full_completed"`
 }
 
 // CellEntry is one (condition, oracle, seed) cell of a report, for
@@ -161,11 +202,12 @@ type Report struct {
 	Seeds         []uint64 `json:"seeds"`
 	Resamples     int      `json:"resamples"`
 	BootstrapSeed uint64   `json:"bootstrap_seed"`
-	// Reference and Hybrid name the reference and hybrid oracles used.
+	// Reference names the reference oracle; Hybrid the hybrid of the
+	// oracles the run's oracle map did not name (each Row names its own).
 	Reference string `json:"reference"`
 	Hybrid    string `json:"hybrid"`
-	// Rows has one row per oracle: the reference first, then the other
-	// oracles by name.
+	// Rows has one row per oracle: deterministic, llm, llm_scoped, hybrid,
+	// hybrid_scoped (those that ran), then the others by name.
 	Rows []Row `json:"rows"`
 	// GroupSignal is, for training runs, the fraction of GRPO groups whose
 	// rewards are not all equal, per reward type. The caller sets it; it
@@ -185,35 +227,24 @@ type AnalyzeOptions struct {
 	// Reference is the reference oracle (default "deterministic").
 	Reference string
 	// Hybrid is the hybrid oracle (actual matcher, reference responder)
-	// that ΔJ_resp and ΔRec_spec^Q use (default "hybrid").
+	// that ΔJ_resp and ΔRec_spec^Q use for an oracle HybridOf does not name
+	// (default "hybrid"; the reference is always its own hybrid).
 	Hybrid string
-	// HybridOf optionally names, per oracle, the oracle with the same
-	// matcher and the reference responder, overriding the default: the
-	// Reference oracle is its own hybrid, every other oracle uses Hybrid.
-	// (For example a test oracle with the deterministic matcher and a
-	// leaky responder maps to "deterministic".)
+	// HybridOf names, per oracle, its hybrid: the oracle with the same
+	// matcher and the reference responder, as the server's ListOracles
+	// gives it (see OracleMap, which a run directory records). For
+	// example the scoped LLM oracle's is hybrid_scoped, and a test oracle
+	// with the deterministic matcher and a leaky responder maps to
+	// "deterministic".
 	HybridOf map[string]string
 }
 
-// TestOracleHybrids are the hybrids of the test oracles (serve
-// --test-oracles), used when AnalyzeOptions.HybridOf does not name them:
-// the leaky responder has the deterministic matcher, so its hybrid is the
-// deterministic oracle; credit-all's responder is already deterministic,
-// so it is its own hybrid.
-var TestOracleHybrids = map[string]string{
-	"test_leaky_responder": "deterministic",
-	"test_credit_all":      "test_credit_all",
-}
-
 func (o *AnalyzeOptions) hybridOf(oracle string) string {
-	if h, ok := o.HybridOf[oracle]; ok {
-		return h
-	}
-	if h, ok := TestOracleHybrids[oracle]; ok {
-		return h
-	}
 	if oracle == o.Reference {
 		return oracle
+	}
+	if h, ok := o.HybridOf[oracle]; ok {
+		return h
 	}
 	return o.Hybrid
 }
@@ -288,9 +319,11 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 	for i, o := range d.oracles {
 		s := summaries[i*metricsPerRow : (i+1)*metricsPerRow]
 		r.Rows = append(r.Rows, Row{
-			Oracle: o, SRNone: s[0], SRAsker: s[1], SRFull: s[2],
+			Oracle: o, Hybrid: opt.hybridOf(o), SRNone: s[0], SRAsker: s[1], SRFull: s[2],
 			Precision: s[3], Recall: s[4], F1: s[5], Gain: s[6], Gap: s[7],
 			DJResp: s[8], DRecSpec: s[9], DJFull: s[10], DRecNone: s[11],
+			SRNoneCompleted: s[12], SRAskerCompleted: s[13], SRFullCompleted: s[14],
+			Errors: d.errors(o),
 		})
 	}
 	r.Cells = d.cellEntries()
@@ -364,7 +397,7 @@ func index(eps []Episode) (*dataset, error) {
 }
 
 // oracleOrder ranks the known oracle types for display.
-var oracleOrder = map[string]int{"deterministic": 0, "llm": 1, "llm_scoped": 2, "hybrid": 3}
+var oracleOrder = map[string]int{"deterministic": 0, "llm": 1, "llm_scoped": 2, "hybrid": 3, "hybrid_scoped": 4}
 
 func oracleLess(a, b string) bool {
 	ra, oka := oracleOrder[a]
@@ -484,14 +517,19 @@ type term struct {
 
 // metric is a per-seed metric: Σ coef·ratio, undefined in a seed where
 // any ratio has a zero denominator. donor selects the donor-component
-// units instead of AVTs.
+// units instead of AVTs. missing, when set, says which input did not run
+// (the metric is then undefined for that reason); empty says which
+// episodes would have been eligible, for a metric that is undefined
+// although its inputs ran.
 type metric struct {
-	terms []term
-	donor bool
+	terms   []term
+	donor   bool
+	missing string
+	empty   string
 }
 
 // metricsPerRow is the number of metrics in a Row.
-const metricsPerRow = 12
+const metricsPerRow = 15
 
 // episodeValue extracts an eligible value from an episode.
 type episodeValue func(*Episode) (float64, bool)
@@ -522,50 +560,102 @@ func (d *dataset) cellStat(cond Condition, oracle string, value episodeValue, do
 	return s
 }
 
-// pairedStat sums value(cond, a) − value(cond, b) over the (task, seed)
-// pairs where both episodes are eligible, per seed and AVT.
-func (d *dataset) pairedStat(cond Condition, a, b string, value episodeValue) *ratioStat {
-	s := newRatioStat(len(d.seeds), len(d.avts))
-	for seed, es := range d.cells[cond][a] {
-		si := d.seedIdx[seed]
-		for _, ea := range es {
-			eb, ok := d.byKey[episodeKey{ea.TaskID, cond, b, seed}]
-			if !ok {
-				continue
-			}
-			va, oka := value(ea)
-			vb, okb := value(eb)
-			if !oka || !okb {
-				continue
-			}
-			u := d.avtIdx[ea.AVTID]
-			s.num[si][u] += va - vb
-			s.den[si][u]++
+// completedStat sums value over one (condition, oracle) cell, keeping only
+// the (task, seed) pairs that every oracle that ran the condition
+// completed (a scored episode: not ERROR, nor a failed call or asker).
+func (d *dataset) completedStat(cond Condition, oracle string, value episodeValue) *ratioStat {
+	var ran []string
+	for _, o := range d.oracles {
+		if d.ran(cond, o) {
+			ran = append(ran, o)
 		}
 	}
-	return s
+	return d.cellStat(cond, oracle, func(e *Episode) (float64, bool) {
+		for _, o := range ran {
+			other, ok := d.byKey[episodeKey{e.TaskID, cond, o, e.Seed}]
+			if !ok || !other.Scored() {
+				return 0, false
+			}
+		}
+		return value(e)
+	}, false)
 }
 
+// errors counts oracle o's ERROR episodes per condition (nil: none).
+func (d *dataset) errors(o string) map[Condition]int {
+	var out map[Condition]int
+	for cond, byOracle := range d.cells {
+		for _, es := range byOracle[o] {
+			for _, e := range es {
+				if errored(e) {
+					if out == nil {
+						out = map[Condition]int{}
+					}
+					out[cond]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ran reports whether condition cond ran under oracle o.
+func (d *dataset) ran(cond Condition, o string) bool { return len(d.cells[cond][o]) > 0 }
+
 // rowMetrics builds the metricsPerRow metrics of oracle o, in Row order.
+// The differenced diagnostics are differences of the two runs' means, each
+// over its own eligible episodes (AmbiTab §A.3–A.4 define them so), not
+// means over the pairs where both are eligible.
 func (d *dataset) rowMetrics(o string, opt *AnalyzeOptions) []*metric {
 	srNone := d.cellStat(None, o, successOf, false)
 	srAsk := d.cellStat(Asker, o, successOf, false)
 	srFull := d.cellStat(Full, o, successOf, false)
-	one := func(s *ratioStat) *metric { return &metric{terms: []term{{s, 1}}} }
 	h := opt.hybridOf(o)
+	ref := opt.Reference
+	needs := func(m *metric, runs ...struct {
+		cond Condition
+		o    string
+	}) *metric {
+		for _, r := range runs {
+			if !d.ran(r.cond, r.o) {
+				m.missing = fmt.Sprintf("the %s condition did not run under the %s oracle", r.cond, r.o)
+				if r.o != o {
+					m.missing += fmt.Sprintf(" (add %s to --oracles)", r.o)
+				}
+				break
+			}
+		}
+		return m
+	}
+	type run = struct {
+		cond Condition
+		o    string
+	}
+	one := func(s *ratioStat, empty string, runs ...run) *metric {
+		return needs(&metric{terms: []term{{s, 1}}, empty: empty}, runs...)
+	}
+	diff := func(a, b *ratioStat, empty string, runs ...run) *metric {
+		return needs(&metric{terms: []term{{a, 1}, {b, -1}}, empty: empty}, runs...)
+	}
+	noSR := "no episode with a verified outcome"
 	return []*metric{
-		one(srNone),
-		one(srAsk),
-		one(srFull),
-		one(d.cellStat(Asker, o, precisionOf, false)),
-		one(d.cellStat(Asker, o, recallOf, false)),
-		one(d.cellStat(Asker, o, f1Of, false)),
-		{terms: []term{{srAsk, 1}, {srNone, -1}}},
-		{terms: []term{{srFull, 1}, {srAsk, -1}}},
-		one(d.pairedStat(Asker, o, h, successOf)),
-		{terms: []term{{d.cellStat(AskerSpec, h, recallOf, true), 1}}, donor: true},
-		one(d.pairedStat(FullAdv, o, opt.Reference, successOf)),
-		one(d.pairedStat(NoneAdv, o, opt.Reference, recallOf)),
+		one(srNone, noSR, run{None, o}),
+		one(srAsk, noSR, run{Asker, o}),
+		one(srFull, noSR, run{Full, o}),
+		one(d.cellStat(Asker, o, precisionOf, false), "no asker episode asked a question", run{Asker, o}),
+		one(d.cellStat(Asker, o, recallOf, false), "no asker episode on a task with counted ambiguities (fallback stops are left out)", run{Asker, o}),
+		one(d.cellStat(Asker, o, f1Of, false), "no asker episode on a task with counted ambiguities (fallback stops are left out)", run{Asker, o}),
+		diff(srAsk, srNone, noSR, run{Asker, o}, run{None, o}),
+		diff(srFull, srAsk, noSR, run{Full, o}, run{Asker, o}),
+		diff(srAsk, d.cellStat(Asker, h, successOf, false), noSR, run{Asker, o}, run{Asker, h}),
+		needs(&metric{terms: []term{{d.cellStat(AskerSpec, h, recallOf, true), 1}}, donor: true,
+			empty: "no asker_spec episode on a task with counted ambiguities"}, run{AskerSpec, h}),
+		diff(d.cellStat(FullAdv, o, successOf, false), d.cellStat(FullAdv, ref, successOf, false), noSR, run{FullAdv, o}, run{FullAdv, ref}),
+		diff(d.cellStat(NoneAdv, o, recallOf, false), d.cellStat(NoneAdv, ref, recallOf, false),
+			"no none_adv episode on a task with counted ambiguities", run{NoneAdv, o}, run{NoneAdv, ref}),
+		one(d.completedStat(None, o, successOf), "no (task, seed) pair that every oracle completed", run{None, o}),
+		one(d.completedStat(Asker, o, successOf), "no (task, seed) pair that every oracle completed", run{Asker, o}),
+		one(d.completedStat(Full, o, successOf), "no (task, seed) pair that every oracle completed", run{Full, o}),
 	}
 }
 

@@ -88,26 +88,28 @@ func nilPtr(t *testing.T, name string, got *float64) {
 //	t2 TERMINATED  |Amb|=1 n=0 P=–   R=0  F1=0  S=0  no question: no precision
 //	t3 TERMINATED  |Amb|=0 n=1 P=0   R=–  F1=–  S=1  control: no recall, F1
 //	t4 TERMINATED  fallback stop   P=–  R=0 F1=0 S=0  SR only
-//	t5 ERROR       (P=R=F1=S=1)                       excluded everywhere
+//	t5 ERROR       |Amb|=1 (P=R=F1=S=1 ignored)        a failure: S=0, R=0, F1=0; no P
 //	t6 TRUNCATED   |Amb|=1 n=3 P=1/3 R=1 F1=.5 S=–   missing success: no SR
 //
-// SR        = (1+0+1+0)/4        = 0.5   (t1,t2,t3,t4)
+// (An episode the environment could not complete counts as a failure with
+// zero recall, AmbiTab §C.2.)
+// SR        = (1+0+1+0+0)/5      = 0.4   (t1,t2,t3,t4,t5)
 // Precision = (0.5+0+1/3)/3      = 5/18  (t1,t3,t6)
-// Recall    = (0.5+0+1)/3        = 0.5   (t1,t2,t6)
-// F1        = (0.5+0+0.5)/3      = 1/3   (t1,t2,t6)
+// Recall    = (0.5+0+0+1)/4      = 3/8   (t1,t2,t5,t6)
+// F1        = (0.5+0+0+0.5)/4    = 1/4   (t1,t2,t5,t6)
 func TestCellGolden(t *testing.T) {
 	eps := loadEpisodes(t, "testdata/episodes.jsonl")
 	m := Cell(selectEps(eps, Asker, "deterministic", 1))
 	if m.Episodes != 6 || m.Scored != 5 {
 		t.Errorf("episodes, scored = %d, %d; want 6, 5", m.Episodes, m.Scored)
 	}
-	if m.NSR != 4 || m.NPrecision != 3 || m.NRecall != 3 || m.NF1 != 3 {
-		t.Errorf("denominators = %d %d %d %d; want 4 3 3 3", m.NSR, m.NPrecision, m.NRecall, m.NF1)
+	if m.NSR != 5 || m.NPrecision != 3 || m.NRecall != 4 || m.NF1 != 4 {
+		t.Errorf("denominators = %d %d %d %d; want 5 3 4 4", m.NSR, m.NPrecision, m.NRecall, m.NF1)
 	}
-	eqPtr(t, "SR", m.SR, (1.0+0+1+0)/4)
+	eqPtr(t, "SR", m.SR, (1.0+0+1+0+0)/5)
 	eqPtr(t, "Precision", m.Precision, (0.5+0+rt(1)/3)/3)
-	eqPtr(t, "Recall", m.Recall, (0.5+0+1.0)/3)
-	eqPtr(t, "F1", m.F1, (0.5+0+rt(0.5))/3)
+	eqPtr(t, "Recall", m.Recall, (0.5+0+0+1.0)/4)
+	eqPtr(t, "F1", m.F1, (0.5+0+0+rt(0.5))/4)
 
 	// Seed 2: t1 (P=R=F1=1, S=1), t2 (no question, R=F1=0, S=1),
 	// t3 (|Amb|=0, no question, S=0):
@@ -118,10 +120,16 @@ func TestCellGolden(t *testing.T) {
 	eqPtr(t, "Recall seed 2", m.Recall, 0.5)
 	eqPtr(t, "F1 seed 2", m.F1, 0.5)
 
-	// Nothing eligible: every rate undefined.
+	// An ERROR on a control is an SR failure and nothing else; an episode
+	// that could not be played (RPC_FAILED) counts nowhere.
 	m = Cell([]Episode{{Record: driver.Record{Status: "ERROR"}}, {Record: driver.Record{Status: "RPC_FAILED"}}})
-	if m.Scored != 0 || m.SR != nil || m.Precision != nil || m.Recall != nil || m.F1 != nil {
-		t.Errorf("all-failed cell = %+v, want nothing defined", m)
+	if m.Scored != 0 || m.NSR != 1 || m.Precision != nil || m.Recall != nil || m.F1 != nil {
+		t.Errorf("failed cell = %+v, want SR only", m)
+	}
+	eqPtr(t, "SR of an ERROR", m.SR, 0)
+	m = Cell([]Episode{{Record: driver.Record{Status: "RPC_FAILED"}}, {Record: driver.Record{Status: "ASKER_FAILED"}}})
+	if m.SR != nil || m.Recall != nil {
+		t.Errorf("unplayed cell = %+v, want nothing defined", m)
 	}
 	m = Cell(nil)
 	if m.Episodes != 0 || m.SR != nil {
@@ -147,19 +155,34 @@ func TestAnalyzeGolden(t *testing.T) {
 	// mean 11/24, SD (2/3−1/4)/√2.
 	nearPtr(t, "SRNone", det.SRNone.Mean, 11.0/24)
 	nearPtr(t, "SRNone SD", det.SRNone.SD, (2.0/3-0.25)/sqrt2)
-	// SR asker: 1/2 and 2/3 (TestCellGolden): mean 7/12, SD (1/6)/√2.
-	nearPtr(t, "SRAsker", det.SRAsker.Mean, 7.0/12)
-	nearPtr(t, "SRAsker SD", det.SRAsker.SD, (1.0/6)/sqrt2)
+	// SR asker: 2/5 and 2/3 (TestCellGolden): mean 8/15, SD (4/15)/√2.
+	nearPtr(t, "SRAsker", det.SRAsker.Mean, 8.0/15)
+	nearPtr(t, "SRAsker SD", det.SRAsker.SD, (4.0/15)/sqrt2)
 	// SR full: 1 and 1.
 	nearPtr(t, "SRFull", det.SRFull.Mean, 1)
 	nearPtr(t, "SRFull SD", det.SRFull.SD, 0)
-	// Precision 5/18 and 1: 23/36. Recall 1/2 and 1/2. F1 1/3 and 1/2: 5/12.
+	// Precision 5/18 and 1: 23/36. Recall 3/8 and 1/2: 7/16. F1 1/4 and
+	// 1/2: 3/8.
 	nearPtr(t, "Precision", det.Precision.Mean, 23.0/36)
-	nearPtr(t, "Recall", det.Recall.Mean, 0.5)
-	nearPtr(t, "F1", det.F1.Mean, 5.0/12)
-	// Gain: 1/2−1/4 and 2/3−2/3: 1/8. Gap: 1−1/2 and 1−2/3: 5/12.
-	nearPtr(t, "Gain", det.Gain.Mean, 0.125)
-	nearPtr(t, "Gap", det.Gap.Mean, 5.0/12)
+	nearPtr(t, "Recall", det.Recall.Mean, 7.0/16)
+	nearPtr(t, "F1", det.F1.Mean, 3.0/8)
+	// Gain: 2/5−1/4 and 2/3−2/3: 3/40. Gap: 1−2/5 and 1−2/3: 7/15.
+	nearPtr(t, "Gain", det.Gain.Mean, 3.0/40)
+	nearPtr(t, "Gap", det.Gap.Mean, 7.0/15)
+	// One ERROR in the asker condition (t5, seed 1).
+	if det.Errors[Asker] != 1 || len(det.Errors) != 1 {
+		t.Errorf("errors = %v, want asker: 1", det.Errors)
+	}
+	// SR on the pairs every oracle completed: the hybrid ran asker on seed
+	// 1 only, on t1 and t2, so the completed asker pairs are (t1,1) and
+	// (t2,1): det 1 and 0 → 1/2 in seed 1, none in seed 2.
+	nearPtr(t, "SRAskerCompleted", det.SRAskerCompleted.Mean, 0.5)
+	if det.SRAskerCompleted.Seeds != 1 {
+		t.Errorf("SRAskerCompleted seeds = %d", det.SRAskerCompleted.Seeds)
+	}
+	// The none condition ran under the deterministic oracle only, with no
+	// ERROR: its completed SR is its SR.
+	nearPtr(t, "SRNoneCompleted", det.SRNoneCompleted.Mean, 11.0/24)
 	// The deterministic oracle is its own hybrid and reference: the paired
 	// differences are computed and come out exactly 0.
 	eqPtr(t, "DJResp", det.DJResp.Mean, 0)
@@ -403,4 +426,48 @@ func TestDiagnosticsLeaky(t *testing.T) {
 			nilPtr(t, "DJResp (no paired runs)", row.DJResp.Mean)
 		}
 	}
+}
+
+// TestDiagnosticsDifferenceOfMeans: AmbiTab §A.3–A.4 define the
+// differenced diagnostics as the difference between the means of two
+// runs, each over its own eligible episodes, not as a mean over the pairs
+// where both are eligible. Hand-computed, one seed, AVTs A (t1, t2), B (t3):
+//
+//	none_adv recall   o: t1 1, t2 fallback stop, t3 0    mean 1/2
+//	         deterministic: t1 0, t2 1, t3 fallback stop mean 1/2
+//	ΔRec_none = 1/2 − 1/2 = 0 (the paired mean would be 1 − 0 = 1)
+//
+//	asker success     o: t1 1, t2 1, t3 0                 mean 2/3
+//	                  hybrid: t1 0, t2 1, t3 unverified   mean 1/2
+//	ΔJ_resp = 2/3 − 1/2 = 1/6 (the paired mean would be 1/2)
+func TestDiagnosticsDifferenceOfMeans(t *testing.T) {
+	fallback := func(e Episode) Episode { e.FallbackStop = true; return e }
+	unverified := func(e Episode) Episode { e.Success = nil; return e }
+	eps := []Episode{
+		fixture("t1", "A", NoneAdv, "o", 1, 0, 1),
+		fallback(fixture("t2", "A", NoneAdv, "o", 1, 0, 1)),
+		fixture("t3", "B", NoneAdv, "o", 1, 0, 0),
+		fixture("t1", "A", NoneAdv, "deterministic", 1, 0, 0),
+		fixture("t2", "A", NoneAdv, "deterministic", 1, 0, 1),
+		fallback(fixture("t3", "B", NoneAdv, "deterministic", 1, 0, 1)),
+		fixture("t1", "A", Asker, "o", 1, 1, 1),
+		fixture("t2", "A", Asker, "o", 1, 1, 1),
+		fixture("t3", "B", Asker, "o", 1, 0, 1),
+		fixture("t1", "A", Asker, "hybrid", 1, 0, 1),
+		fixture("t2", "A", Asker, "hybrid", 1, 1, 1),
+		unverified(fixture("t3", "B", Asker, "hybrid", 1, 0, 1)),
+	}
+	r, err := Analyze(eps, AnalyzeOptions{Resamples: 20, BootstrapSeed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range r.Rows {
+		if row.Oracle != "o" {
+			continue
+		}
+		nearPtr(t, "ΔRec_none", row.DRecNone.Mean, 0)
+		nearPtr(t, "ΔJ_resp", row.DJResp.Mean, rt(2.0/3)-rt(1.0/2))
+		return
+	}
+	t.Fatal("no row for oracle o")
 }

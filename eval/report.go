@@ -19,8 +19,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 const Dash = "–"
 
 // FormatSummary formats a summary in percent (or percentage points) as
-// "mean ± SD [lo, hi]" with one decimal; the "± SD" part is left out when
-// SD is undefined (one seed), the interval when it is undefined, and the
+// "mean ± SD [lo, hi; K AVTs]" with one decimal, K the bootstrap clusters
+// (donor components for ΔRec_spec^Q); the "± SD" part is left out when SD
+// is undefined (one seed), the interval when it is undefined, and the
 // whole cell is Dash when the mean is undefined.
 func FormatSummary(s Summary) string {
 	if s.Mean == nil {
@@ -32,9 +33,73 @@ func FormatSummary(s Summary) string {
 		b.WriteString(" ± " + pct(*s.SD))
 	}
 	if s.Lo != nil && s.Hi != nil {
-		fmt.Fprintf(&b, " [%s, %s]", pct(*s.Lo), pct(*s.Hi))
+		fmt.Fprintf(&b, " [%s, %s; %s]", pct(*s.Lo), pct(*s.Hi), clusterText(s))
 	}
 	return b.String()
+}
+
+func clusterText(s Summary) string {
+	switch {
+	case s.Donor && s.Clusters == 1:
+		return "1 component"
+	case s.Donor:
+		return fmt.Sprintf("%d components", s.Clusters)
+	case s.Clusters == 1:
+		return "1 AVT"
+	}
+	return fmt.Sprintf("%d AVTs", s.Clusters)
+}
+
+// notes numbers the reasons of undefined cells and the warnings of weak
+// intervals, so that a table's cells can refer to them ("– (a)",
+// "… ⚠ (b)") and the notes follow the table.
+type notes struct {
+	texts []string
+	idx   map[string]int
+}
+
+func (n *notes) ref(text string) string {
+	if n.idx == nil {
+		n.idx = map[string]int{}
+	}
+	i, ok := n.idx[text]
+	if !ok {
+		i = len(n.texts)
+		n.idx[text] = i
+		n.texts = append(n.texts, text)
+	}
+	return "(" + noteLabel(i) + ")"
+}
+
+func noteLabel(i int) string {
+	s := ""
+	for i++; i > 0; i = (i - 1) / 26 {
+		s = string(rune('a'+(i-1)%26)) + s
+	}
+	return s
+}
+
+// cell formats a summary with its note: the reason of a Dash, the warning
+// of a weak interval.
+func (n *notes) cell(s Summary) string {
+	c := FormatSummary(s)
+	switch {
+	case s.Mean == nil && s.Reason != "":
+		c += " " + n.ref(s.Reason)
+	case s.Warning != "":
+		c += " ⚠ " + n.ref(s.Warning)
+	}
+	return c
+}
+
+func (n *notes) markdown(b *strings.Builder) {
+	if len(n.texts) == 0 {
+		return
+	}
+	b.WriteString("\n")
+	for i, t := range n.texts {
+		fmt.Fprintf(b, "- (%s) %s\n", noteLabel(i), t)
+	}
 }
 
 // pct formats a fraction as a percentage with one decimal, avoiding "-0.0".
@@ -50,17 +115,36 @@ func pct(v float64) string {
 var table8Header = []string{"Corpus", "Oracle", "SR none", "SR asker", "SR full", "Precision", "Recall", "F1",
 	"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}
 
-func table8Cells(r *Report, row *Row) []string {
+func table8Cells(r *Report, row *Row, n *notes) []string {
 	return []string{r.Corpus, row.Oracle,
-		FormatSummary(row.SRNone), FormatSummary(row.SRAsker), FormatSummary(row.SRFull),
-		FormatSummary(row.Precision), FormatSummary(row.Recall), FormatSummary(row.F1),
-		FormatSummary(row.DJResp), FormatSummary(row.DRecSpec), FormatSummary(row.DJFull), FormatSummary(row.DRecNone)}
+		n.cell(row.SRNone), n.cell(row.SRAsker), n.cell(row.SRFull),
+		n.cell(row.Precision), n.cell(row.Recall), n.cell(row.F1),
+		n.cell(row.DJResp), n.cell(row.DRecSpec), n.cell(row.DJFull), n.cell(row.DRecNone)}
 }
 
 var gainHeader = []string{"Corpus", "Oracle", "Asking gain J(asker) − J(none)", "Gap J(full) − J(asker)"}
 
-func gainCells(r *Report, row *Row) []string {
-	return []string{r.Corpus, row.Oracle, FormatSummary(row.Gain), FormatSummary(row.Gap)}
+func gainCells(r *Report, row *Row, n *notes) []string {
+	return []string{r.Corpus, row.Oracle, n.cell(row.Gain), n.cell(row.Gap)}
+}
+
+var errorsHeader = []string{"Corpus", "Oracle", "ERROR episodes", "SR none, completed", "SR asker, completed", "SR full, completed"}
+
+// errorsCells is one row of the table of environment failures: the ERROR
+// episodes per condition (counted as failures above) and the SR on the
+// pairs every oracle completed.
+func errorsCells(r *Report, row *Row, n *notes) []string {
+	errs := "0"
+	if len(row.Errors) > 0 {
+		var parts []string
+		for _, c := range AllConditions {
+			if k := row.Errors[c]; k > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", c, k))
+			}
+		}
+		errs = strings.Join(parts, ", ")
+	}
+	return []string{r.Corpus, row.Oracle, errs, n.cell(row.SRNoneCompleted), n.cell(row.SRAskerCompleted), n.cell(row.SRFullCompleted)}
 }
 
 func mdRow(cells []string) string {
@@ -91,24 +175,14 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	b.WriteString("## Inference and leakage across oracles\n\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s\n",
-			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, oracleRoles(r.Reference, r.Hybrid))
+			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, oracleRoles(r))
 	}
-	b.WriteString("\nCells: mean ± sample SD across seeds [95% bootstrap interval], in % (diagnostics in percentage points); " + Dash + " where undefined.\n\n")
-	b.WriteString(mdRow(table8Header))
-	b.WriteString(mdSep(len(table8Header)))
-	for _, r := range rs {
-		for i := range r.Rows {
-			b.WriteString(mdRow(table8Cells(r, &r.Rows[i])))
-		}
-	}
+	b.WriteString("\n" + cellsLegend + "\n\n")
+	mdTable(&b, rs, table8Header, table8Cells)
 	b.WriteString("\n### Asking gain and gap to full\n\n")
-	b.WriteString(mdRow(gainHeader))
-	b.WriteString(mdSep(len(gainHeader)))
-	for _, r := range rs {
-		for i := range r.Rows {
-			b.WriteString(mdRow(gainCells(r, &r.Rows[i])))
-		}
-	}
+	mdTable(&b, rs, gainHeader, gainCells)
+	b.WriteString("\n### Environment failures\n\n" + errorsLegend + "\n\n")
+	mdTable(&b, rs, errorsHeader, errorsCells)
 	for _, r := range rs {
 		if len(r.GroupSignal) == 0 {
 			continue
@@ -122,6 +196,28 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// cellsLegend explains the cells of the tables.
+const cellsLegend = "Cells: mean ± sample SD across seeds [95% bootstrap interval; the clusters it resamples], in % (diagnostics in percentage points); " +
+	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
+
+// errorsLegend explains the environment-failures table.
+const errorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count above as failures with zero recall (AmbiTab §C.2). " +
+	"Beside them, each condition's SR on the (task, seed) pairs that every oracle that ran the condition completed."
+
+// mdTable writes one Markdown table, its rows from every report, and the
+// notes its cells refer to.
+func mdTable(b *strings.Builder, rs []*Report, header []string, cells func(*Report, *Row, *notes) []string) {
+	var n notes
+	b.WriteString(mdRow(header))
+	b.WriteString(mdSep(len(header)))
+	for _, r := range rs {
+		for i := range r.Rows {
+			b.WriteString(mdRow(cells(r, &r.Rows[i], &n)))
+		}
+	}
+	n.markdown(b)
 }
 
 func seedList(seeds []uint64) string {

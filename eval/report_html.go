@@ -16,12 +16,13 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table { border-collapse: collapse; font-size: 0.8em; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; font-weight: 600; } td.l, th.l { text-align: left; }
-td span { display: block; white-space: nowrap; } td .ci { color: #666; font-size: 0.88em; }
+td span { display: block; white-space: nowrap; } td .ci { color: #666; font-size: 0.88em; } td .note { color: #a15c00; font-size: 0.8em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1.5em; }
 figure { margin: 0; max-width: 100%; } figcaption { font-size: 0.85em; color: #555; max-width: 40em; }
 svg.chart { max-width: 100%; height: auto; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #333; }
 .meta { color: #555; font-size: 0.9em; }
+ul.notes { font-size: 0.8em; color: #555; margin-top: -0.5em; }
 @media (max-width: 1100px) { body { margin: 1em; } table { font-size: 0.72em; } }
 `
 
@@ -41,7 +42,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
 	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
 	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s</p>\n",
-		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r.Reference, r.Hybrid)))
+		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r)))
 
 	groups := make([]string, len(r.Rows))
 	sr := make([][]Summary, len(r.Rows))
@@ -67,10 +68,12 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("</div>\n")
 
 	b.WriteString("<h2>Inference and leakage across oracles</h2>\n")
-	b.WriteString("<p class=\"meta\">Cells: mean ± sample SD across seeds [95% bootstrap interval], in % (diagnostics in percentage points); " + Dash + " where undefined.</p>\n")
+	b.WriteString("<p class=\"meta\">" + esc(cellsLegend) + "</p>\n")
 	writeHTMLTable(&b, "table8", table8Header, r, table8Cells)
 	b.WriteString("<h2>Asking gain and gap to full</h2>\n")
 	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
+	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
+	writeHTMLTable(&b, "errors", errorsHeader, r, errorsCells)
 	if len(r.GroupSignal) > 0 {
 		b.WriteString("<h2>GRPO groups with a training signal</h2>\n<table id=\"group-signal\">\n<tr><th class=\"l\">Reward</th><th>Groups with unequal rewards</th></tr>\n")
 		for _, k := range sortedKeys(r.GroupSignal) {
@@ -83,7 +86,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	return err
 }
 
-func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row) []string) {
+func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row, *notes) []string) {
+	var n notes
 	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
 	for i, h := range header {
 		cls := ""
@@ -95,7 +99,7 @@ func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, c
 	b.WriteString("</tr>\n")
 	for i := range r.Rows {
 		b.WriteString("<tr>")
-		for j, c := range cells(r, &r.Rows[i]) {
+		for j, c := range cells(r, &r.Rows[i], &n) {
 			if j < 2 {
 				// Names may wrap after an underscore (test_leaky_<wbr/>responder).
 				fmt.Fprintf(b, "<td class=\"l\">%s</td>", strings.ReplaceAll(html.EscapeString(c), "_", "_<wbr/>"))
@@ -108,31 +112,53 @@ func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, c
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table>\n</div>\n")
+	if len(n.texts) > 0 {
+		fmt.Fprintf(b, "<ul class=\"notes\" id=\"%s-notes\">\n", id)
+		for i, t := range n.texts {
+			fmt.Fprintf(b, "<li>(%s) %s</li>\n", noteLabel(i), html.EscapeString(t))
+		}
+		b.WriteString("</ul>\n")
+	}
 }
 
 // writeSummaryCell writes a FormatSummary cell on two lines, "mean ± SD"
 // above the bootstrap interval "[lo, hi]", so that a column is about half
-// as wide as the one-line text.
+// as wide as the one-line text. A warning mark ("⚠ (a)") after the
+// interval, or a note reference after a dash, gets a span of its own.
 func writeSummaryCell(b *strings.Builder, c string) {
 	head, ci, ok := strings.Cut(c, " [")
+	if !ok {
+		head, note, _ := strings.Cut(c, " ")
+		fmt.Fprintf(b, "<span>%s</span>", html.EscapeString(head))
+		if note != "" {
+			fmt.Fprintf(b, " <span class=\"note\">%s</span>", html.EscapeString(note))
+		}
+		return
+	}
 	fmt.Fprintf(b, "<span>%s</span>", html.EscapeString(head))
-	if ok {
-		fmt.Fprintf(b, "<span class=\"ci\">[%s</span>", html.EscapeString(ci))
+	ci, warn, _ := strings.Cut(ci, "]")
+	fmt.Fprintf(b, "<span class=\"ci\">[%s]</span>", html.EscapeString(ci))
+	if warn = strings.TrimSpace(warn); warn != "" {
+		fmt.Fprintf(b, "<span class=\"note\">%s</span>", html.EscapeString(warn))
 	}
 }
 
-// oracleRoles names the reference and hybrid oracles of the diagnostics
-// for the report's header. An oracle named like its role ("hybrid") is not
-// named twice ("hybrid hybrid").
-func oracleRoles(reference, hybrid string) string {
-	role := func(role, name string) string {
-		if name == role {
-			return "the " + role + " oracle"
+// oracleRoles names the reference oracle and each row's hybrid for the
+// report's header, without repeating a word ("hybrid hybrid" when the
+// hybrid is the oracle called hybrid).
+func oracleRoles(r *Report) string {
+	var pairs []string
+	for _, row := range r.Rows {
+		if row.Hybrid != "" && row.Hybrid != row.Oracle {
+			pairs = append(pairs, row.Oracle+" with "+row.Hybrid)
 		}
-		return "the " + role + " oracle " + name
 	}
-	return "ΔJ_full and ΔRec_none compare with " + role("reference", reference) +
-		"; ΔJ_resp and ΔRec_spec^Q use " + role("hybrid", hybrid) + " (actual matcher, reference responder)."
+	hybrids := "every oracle here is its own hybrid"
+	if len(pairs) > 0 {
+		hybrids = strings.Join(pairs, ", ")
+	}
+	return "ΔJ_full and ΔRec_none compare with the reference oracle (" + r.Reference +
+		"); ΔJ_resp and ΔRec_spec^Q compare an oracle with its hybrid (same matcher, reference responder): " + hybrids + "."
 }
 
 // writeChart draws a grouped bar chart in SVG: one group per oracle, one

@@ -83,8 +83,8 @@ func TestWriteHTML(t *testing.T) {
 	if strings.Contains(s, "http://") || strings.Contains(s, "https://") || strings.Contains(s, "<link") || strings.Contains(s, "<script") {
 		t.Error("report refers to an external resource")
 	}
-	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 3 {
-		t.Errorf("svg %d, style %d, table %d; want 3, 1, 3", count["svg"], count["style"], count["table"])
+	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 4 {
+		t.Errorf("svg %d, style %d, table %d; want 3, 1, 4", count["svg"], count["style"], count["table"])
 	}
 	for _, id := range []string{"chart-sr", "chart-pr", "chart-diag", "table8", "gain", "group-signal"} {
 		if !ids[id] {
@@ -138,7 +138,11 @@ func TestWriteHTMLHeaderNamesOraclesOnce(t *testing.T) {
 				t.Errorf("%+v: header repeats %q: %s", tc, words[k], text)
 			}
 		}
-		for _, name := range []string{r.Reference, r.Hybrid} {
+		names := []string{r.Reference}
+		for _, row := range r.Rows {
+			names = append(names, row.Hybrid)
+		}
+		for _, name := range names {
 			if !strings.Contains(text, name) {
 				t.Errorf("%+v: header does not name oracle %q: %s", tc, name, text)
 			}
@@ -170,7 +174,7 @@ func TestWriteHTMLTableFits(t *testing.T) {
 	if strings.Contains(s, "white-space: nowrap; }\nth") || !strings.Contains(s, ".scroll { max-width: 100%; overflow-x: auto; }") {
 		t.Error("CSS: cells must be allowed to wrap, and .scroll must scroll")
 	}
-	cell := regexp.MustCompile(`<td><span>([^<]*)</span><span class="ci">\[([^<]*)\]</span></td>`)
+	cell := regexp.MustCompile(`<td><span>([^<]*)</span><span class="ci">\[([^<]*)\]</span>(<span class="note">[^<]*</span>)?</td>`)
 	if n := len(cell.FindAllString(s, -1)); n < 10 {
 		t.Errorf("%d cells with the interval on its own line, want at least 10", n)
 	}

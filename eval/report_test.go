@@ -15,10 +15,11 @@ func TestFormatSummary(t *testing.T) {
 		want string
 	}{
 		{Summary{}, Dash},
-		{Summary{Mean: p(0.5833333), SD: p(0.117851), Lo: p(0.25), Hi: p(0.75)}, "58.3 ± 11.8 [25.0, 75.0]"},
-		{Summary{Mean: p(0.5), Lo: p(0.5), Hi: p(0.5)}, "50.0 [50.0, 50.0]"},
+		{Summary{Mean: p(0.5833333), SD: p(0.117851), Lo: p(0.25), Hi: p(0.75), Clusters: 4}, "58.3 ± 11.8 [25.0, 75.0; 4 AVTs]"},
+		{Summary{Mean: p(0.5), Lo: p(0.5), Hi: p(0.5), Clusters: 1}, "50.0 [50.0, 50.0; 1 AVT]"},
+		{Summary{Mean: p(0.5), Lo: p(0.25), Hi: p(0.5), Clusters: 3, Donor: true}, "50.0 [25.0, 50.0; 3 components]"},
 		{Summary{Mean: p(-0.0000001), SD: p(0)}, "0.0 ± 0.0"},
-		{Summary{Mean: p(-0.125), SD: p(0.1), Lo: p(-0.5), Hi: p(0.25)}, "-12.5 ± 10.0 [-50.0, 25.0]"},
+		{Summary{Mean: p(-0.125), SD: p(0.1), Lo: p(-0.5), Hi: p(0.25), Clusters: 2}, "-12.5 ± 10.0 [-50.0, 25.0; 2 AVTs]"},
 	} {
 		if got := FormatSummary(c.s); got != c.want {
 			t.Errorf("FormatSummary(%+v) = %q, want %q", c.s, got, c.want)
@@ -45,7 +46,8 @@ func TestReportOutputs(t *testing.T) {
 	for _, want := range []string{
 		"| Corpus | Oracle | SR none | SR asker | SR full | Precision | Recall | F1 | ΔJ_resp | ΔRec_spec^Q | ΔJ_full | ΔRec_none |",
 		"| demo | deterministic | 45.8 ± 29.5 [",
-		"| other | hybrid | – |",
+		"| other | hybrid | – (e) |",
+		"- (e) the none condition did not run under the hybrid oracle",
 		"| question_f1 | 62.5% |",
 		"| outcome | 25.0% |",
 	} {

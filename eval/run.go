@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"avtgym/driver"
 	"avtgym/internal/parallel"
@@ -173,7 +175,8 @@ type Config struct {
 	// Limit keeps the first Limit tasks (corpus order); 0 means all.
 	Limit int
 	// Asker plays the asker and asker_spec conditions (a scripted policy,
-	// the LLM asker, or Trajectories); it may be nil when neither runs.
+	// the LLM asker, or Trajectories); nil means policy.Partial, an asker of
+	// mixed quality under which a leaky responder shows in ΔJ_resp.
 	Asker policy.Player
 	// Oracles are the oracle types to run; none means deterministic.
 	Oracles []pb.OracleType
@@ -192,6 +195,15 @@ type Config struct {
 	Dir string
 	// Concurrency bounds the episodes in flight; 0 means 16.
 	Concurrency int
+	// Retries is how many times an episode that could not be scored (the
+	// server's ERROR, a failed call, the asker's endpoint) is played again
+	// before it is recorded: 0 means 2, a negative value none. A flaky
+	// endpoint must not lower SR; what still fails is recorded, and the
+	// report counts an ERROR as a failure (AmbiTab §C.2).
+	Retries int
+	// RetryDelay is the pause before the first retry, doubled before each
+	// later one; 0 means 500ms.
+	RetryDelay time.Duration
 	// Progress, when set, is called once with the number of cells to play
 	// (Start) and after each played episode (Done).
 	Progress ProgressSink
@@ -217,8 +229,10 @@ type Result struct {
 	// Played episodes were played and appended by this call.
 	Played int
 	// Failed counts the played episodes that could not be scored
-	// (RPC_FAILED, ASKER_FAILED or the server's ERROR).
+	// (RPC_FAILED, ASKER_FAILED or the server's ERROR) after their retries.
 	Failed int
+	// Retried counts the retries played (each a whole episode).
+	Retried int
 	// Donors maps each evaluated task to its donor (asker_spec only).
 	Donors map[string]string
 }
@@ -270,7 +284,25 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 		tasks = tasks[:cfg.Limit]
 	}
 	corpus := tasks[0].GetCorpus()
+	oracles, err := ListOracleMap(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	all, added, err := oracles.complete(cfg.Oracles)
+	if err != nil {
+		return nil, err
+	}
+	if len(added) > 0 {
+		fmt.Fprintf(cfg.Warn, "eval: also running %s: the oracles the requested ones' leakage diagnostics compare with (hybrid: ΔJ_resp, ΔRec_spec^Q; reference: ΔJ_full, ΔRec_none)\n", strings.Join(added, ", "))
+	}
+	cfg.Oracles = all
+	if err := cfg.preflight(ctx, driver.Remote(c), tasks[0]); err != nil {
+		return nil, err
+	}
 	if err := cfg.checkDir(corpus); err != nil {
+		return nil, err
+	}
+	if err := writeJSONFile(filepath.Join(cfg.Dir, OraclesFile), oracles); err != nil {
 		return nil, err
 	}
 	res := &Result{}
@@ -315,14 +347,61 @@ func (cfg *Config) defaults() error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
+	switch {
+	case cfg.Retries == 0:
+		cfg.Retries = 2
+	case cfg.Retries < 0:
+		cfg.Retries = 0
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 500 * time.Millisecond
+	}
 	if cfg.Warn == nil {
 		cfg.Warn = io.Discard
 	}
-	needAsker := slices.Contains(cfg.Conditions, Asker) || slices.Contains(cfg.Conditions, AskerSpec)
-	if needAsker && cfg.Asker == nil {
-		return errors.New("eval: the asker conditions need an asker")
+	if cfg.Asker == nil {
+		cfg.Asker = policy.Partial()
 	}
 	return nil
+}
+
+// preflight plays one short episode per requested oracle on task (a
+// generic question, then STOP, with the run's solver) and checks the
+// asker (policy.Preflighter), so that an oracle, solver or asker the run
+// cannot use stops it with one message instead of failing every cell. A
+// failure is tried again like an episode (Retries).
+func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskSummary) error {
+	if p, ok := cfg.Asker.(policy.Preflighter); ok {
+		if err := p.Preflight(ctx); err != nil {
+			return fmt.Errorf("eval: pre-flight: the asker %s is unavailable: %w", cfg.Asker.Name(), err)
+		}
+	}
+	probeQ := policy.Replay("preflight", []string{probe.Generic1})
+	for _, o := range cfg.Oracles {
+		seed := uint64(0)
+		reset := &pb.ResetRequest{
+			Corpus: task.GetCorpus(), TaskId: task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
+			Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o},
+		}
+		r := policy.PlayOne(ctx, env, probeQ, reset)
+		// Only the server's ERROR may be transient; a refused option is not.
+		for try := 0; r.Status == "ERROR" && try < cfg.Retries && ctx.Err() == nil; try++ {
+			if sleep(ctx, cfg.RetryDelay<<try) != nil {
+				break
+			}
+			r = policy.PlayOne(ctx, env, probeQ, reset)
+		}
+		if !r.Scored() {
+			return fmt.Errorf("eval: pre-flight: the %s oracle with the %s solver cannot play task %s (%s): %s",
+				OracleName(o), solverName(cfg.Solver), task.GetTaskId(), r.Status, r.Error)
+		}
+	}
+	return nil
+}
+
+// solverName is the lower-case name of a solver, as run.json records it.
+func solverName(s pb.Solver) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "SOLVER_"))
 }
 
 // checkDir creates the run directory and checks that an earlier run in it
@@ -336,7 +415,7 @@ func (cfg *Config) checkDir(corpus string) error {
 		askerName = cfg.Asker.Name()
 	}
 	return checkSettings(filepath.Join(cfg.Dir, RunFile), runSettings{
-		Corpus: corpus, Asker: askerName, Solver: strings.ToLower(strings.TrimPrefix(cfg.Solver.String(), "SOLVER_")), DonorSeed: cfg.DonorSeed,
+		Corpus: corpus, Asker: askerName, Solver: solverName(cfg.Solver), DonorSeed: cfg.DonorSeed,
 	})
 }
 
@@ -404,8 +483,16 @@ func (cfg *Config) play(ctx context.Context, env driver.Env, corpus string, cell
 	}
 	defer f.Close()
 	var mu sync.Mutex
+	var retried atomic.Int64
 	err = parallel.For(ctx, len(cells), cfg.Concurrency, func(ctx context.Context, i int) error {
 		ep := playCell(ctx, env, *cfg, corpus, cells[i], donors)
+		for try := 0; !ep.Scored() && try < cfg.Retries && ctx.Err() == nil; try++ {
+			if sleep(ctx, cfg.RetryDelay<<try) != nil {
+				break
+			}
+			retried.Add(1)
+			ep = playCell(ctx, env, *cfg, corpus, cells[i], donors)
+		}
 		if ctx.Err() != nil && !ep.Scored() {
 			return nil // cut short by the cancellation: played again next time
 		}
@@ -427,6 +514,7 @@ func (cfg *Config) play(ctx context.Context, env driver.Env, corpus string, cell
 		}
 		return nil
 	})
+	res.Retried += int(retried.Load())
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -434,6 +522,18 @@ func (cfg *Config) play(ctx context.Context, env driver.Env, corpus string, cell
 		err = ctx.Err()
 	}
 	return err
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // checkSettings writes the run's settings on the first run and checks them

@@ -2,10 +2,18 @@
 """A pure-Python (numpy) GRPO loop for an asking policy against `avtgym serve`.
 
 The policy is a log-linear softmax over candidate questions built from the n-grams (n = 1..3)
-of the public request -- "What exactly do you mean by "<n-gram>"?" -- plus STOP. Its features
-are hashed: the n-gram itself, its words and its length; STOP has a bias and the number of
-questions asked so far. Nothing privileged is read: the policy sees the request only, and the
-learning signal is the server's question-F1 reward.
+of the public request -- "What exactly do you mean by "<n-gram>"?" -- plus an "echo the
+request" question -- "What do you mean by: <the whole request>?" -- plus STOP. Its features
+are hashed: the n-gram itself, its words and its length (the echo: a bias and the request's
+words);
+STOP has a bias and the number of questions asked so far. Nothing privileged is read: the
+policy sees the request only, and the learning signal is the server's question-F1 reward.
+
+The echo games AmbiTab's matcher, which credits every ambiguity a question names: one echo
+names them all and earns question-F1 1.0, and the bandit learns to echo. With --strict-credit
+(the episode option strict_credit) a question that reproduces the request credits nothing and
+any other question at most one ambiguity, and the bandit learns to ask about terms instead.
+The last line of --json gives the fraction of trajectories that echoed, per iteration.
 
 Each iteration samples 8 requests x 16 trajectories (one reset_group(16) per request: the 16
 share the task and its interpretation), steps all 128 trajectories together with step_batch,
@@ -13,7 +21,7 @@ computes group-relative advantages (r - mean) / std within each group, drops the
 rewards are all equal (PROTOCOL.md section 10) and takes one policy-gradient step (Adam).
 
     python examples/grpo_bandit.py --spawn            # builds nothing: runs bin/avtgym
-    python examples/grpo_bandit.py --server 127.0.0.1:50051
+    python examples/grpo_bandit.py --server 127.0.0.1:50051 [--strict-credit]
 """
 
 from __future__ import annotations
@@ -65,6 +73,20 @@ def question(gram: str) -> str:
     return f'What exactly do you mean by "{gram}"?'
 
 
+ECHO = "\x00echo"  # the echo candidate's key among the n-grams (no n-gram contains NUL)
+
+
+def echo_question(request: str) -> str:
+    return f"What do you mean by: {request}?"
+
+
+def echo_features(request: str) -> list[int]:
+    # A bias, and the request's words as seen by the echo: as the n-gram candidates can learn
+    # which words are worth asking about, the echo can learn which requests are worth echoing
+    # (on a request without counted ambiguities any question scores 0).
+    return [h("echo")] + [h("echo-w:" + x) for x in set(words(request))]
+
+
 class Policy:
     def __init__(self, rng: np.random.Generator, lr: float = 0.1):
         self.w = np.zeros(DIM)
@@ -108,15 +130,17 @@ class Policy:
 
 
 def run_iteration(client: Client, policy: Policy, rng: np.random.Generator, requests: int,
-                  group: int, split: str | None, corpus: str | None):
+                  group: int, split: str | None, corpus: str | None, strict_credit: bool = False):
     # Reset: one GRPO group per request.
     trajs = []  # per trajectory: dict(ep, grams, feats, asked set, decisions)
     for g in range(requests):
         seed = int(rng.integers(0, 2**31)) * 1024
-        for ep in client.reset_group(group, seed=seed, split=split, corpus=corpus, reward="question_f1"):
-            grams = candidates(ep.request)
-            trajs.append({"ep": ep, "group": g, "grams": grams, "feats": [features(x) for x in grams],
-                          "left": list(range(len(grams))), "decisions": []})
+        for ep in client.reset_group(group, seed=seed, split=split, corpus=corpus, reward="question_f1",
+                                     strict_credit=strict_credit):
+            grams = candidates(ep.request) + [ECHO]
+            feats = [features(x) for x in grams[:-1]] + [echo_features(ep.request)]
+            trajs.append({"ep": ep, "group": g, "grams": grams, "feats": feats,
+                          "left": list(range(len(grams))), "decisions": [], "echoed": False})
     # Step every running trajectory together until all are done.
     while True:
         live = [t for t in trajs if not t["ep"].done]
@@ -135,7 +159,11 @@ def run_iteration(client: Client, policy: Policy, rng: np.random.Generator, requ
                 batch.append((ep, Action.stop()))
             else:
                 gram = t["grams"][t["left"].pop(c)]
-                batch.append((ep, Action.ask(question(gram))))
+                if gram == ECHO:
+                    t["echoed"] = True
+                    batch.append((ep, Action.ask(echo_question(ep.request))))
+                else:
+                    batch.append((ep, Action.ask(question(gram))))
         for t, res in zip(live, client.step_batch(batch)):
             if isinstance(res, Exception):
                 raise res
@@ -157,7 +185,8 @@ def run_iteration(client: Client, policy: Policy, rng: np.random.Generator, requ
                 kept += 1
     if kept:
         policy.update(gw / kept, gs / kept)
-    return float(rewards.mean()), float(differing.mean())
+    echoed = float(np.mean([t["echoed"] for t in trajs]))
+    return float(rewards.mean()), float(differing.mean()), echoed
 
 
 def spawn(binary: str) -> tuple[subprocess.Popen, str]:
@@ -191,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", default=None)
     ap.add_argument("--corpus", default=None)
+    ap.add_argument("--strict-credit", action="store_true",
+                    help="play with the strict_credit episode option: echoing the request earns nothing")
     ap.add_argument("--json", action="store_true", help="print a JSON summary line at the end")
     args = ap.parse_args(argv)
 
@@ -201,20 +232,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rng = np.random.default_rng(args.seed)
         policy = Policy(rng, lr=args.lr)
-        means, fracs = [], []
+        means, fracs, echoes = [], [], []
         t0 = time.time()
         with Client(addr, timeout=60) as client:
             for it in range(args.iterations):
-                mean, frac = run_iteration(client, policy, rng, args.requests, args.group, args.split, args.corpus)
+                mean, frac, echo = run_iteration(client, policy, rng, args.requests, args.group, args.split,
+                                                 args.corpus, args.strict_credit)
                 means.append(mean)
                 fracs.append(frac)
-                print(f"iter {it:3d}  mean_reward {mean:.3f}  differing_groups {frac:.2f}", flush=True)
+                echoes.append(echo)
+                print(f"iter {it:3d}  mean_reward {mean:.3f}  differing_groups {frac:.2f}  echoed {echo:.2f}",
+                      flush=True)
         q = max(1, len(means) // 4)
         first, last = float(np.mean(means[:q])), float(np.mean(means[-q:]))
-        print(f"first-quarter mean {first:.3f}  last-quarter mean {last:.3f}  ({time.time() - t0:.1f}s)")
+        echo_last = float(np.mean(echoes[-q:]))
+        print(f"first-quarter mean {first:.3f}  last-quarter mean {last:.3f}  "
+              f"last-quarter echoed {echo_last:.2f}  ({time.time() - t0:.1f}s)")
         if args.json:
-            print(json.dumps({"mean_reward": means, "differing_groups": fracs,
-                              "first_quarter": first, "last_quarter": last}))
+            print(json.dumps({"mean_reward": means, "differing_groups": fracs, "echoed": echoes,
+                              "first_quarter": first, "last_quarter": last, "echoed_last_quarter": echo_last,
+                              "strict_credit": args.strict_credit}))
     finally:
         if proc is not None:
             proc.terminate()

@@ -331,6 +331,29 @@ func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Respon
 	return resp, nil
 }
 
+// Ping checks that the endpoint answers: one short request (a few
+// tokens), never served from or stored in the cache, with the client's
+// retries. A pre-flight calls it so that a run stops with one message
+// instead of failing every episode. With a non-empty cache the caller may
+// not need the endpoint at all (a replay); see CacheHolds.
+func (c *Client) Ping(ctx context.Context) error {
+	req := Request{Messages: []Message{{Role: "user", Content: "Reply with the word OK."}}, Purpose: "preflight"}
+	_, err := c.call(ctx, req, req.Purpose, 8)
+	return err
+}
+
+// CacheHolds reports whether the client's cache holds at least one
+// response (a cache that cannot tell counts as holding some).
+func (c *Client) CacheHolds() bool {
+	if c.cfg.Cache == nil {
+		return false
+	}
+	if l, ok := c.cfg.Cache.(interface{ Len() int }); ok {
+		return l.Len() > 0
+	}
+	return true
+}
+
 // cacheKey hashes everything that determines a reply.
 func (c *Client) cacheKey(req Request, purpose string, maxTokens int) string {
 	material := struct {

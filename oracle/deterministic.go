@@ -43,7 +43,8 @@ var errNilRecord = errors.New("oracle: nil record")
 //
 // The history is not read: a question naming an already credited term is
 // credited again (precision accounts for repetition). Chain dependencies
-// (Ambiguity.DependsOn) are not applied yet.
+// (Ambiguity.DependsOn) are not applied yet. The strict-credit option
+// (AskOptions.StrictCredit) narrows the verdict in Oracle.AskWith, not here.
 //
 // Each record's phrases are compiled once, on first use, and cached by
 // record pointer (weakly: the entry goes when the record is collected), so a
@@ -67,6 +68,11 @@ func (m *DeterministicMatcher) Match(ctx context.Context, rec *corpus.Record, _ 
 		return Match{}, err
 	}
 	return Match{Credits: m.compiled(rec).match(question)}, nil
+}
+
+// DescribeMatcher describes the deterministic matcher (MatcherDescriber).
+func (*DeterministicMatcher) DescribeMatcher() string {
+	return "deterministic: credits each registered ambiguity whose term or an alias occurs in the question as whole words (case, punctuation and spacing ignored; longest phrases first, no overlaps); reads only the question"
 }
 
 // compiled returns the record's compiled phrases, compiling them once.
@@ -285,6 +291,12 @@ type DeterministicResponder struct{}
 
 // NewDeterministicResponder returns the deterministic responder.
 func NewDeterministicResponder() *DeterministicResponder { return &DeterministicResponder{} }
+
+// DescribeResponder describes the deterministic responder
+// (ResponderDescriber).
+func (*DeterministicResponder) DescribeResponder() string {
+	return "deterministic: the stored resolutions of the credited ambiguities, in annotation order; the fixed refusal when nothing is credited"
+}
 
 // Respond returns the reply for the match's credits. It fails for a nil
 // record or a credit that is not an index of rec.Ambiguities.

@@ -60,6 +60,12 @@ const (
 // (Respond) returns Refusal for unanswerable() without calling the model,
 // and otherwise has the model write one reply conditioned on the action.
 //
+// Stage 1 reads the record and the question only — never an earlier
+// question or reply; for a record with chain ambiguities, also the terms
+// the history's credits have already clarified (see matchMessages) — so a
+// reply cannot change a later credit, and the hybrid oracle (Hybrid) earns
+// exactly the actual oracle's credits. Stage 2 also reads the dialogue.
+//
 // Every model call goes through the llm client, with Purpose
 // "oracle.match" or "oracle.respond" and CacheKey "<record id>@<version>",
 // so that with the client's cache the reply is determined by (oracle
@@ -115,9 +121,51 @@ func (l *LLM) Oracle() Oracle { return Oracle{Matcher: l, Responder: l} }
 // matcher with the deterministic responder, so its credits (and, for an
 // *LLM, its validated action) are the actual oracle's and its text the
 // reference resolutions; an unlabeled or unanswerable() action credits
-// nothing and so gets Refusal.
+// nothing and so gets Refusal. Each LLM oracle has its own hybrid, built on
+// its own matcher: Hybrid(l) for l.Oracle() (ORACLE_TYPE_HYBRID for the
+// unfiltered oracle, ORACLE_TYPE_HYBRID_SCOPED for the scoped one), so
+// that a responder diagnostic never also changes the matcher.
 func Hybrid(llmMatcher Matcher) Oracle {
 	return Oracle{Matcher: llmMatcher, Responder: NewDeterministicResponder()}
+}
+
+// variant names the oracle's variant.
+func (l *LLM) variant() string {
+	if l.opt.Scoped {
+		return "scoped"
+	}
+	return "unfiltered"
+}
+
+// model names the oracle's model, or "" when the client has none.
+func (l *LLM) model() string {
+	if l.client == nil {
+		return ""
+	}
+	return l.client.Config().Model
+}
+
+// DescribeMatcher describes the LLM oracle's stage 1 (MatcherDescriber).
+func (l *LLM) DescribeMatcher() string {
+	what := "labeled(term), unlabeled(segment) or unanswerable(), from the request, the labeled ambiguities and the reference's clause segments"
+	if l.opt.Scoped {
+		what = "labeled(term) or unanswerable(), from the request and the labeled ambiguities (no SQL, no segments)"
+	}
+	return fmt.Sprintf("LLM stage 1, %s (model %q, prompts %s): classifies the question as %s; reads the question, not the dialogue (for chains, the terms already credited); the server validates the action and credits a labeled term's ambiguities", l.variant(), l.model(), l.opt.Version, what)
+}
+
+// DescribeResponder describes the LLM oracle's stage 2
+// (ResponderDescriber).
+func (l *LLM) DescribeResponder() string {
+	sees := "the reference SQL, its clause segments and the schema"
+	if l.opt.Scoped {
+		sees = "the matched ambiguity's resolution (no SQL, segments or schema)"
+	}
+	leaks := ""
+	if l.opt.RejectLeaks {
+		leaks = fmt.Sprintf("; replies quoting the reference SQL or unmentioned schema identifiers are regenerated (at most %d times, then the deterministic text)", l.opt.MaxRegenerations)
+	}
+	return fmt.Sprintf("LLM stage 2, %s (model %q, prompts %s): writes one reply conditioned on the action, seeing the request, the dialogue and %s; the fixed refusal for unanswerable() without a model call%s", l.variant(), l.model(), l.opt.Version, sees, leaks)
 }
 
 // Match runs stage 1 and returns the validated action with its credits.

@@ -12,7 +12,12 @@ import (
 // LLMPromptVersion is the version of the LLM oracle's prompts, the default
 // of LLMOptions.Version. Change it with any change of the prompts below, so
 // that a response cache never serves a reply written for other prompts.
-const LLMPromptVersion = "llm-oracle/1"
+//
+// llm-oracle/2: the stage-1 (matcher) prompt no longer shows the dialogue
+// (earlier questions and replies); for a record with chain ambiguities it
+// shows the chains and the terms already credited instead (AmbiTab §A.4,
+// PROTOCOL.md §3).
+const LLMPromptVersion = "llm-oracle/2"
 
 // Section markers of the prompts. Tests (and log readers) find the parts of
 // a prompt by them; keep them stable within a prompt version.
@@ -20,6 +25,8 @@ const (
 	markAmbiguities = "## Labeled ambiguities"
 	markSegments    = "## Clause segments of the reference query"
 	markHistory     = "## Conversation so far"
+	markChains      = "## Chained phrases"
+	markClarified   = "## Phrases already clarified"
 	markQuestion    = "## The user's new question"
 	markAction      = "## Chosen action"
 	markSQL         = "## Reference SQL"
@@ -66,7 +73,12 @@ Write only the reply text.`
 
 const respondCorrective = `That reply gives away implementation details (SQL text, or table or column names the analyst did not mention). Write the reply again, saying the same thing in everyday words, with no SQL and no table or column names.`
 
-// matchMessages builds the stage-1 prompt.
+// matchMessages builds the stage-1 prompt. It reads the record and the
+// question, and of the history only its credits, and only for a record
+// with chain ambiguities (writeChains): never an earlier question or reply
+// (AmbiTab §A.4: the matcher reads only the current question and the task,
+// so the responder cannot change the credits and the hybrid oracle holds
+// the matcher fixed; PROTOCOL.md §3).
 func matchMessages(rec *corpus.Record, segs []sqlexec.Segment, scoped bool, history []Turn, question string) []llm.Message {
 	var b strings.Builder
 	b.WriteString("My request to the analyst:\n")
@@ -77,7 +89,7 @@ func matchMessages(rec *corpus.Record, segs []sqlexec.Segment, scoped bool, hist
 		b.WriteString("\n" + markSegments + " (clause, segment):\n")
 		writeSegments(&b, segs)
 	}
-	writeHistory(&b, history)
+	writeChains(&b, rec, history)
 	b.WriteString("\n" + markQuestion + ":\n")
 	b.WriteString(strings.TrimSpace(question))
 	b.WriteString("\n\nClassify this question. Answer with one JSON object.")
@@ -166,6 +178,44 @@ func writeSegments(b *strings.Builder, segs []sqlexec.Segment) {
 	}
 }
 
+// writeChains writes, for a record with chain ambiguities (PROTOCOL.md
+// §9), which phrase depends on which and the phrases the history's credits
+// have already clarified, in annotation order; for other records nothing.
+// It reads the history's credits only.
+func writeChains(b *strings.Builder, rec *corpus.Record, history []Turn) {
+	if !HasChain(rec) {
+		return
+	}
+	b.WriteString("\n" + markChains + " (each is meaningful only once the phrase it depends on is clarified):\n")
+	for _, a := range rec.Ambiguities {
+		if a.DependsOn != "" {
+			fmt.Fprintf(b, "- %q depends on %q\n", strings.TrimSpace(a.Term), strings.TrimSpace(a.DependsOn))
+		}
+	}
+	credited := make([]bool, len(rec.Ambiguities))
+	for _, t := range history {
+		for _, c := range t.Credits {
+			if c >= 0 && c < len(credited) {
+				credited[c] = true
+			}
+		}
+	}
+	b.WriteString("\n" + markClarified + ":\n")
+	seen := map[string]bool{}
+	for i, ok := range credited {
+		t := strings.TrimSpace(rec.Ambiguities[i].Term)
+		if ok && !seen[t] {
+			seen[t] = true
+			fmt.Fprintf(b, "- %q\n", t)
+		}
+	}
+	if len(seen) == 0 {
+		b.WriteString("(none)\n")
+	}
+	b.WriteString("\nA chained phrase counts as labeled only when the phrase it depends on is already clarified; otherwise answer unanswerable.\n")
+}
+
+// writeHistory writes the dialogue so far, for the responder's prompt.
 func writeHistory(b *strings.Builder, history []Turn) {
 	if len(history) == 0 {
 		return

@@ -24,7 +24,13 @@
 // SQL or schema identifiers). The LLM oracle is the pair
 // Oracle{Matcher: l, Responder: l} (LLM.Oracle); Hybrid pairs an LLM
 // matcher with the deterministic responder, for the responder-leakage
-// diagnostic of §6.
+// diagnostic of §6: each LLM variant gets its own hybrid, on its own
+// matcher.
+//
+// Oracle.AskWith's StrictCredit option (off by default: AmbiTab's matcher)
+// narrows any matcher's verdict before the responder sees it (StrictMatch):
+// a question that reproduces the request credits nothing, any other at
+// most one ambiguity.
 //
 // The deliberately leaky test oracles, fixtures for the leakage diagnostics
 // only (served under `serve --test-oracles`), live in package oracletest.
@@ -183,21 +189,35 @@ type Reply struct {
 // responder is missing.
 var ErrIncomplete = errors.New("oracle: matcher or responder is nil")
 
-// Ask credits the question with the matcher, then has the responder write
-// the reply for that verdict, and returns the reply with the matcher's
-// credits and action — or, when the responder withdrew the match (see
-// Reply.Withdrawn), with no credits and unanswerable(). It implements
-// env.Oracle.
+// Ask is AskWith with the default options (AmbiTab's matcher).
 func (o Oracle) Ask(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Reply, error) {
+	return o.AskWith(ctx, rec, history, question, AskOptions{})
+}
+
+// AskWith credits the question with the matcher, narrows the verdict by
+// the strict-credit rule when opt.StrictCredit is set (StrictMatch: the one
+// place the rule is applied, whatever the matcher), then has the responder
+// write the reply for that verdict, and returns the reply with the
+// verdict's credits and action — or, when the responder withdrew the match
+// (see Reply.Withdrawn), with no credits and unanswerable(). With
+// opt.CreditHistory the history's credits are first recomputed (see
+// AskOptions). It implements env.Oracle.
+func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Reply, error) {
 	if o.Matcher == nil || o.Responder == nil {
 		return Reply{}, ErrIncomplete
 	}
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
 	}
-	m, err := o.Matcher.Match(ctx, rec, history, question)
+	if opt.CreditHistory && HasChain(rec) {
+		var err error
+		if history, err = o.creditHistory(ctx, rec, history, opt); err != nil {
+			return Reply{}, err
+		}
+	}
+	m, err := o.match(ctx, rec, history, question, opt)
 	if err != nil {
-		return Reply{}, fmt.Errorf("oracle: match: %w", err)
+		return Reply{}, err
 	}
 	r, err := o.Responder.Respond(ctx, rec, history, question, m)
 	if err != nil {
@@ -211,6 +231,75 @@ func (o Oracle) Ask(ctx context.Context, rec *corpus.Record, history []Turn, que
 		}
 	}
 	return r, nil
+}
+
+// match runs the matcher and, with opt.StrictCredit, the strict-credit
+// rule on its verdict.
+func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Match, error) {
+	m, err := o.Matcher.Match(ctx, rec, history, question)
+	if err != nil {
+		return Match{}, fmt.Errorf("oracle: match: %w", err)
+	}
+	if opt.StrictCredit && rec != nil {
+		m = StrictMatch(rec, question, m)
+	}
+	return m, nil
+}
+
+// creditHistory returns a copy of history whose Credits are the matcher's
+// (under opt) for each question in turn, each matched with the credits of
+// the turns before it. Replies are kept but never read by a matcher.
+func (o Oracle) creditHistory(ctx context.Context, rec *corpus.Record, history []Turn, opt AskOptions) ([]Turn, error) {
+	out := make([]Turn, len(history))
+	for i, t := range history {
+		m, err := o.match(ctx, rec, out[:i], t.Question, opt)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Turn{Question: t.Question, Reply: t.Reply, Credits: m.Credits}
+	}
+	return out, nil
+}
+
+// HasChain reports whether rec has a chain ambiguity (one that depends on
+// another, PROTOCOL.md §9): the only records whose matchers read the
+// history's credits.
+func HasChain(rec *corpus.Record) bool {
+	if rec == nil {
+		return false
+	}
+	for _, a := range rec.Ambiguities {
+		if a.DependsOn != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// MatcherDescriber is implemented by matchers that describe themselves
+// (for EnvService.ListOracles): equal descriptions mean the same matcher.
+type MatcherDescriber interface {
+	DescribeMatcher() string
+}
+
+// ResponderDescriber is implemented by responders that describe
+// themselves (for EnvService.ListOracles): equal descriptions mean the
+// same responder.
+type ResponderDescriber interface {
+	DescribeResponder() string
+}
+
+// Describe returns the descriptions of the oracle's matcher and responder
+// (their DescribeMatcher and DescribeResponder, or their Go types).
+func (o Oracle) Describe() (matcher, responder string) {
+	matcher, responder = fmt.Sprintf("%T", o.Matcher), fmt.Sprintf("%T", o.Responder)
+	if d, ok := o.Matcher.(MatcherDescriber); ok {
+		matcher = d.DescribeMatcher()
+	}
+	if d, ok := o.Responder.(ResponderDescriber); ok {
+		responder = d.DescribeResponder()
+	}
+	return matcher, responder
 }
 
 // Deterministic returns the reference oracle of PROTOCOL.md §3: the

@@ -46,6 +46,16 @@ func NewLLMAsker(c *llm.Client, style AskerStyle) (*LLMAsker, error) {
 	return &LLMAsker{client: c, style: st}, nil
 }
 
+// Preflight implements Preflighter: the model endpoint must answer, unless
+// the client's cache already holds replies (a replay needs no endpoint;
+// a miss then fails its episode alone).
+func (a *LLMAsker) Preflight(ctx context.Context) error {
+	if err := a.client.Ping(ctx); err != nil && !a.client.CacheHolds() {
+		return &AskerError{Err: err}
+	}
+	return nil
+}
+
 // Style returns the asker's prompt style.
 func (a *LLMAsker) Style() AskerStyle { return a.style }
 

@@ -8,6 +8,8 @@ package policy
 import (
 	"context"
 	"errors"
+	"hash/fnv"
+	"math/rand/v2"
 
 	"avtgym/driver"
 	"avtgym/probe"
@@ -23,6 +25,13 @@ type Player interface {
 	// episode could not be played: an *AskerError when the policy itself
 	// failed (its model endpoint), else a failed call.
 	Play(ctx context.Context, ep *driver.Episode) error
+}
+
+// Preflighter is a Player that can check, before a run, that what it
+// needs (its model endpoint) answers; eval calls it once and stops with its
+// error instead of failing every episode.
+type Preflighter interface {
+	Preflight(ctx context.Context) error
 }
 
 // AskerError is a failure of the policy itself (such as the LLM asker's
@@ -51,6 +60,36 @@ func (s scripted) Name() string { return string(s) }
 
 func (s scripted) Play(ctx context.Context, ep *driver.Episode) error {
 	return Ask(ctx, ep, probe.Questions(probe.Name(s), ep.Terms(), ep.Budget()))
+}
+
+// PartialName is the name of the Partial asker.
+const PartialName = "partial"
+
+// Partial is a seeded scripted asker of mixed quality, the default asker of
+// avtgym eval: it asks one generic question (probe.Generic1), then the full
+// policy's question about each counted term with probability 1/2, drawn
+// from a generator seeded by the episode's seed and task id (so a rerun
+// asks the same), then stops. Unlike the full policy it leaves ambiguities
+// unresolved, so that a responder that leaks what was not asked raises
+// success above its hybrid's (ΔJ_resp > 0), and its generic question is
+// what a matcher that credits anything credits.
+func Partial() Player { return partial{} }
+
+type partial struct{}
+
+func (partial) Name() string { return PartialName }
+
+func (partial) Play(ctx context.Context, ep *driver.Episode) error {
+	h := fnv.New64a()
+	h.Write([]byte(ep.Reset().GetObservation().GetTask().GetTaskId()))
+	r := rand.New(rand.NewPCG(ep.Reset().GetSeed(), h.Sum64()))
+	qs := []string{probe.Generic1}
+	for _, t := range ep.Terms() {
+		if r.IntN(2) == 0 {
+			qs = append(qs, probe.FullQuestion(t))
+		}
+	}
+	return Ask(ctx, ep, qs)
 }
 
 // Replay is a policy that asks the given questions in order, then stops:

@@ -509,7 +509,7 @@ func TestPolicyFaultsAreScored(t *testing.T) {
 // panicOracle panics on every question: a bug, or input that reaches one.
 type panicOracle struct{}
 
-func (panicOracle) Ask(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string) (oracle.Reply, error) {
+func (panicOracle) AskWith(ctx context.Context, rec *corpus.Record, history []oracle.Turn, q string, _ oracle.AskOptions) (oracle.Reply, error) {
 	panic("oracle bug")
 }
 

@@ -20,15 +20,15 @@ import (
 
 func llmOpts(o pb.OracleType) *pb.EpisodeOptions { return &pb.EpisodeOptions{Oracle: o} }
 
-// TestLLMOracleEpisodes runs episodes with the LLM, scoped LLM and hybrid
-// oracles against a fake model endpoint.
+// TestLLMOracleEpisodes runs episodes with the LLM and scoped LLM oracles
+// and their hybrids against a fake model endpoint.
 func TestLLMOracleEpisodes(t *testing.T) {
 	fake := fakellm.New(fakellm.Options{})
 	defer fake.Close()
 	_, c := startTiny(t, func(cfg *app.Config) {
 		cfg.OracleLLM = llm.Config{BaseURL: fake.URL, Model: "fake", BackoffBase: time.Millisecond}
 	})
-	for _, o := range []pb.OracleType{pb.OracleType_ORACLE_TYPE_LLM, pb.OracleType_ORACLE_TYPE_LLM_SCOPED, pb.OracleType_ORACLE_TYPE_HYBRID} {
+	for _, o := range []pb.OracleType{pb.OracleType_ORACLE_TYPE_LLM, pb.OracleType_ORACLE_TYPE_LLM_SCOPED, pb.OracleType_ORACLE_TYPE_HYBRID, pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED} {
 		t.Run(o.String(), func(t *testing.T) {
 			ep := reset(t, c, &pb.ResetRequest{TaskId: "big", Options: llmOpts(o)})
 			r := step(t, c, ep.Token, ask(fullQ("big sales")), true)
@@ -40,7 +40,7 @@ func TestLLMOracleEpisodes(t *testing.T) {
 			}
 			reply := r.Observation.Turns[1].Text
 			want := "To put it plainly: Sales of 100 dollars or more."
-			if o == pb.OracleType_ORACLE_TYPE_HYBRID {
+			if o == pb.OracleType_ORACLE_TYPE_HYBRID || o == pb.OracleType_ORACLE_TYPE_HYBRID_SCOPED {
 				want = "Sales of 100 dollars or more." // the deterministic responder
 			}
 			if reply != want {

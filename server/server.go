@@ -332,6 +332,11 @@ func (s *Server) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTa
 	return &pb.GetTaskResponse{Task: proto.CloneOf(s.env.View(t))}, nil
 }
 
+// ListOracles implements EnvService.ListOracles.
+func (s *Server) ListOracles(ctx context.Context, req *pb.ListOraclesRequest) (*pb.ListOraclesResponse, error) {
+	return s.env.ListOracles(ctx, req)
+}
+
 // ListCorpora implements EnvService.ListCorpora.
 func (s *Server) ListCorpora(ctx context.Context, req *pb.ListCorporaRequest) (*pb.ListCorporaResponse, error) {
 	out := &pb.ListCorporaResponse{}

@@ -13,7 +13,7 @@ import (
 const corpusUsage = `usage:
   avtgym corpus validate DIR...
   avtgym corpus check [--oracle-context-tokens N] [--solver-context-tokens N] [flags] DIR...
-  avtgym corpus import ambrosia --in DIR --out DIR [--force]
+  avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force]
   avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force]`
 
 func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int {

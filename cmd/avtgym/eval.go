@@ -23,7 +23,7 @@ import (
 // evalFlags are the flags of `avtgym eval`.
 type evalFlags struct {
 	addr, asker, oracles, seeds, conds, solver, out, groups, reference, hybrid string
-	resamples                                                                  int
+	resamples, retries                                                         int
 	bootSeed                                                                   uint64
 	progress, quiet                                                            bool
 	timeout                                                                    time.Duration
@@ -36,8 +36,8 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	fs.StringVar(&f.asker, "asker", "scripted:full", "the evaluated asker: scripted:none|full|full_adv|none_adv, llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions})")
-	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, hybrid, llm, llm_scoped, or a test oracle")
+	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions})")
+	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, llm, llm_scoped, hybrid, hybrid_scoped, or a test oracle; each one's hybrid and the reference are added (the diagnostics compare with them)")
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
 	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions")
@@ -46,9 +46,10 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
 	fs.StringVar(&f.groups, "groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
 	fs.Uint64Var(&f.bootSeed, "bootstrap-seed", 0, "bootstrap seed")
-	fs.StringVar(&f.reference, "reference", "deterministic", "the reference oracle of the diagnostics")
-	fs.StringVar(&f.hybrid, "hybrid", "hybrid", "the hybrid oracle of ΔJ_resp and ΔRec_spec^Q")
+	fs.StringVar(&f.reference, "reference", "", "the reference oracle of the diagnostics (default: the server's, as the run recorded it; else deterministic)")
+	fs.StringVar(&f.hybrid, "hybrid", "", "one hybrid oracle for the ΔJ_resp and ΔRec_spec^Q of every oracle but the reference (default: each oracle's own hybrid, as the server listed it)")
 	fs.IntVar(&f.cfg.Concurrency, "concurrency", 16, "episodes in flight")
+	fs.IntVar(&f.retries, "retries", 2, "play an episode that could not be scored (the server's ERROR, a failed call) again up to this many times before recording it; an ERROR that remains counts as a failure")
 	fs.BoolVar(&f.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
@@ -97,12 +98,22 @@ func (f *evalFlags) config() error {
 	if f.resamples < 1 {
 		return errors.New("--resamples must be positive")
 	}
+	switch {
+	case f.retries < 0:
+		return errors.New("--retries must not be negative")
+	case f.retries == 0:
+		f.cfg.Retries = -1 // eval.Config: negative means none
+	default:
+		f.cfg.Retries = f.retries
+	}
 	return nil
 }
 
 // player is the asker --asker names; the function releases what it holds.
 func (f *evalFlags) player() (policy.Player, func(), error) {
 	switch a := f.asker; {
+	case a == "scripted:"+policy.PartialName:
+		return policy.Partial(), func() {}, nil
 	case strings.HasPrefix(a, "scripted:"):
 		name, err := probe.Parse(strings.TrimPrefix(a, "scripted:"))
 		if err != nil {
@@ -161,7 +172,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(1, "%v", err)
 	}
 	if !f.quiet {
-		fmt.Fprintf(stderr, "eval: %d cells: %d played now, %d from earlier runs, %d failed\n", res.Cells, res.Played, res.Skipped, res.Failed)
+		fmt.Fprintf(stderr, "eval: %d cells: %d played now (%d retries), %d from earlier runs, %d failed\n", res.Cells, res.Played, res.Retried, res.Skipped, res.Failed)
 	}
 	md, err := f.report()
 	if err != nil {
@@ -169,7 +180,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	stdout.Write(md)
 	if res.Failed > 0 {
-		fmt.Fprintf(stderr, "eval: %d episode(s) failed (see their error in %s); rerun to retry them\n", res.Failed, filepath.Join(f.cfg.Dir, eval.EpisodesFile))
+		fmt.Fprintf(stderr, "eval: %d episode(s) failed after their retries (see their error in %s); the report counts an ERROR as a failure; rerun to retry them\n", res.Failed, filepath.Join(f.cfg.Dir, eval.EpisodesFile))
 		return 1
 	}
 	return 0
@@ -209,7 +220,19 @@ func (f *evalFlags) report() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep, err := eval.Analyze(eps, eval.AnalyzeOptions{Resamples: f.resamples, BootstrapSeed: f.bootSeed, Reference: f.reference, Hybrid: f.hybrid})
+	opt := eval.AnalyzeOptions{Resamples: f.resamples, BootstrapSeed: f.bootSeed}
+	om, err := eval.ReadOracleMap(f.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	om.Apply(&opt)
+	if f.reference != "" {
+		opt.Reference = f.reference
+	}
+	if f.hybrid != "" {
+		opt.Hybrid, opt.HybridOf = f.hybrid, nil
+	}
+	rep, err := eval.Analyze(eps, opt)
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %w", err)
 	}

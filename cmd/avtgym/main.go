@@ -41,7 +41,7 @@ Usage:
                   [--solver lookup|llm] [--groups FILE] [flags]
   avtgym corpus validate DIR...
   avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] DIR...
-  avtgym corpus import ambrosia --in DIR --out DIR [--force] [--list-rejected=false] [--quiet]
+  avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force] [--list-rejected=false] [--quiet]
   avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force] [--name NAME]
   avtgym bench    [--server ADDR] [--json] [--duration D] [--concurrency N] [--batch N]
   avtgym keygen   FILE

@@ -56,7 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Lanes.Wait, "sql-wait", sqlexec.DefaultLaneWait, "longest wait for a query slot; past it the step fails with RESOURCE_EXHAUSTED / VERIFIER_BUSY")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 0, "how long shutdown waits for calls in flight (0: 10s)")
 	fs.TextVar(&logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
-	llmFlags(fs, "oracle", "the LLM oracles (llm, llm_scoped, hybrid)", &cfg.OracleLLM)
+	llmFlags(fs, "oracle", "the LLM oracles (llm, llm_scoped, hybrid, hybrid_scoped)", &cfg.OracleLLM)
 	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "regenerate LLM-oracle replies that quote reference SQL or unmentioned schema identifiers")
 	fs.BoolVar(&cfg.TestOracles, "test-oracles", false, "enable the deliberately leaky test oracles (for testing the leakage diagnostics; never for training)")
 	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)

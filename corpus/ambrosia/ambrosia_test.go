@@ -45,6 +45,10 @@ func TestDeriveTermRules(t *testing.T) {
 		{"Which songs do all choir members sing?", "scope", "all choir members"},
 		{"Show cats and small dogs with long tails. Show them in one table.", "attachment", "cats and small dogs with long tails"},
 		{"Give me all ferries and buses run by Dr. Who Transport. Show them in one table.", "attachment", "ferries and buses run by Dr. Who Transport"},
+		// Determiners after the coordinator, the serial comma, "as well as".
+		{"List all museums and all galleries in Paris. Show them in one table.", "attachment", "museums and all galleries in Paris"},
+		{"Show me the bakeries, or the cafes with outdoor seating. Show them in one table.", "attachment", "bakeries, or the cafes with outdoor seating"},
+		{"Show hotels as well as resorts with a pool. Show them in one table.", "attachment", "hotels as well as resorts with a pool"},
 	}
 	for _, c := range cases {
 		got, _, err := DeriveTerm(c.q, c.typ, nil)
@@ -61,6 +65,12 @@ func TestDeriveTermRules(t *testing.T) {
 		[]string{"List the head teachers in order of name.", "List the assistant teachers in order of name."})
 	if err != nil || got != "teachers" {
 		t.Errorf("vague qualifier: got %q, %v; want \"teachers\"", got, err)
+	}
+	// A two-letter acronym is a content word.
+	got, _, err = DeriveTerm("What is the TV rating of each show?", "vague",
+		[]string{"What is the Nielsen rating of each show?", "What is the IMDb rating of each show?"})
+	if err != nil || got != "TV rating" {
+		t.Errorf("vague acronym: got %q, %v; want \"TV rating\"", got, err)
 	}
 	for _, c := range []struct{ q, typ string }{
 		{"Show the lakes.", "scope"},      // no quantifier
@@ -229,6 +239,42 @@ func TestImportValidation(t *testing.T) {
 	if !strings.Contains(rejected["ambrosia-validation-0083"], "return the same rows") {
 		t.Errorf("0083 should be rejected for equal results, got %q", rejected["ambrosia-validation-0083"])
 	}
+	// The project's own rules reject nothing the benchmark considers
+	// usable: every rejection is a question the benchmark itself marks
+	// (gold_results_pairwise_distinct = false, or db_rebuild_clean = false
+	// with a reference that fails), and on this split exactly the
+	// questions it marks as not pairwise distinct are rejected.
+	if sum.Imported < 113 {
+		t.Errorf("%d AVTs imported, want at least 113", sum.Imported)
+	}
+	tasks, err := ReadTasks(filepath.Join(dir, TasksFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		if !tk.IsAmbiguous {
+			continue
+		}
+		notDistinct := tk.GoldResultsPairwiseDistinct != nil && !*tk.GoldResultsPairwiseDistinct
+		reason, isRejected := rejected[tk.ID]
+		switch {
+		case isRejected && !tk.MarkedUnusable():
+			t.Errorf("%s is rejected (%s) although the benchmark marks it usable (%s)", tk.ID, reason, tk.Flags())
+		case isRejected != notDistinct:
+			t.Errorf("%s: rejected %v (%s), but the benchmark says %s", tk.ID, isRejected, reason, tk.Flags())
+		}
+	}
+	for _, r := range sum.Rejected {
+		if !r.MarkedUnusable || r.Flags == "" || r.Split != "validation" {
+			t.Errorf("rejection %+v: want the benchmark's flags marking it unusable", r)
+		}
+		if r.Category == RejectReference && !strings.Contains(r.Flags, "db_rebuild_clean=false") {
+			t.Errorf("%s: a reference fails on a database the benchmark says rebuilt cleanly (%s)", r.ID, r.Flags)
+		}
+	}
+	if len(sum.Splits) != 1 || sum.Splits[0] != (SplitCount{Split: "validation", File: TasksFile, Questions: 396, Ambiguous: 120, Imported: sum.Imported}) {
+		t.Errorf("splits %+v", sum.Splits)
+	}
 
 	c, err := corpus.LoadDir(ctx, out, corpus.Options{})
 	if err != nil {
@@ -244,6 +290,22 @@ func TestImportValidation(t *testing.T) {
 	}
 	for _, f := range fs {
 		t.Error(f)
+	}
+	// The whole corpus check (reference, cross_interpretation with its
+	// hard failure for indistinguishable interpretations, oracle_probes,
+	// public_leak with its paraphrase search) passes.
+	rep, err := audit.Run(ctx, c, audit.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tb strings.Builder
+	rep.WriteTable(&tb)
+	t.Logf("corpus check:\n%s", tb.String())
+	for _, f := range rep.Findings {
+		t.Error(f)
+	}
+	if cr := rep.Counts[audit.Cross]; cr.Skipped != 0 || cr.Failed != 0 {
+		t.Errorf("cross_interpretation: %+v, want every pair checked and passed", cr)
 	}
 	for _, tk := range c.Tasks {
 		if len(tk.Ambiguities) != 1 || tk.Ambiguities[0].Kind != corpus.Critical {

@@ -1,12 +1,15 @@
 // Package ambrosia imports the AMBROSIA benchmark (Saparina & Lapata,
-// NeurIPS 2024; validation split, see ../shared/data/README.md) into an
+// NeurIPS 2024; any split in the tasks_NAME.jsonl format, see
+// ../shared/data/README.md) into an
 // avtgym corpus directory: one AVT per ambiguous question, with one critical
 // ambiguity whose term DeriveTerm derives, and one task record per linked
 // interpretation (resolution = the interpretation's question, reference =
 // its SQL). An AVT is imported iff every interpretation's reference runs on
 // its database and the interpretations' results differ pairwise under the
-// records' comparison (the default bag policy); every other ambiguous
-// question is rejected with its reason. See docs/ambrosia.md.
+// records' comparison (the default bag policy) and its interpretations'
+// questions are not identical; every other ambiguous question is rejected
+// with its reason and the benchmark's own usability flags. See
+// docs/ambrosia.md.
 package ambrosia
 
 import (
@@ -40,6 +43,9 @@ type Options struct {
 	// Progress, when set, is called after each ambiguous question is
 	// processed with the number processed and the total.
 	Progress func(done, total int)
+	// Split, when set, imports only that split (tasks_<Split>.jsonl);
+	// empty imports every tasks_*.jsonl file of the input directory.
+	Split string
 }
 
 // Rejection is an ambiguous question that was not imported.
@@ -52,6 +58,13 @@ type Rejection struct {
 	// Reason explains the rejection, such as "reference of interpretation
 	// 2 failed: ...".
 	Reason string
+	// Split is the question's split.
+	Split string
+	// Flags are the benchmark's usability flags of the question
+	// (Task.Flags), and MarkedUnusable whether they mark it unusable
+	// (Task.MarkedUnusable).
+	Flags          string
+	MarkedUnusable bool
 }
 
 // Rejection categories.
@@ -61,8 +74,17 @@ const (
 	RejectReference         = "reference failed"
 	RejectSameResults       = "same results"
 	RejectTerm              = "term"
-	RejectResolutions       = "resolutions overlap"
+	RejectResolutions       = "identical resolutions"
 )
+
+// SplitCount reports one split of an import.
+type SplitCount struct {
+	// Split is the split's name and File its tasks file.
+	Split, File string
+	// Questions, Ambiguous and Imported count the split's questions, its
+	// ambiguous ones and the AVTs imported from them.
+	Questions, Ambiguous, Imported int
+}
 
 // Summary reports an import.
 type Summary struct {
@@ -83,6 +105,8 @@ type Summary struct {
 	ByType map[string]int
 	// Rejected lists the rejected ambiguous questions in input order.
 	Rejected []Rejection
+	// Splits counts each split read, in file order.
+	Splits []SplitCount
 }
 
 // RejectedByCategory counts the rejections by category.
@@ -96,6 +120,9 @@ func (s *Summary) RejectedByCategory() map[string]int {
 
 // WriteText prints the summary; with details, one line per rejection.
 func (s *Summary) WriteText(w io.Writer, details bool) {
+	for _, sp := range s.Splits {
+		fmt.Fprintf(w, "split %s (%s): questions %d, ambiguous %d, AVTs imported %d\n", sp.Split, sp.File, sp.Questions, sp.Ambiguous, sp.Imported)
+	}
 	fmt.Fprintf(w, "questions read: %d\nambiguous: %d\nAVTs imported: %d", s.Questions, s.Ambiguous, s.Imported)
 	var types []string
 	for t := range s.ByType {
@@ -119,9 +146,16 @@ func (s *Summary) WriteText(w io.Writer, details bool) {
 	for _, c := range cats {
 		fmt.Fprintf(w, "  %s: %d\n", c, by[c])
 	}
+	notMarked := 0
+	for _, r := range s.Rejected {
+		if !r.MarkedUnusable {
+			notMarked++
+		}
+	}
+	fmt.Fprintf(w, "rejected although the benchmark marks them usable: %d\n", notMarked)
 	if details {
 		for _, r := range s.Rejected {
-			fmt.Fprintf(w, "  rejected %s: %s\n", r.ID, r.Reason)
+			fmt.Fprintf(w, "  rejected %s: %s [benchmark: %s]\n", r.ID, r.Reason, r.Flags)
 		}
 	}
 }
@@ -139,6 +173,14 @@ func NormalizeSQL(s string) string {
 	}
 }
 
+// sameText reports whether two questions are the same text up to case,
+// white space and trailing sentence punctuation.
+func sameText(a, b string) bool { return textKey(a) == textKey(b) }
+
+func textKey(s string) string {
+	return strings.TrimRight(strings.ToLower(strings.Join(strings.Fields(s), " ")), " .!?;:,")
+}
+
 var badIDChars = regexp.MustCompile(`[^A-Za-z0-9._:-]+`)
 
 // dbID turns a db_file ("scope/Hospitality/x/x.sqlite") into a database
@@ -149,8 +191,9 @@ func dbID(dbFile string) string {
 	return strings.Trim(id, "._:-")
 }
 
-// Import reads the AMBROSIA folder in (tasks_validation.jsonl and dbs/) and
-// writes the corpus to out through package corpuswrite: it refuses an out
+// Import reads the AMBROSIA folder in (tasks_NAME.jsonl files and dbs/:
+// every split, or only opt.Split) and writes the corpus to out through
+// package corpuswrite: it refuses an out
 // that is, lies inside or contains in, and a non-empty out unless
 // opt.Force; the corpus is written to a temporary directory next to out,
 // loaded with corpus.LoadDir, and renamed into place only if it validates,
@@ -164,16 +207,23 @@ func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) 
 	if err := corpuswrite.Check(in, out, opt.Force); err != nil {
 		return nil, fmt.Errorf("ambrosia: %w", err)
 	}
-	tasks, err := ReadTasks(filepath.Join(in, TasksFile))
+	tasks, files, err := ReadSplits(in, opt.Split)
 	if err != nil {
 		return nil, err
 	}
 
 	sum := &Summary{Questions: len(tasks), ByType: map[string]int{}}
+	splitAt := map[string]int{} // file -> index in sum.Splits
+	for _, sf := range files {
+		splitAt[sf.File] = len(sum.Splits)
+		sum.Splits = append(sum.Splits, SplitCount{Split: sf.Split, File: sf.File})
+	}
 	var amb []Task
 	for _, t := range tasks {
+		sum.Splits[splitAt[t.File]].Questions++
 		if t.IsAmbiguous {
 			amb = append(amb, t)
+			sum.Splits[splitAt[t.File]].Ambiguous++
 		}
 	}
 	sum.Ambiguous = len(amb)
@@ -214,24 +264,26 @@ func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) 
 			return nil, err
 		}
 		recs, rej := importOne(ctx, t, open, opt.Limits)
+		if rej == nil {
+			if id := dbID(t.DBFile); dbOfID[id] != "" && dbOfID[id] != t.DBFile {
+				rej = &Rejection{Category: RejectDatabase,
+					Reason: fmt.Sprintf("database id %q of %s is already used by %s", id, t.DBFile, dbOfID[id])}
+			}
+		}
 		if rej != nil {
-			rej.ID = t.ID
+			rej.ID, rej.Split, rej.Flags, rej.MarkedUnusable = t.ID, t.Split, t.Flags(), t.MarkedUnusable()
 			sum.Rejected = append(sum.Rejected, *rej)
 		} else {
 			id := dbID(t.DBFile)
-			if prev, ok := dbOfID[id]; ok && prev != t.DBFile {
-				sum.Rejected = append(sum.Rejected, Rejection{ID: t.ID, Category: RejectDatabase,
-					Reason: fmt.Sprintf("database id %q of %s is already used by %s", id, t.DBFile, prev)})
-			} else {
-				dbOfID[id] = t.DBFile
-				usedDBs[id] = t.DBFile
-				records = append(records, recs...)
-				sum.Imported++
-				sum.Records += len(recs)
-				sum.ByType[t.AmbigType]++
-				if t.DBRebuildClean != nil && !*t.DBRebuildClean {
-					sum.NotClean++
-				}
+			dbOfID[id] = t.DBFile
+			usedDBs[id] = t.DBFile
+			records = append(records, recs...)
+			sum.Imported++
+			sum.Splits[splitAt[t.File]].Imported++
+			sum.Records += len(recs)
+			sum.ByType[t.AmbigType]++
+			if t.DBRebuildClean != nil && !*t.DBRebuildClean {
+				sum.NotClean++
 			}
 		}
 		if opt.Progress != nil {
@@ -242,7 +294,11 @@ func Import(ctx context.Context, in, out string, opt Options) (*Summary, error) 
 		return sum, errors.New("ambrosia: no AVT could be imported; nothing written")
 	}
 	sum.Databases = len(usedDBs)
-	if err := write(ctx, in, out, opt.Force, records, usedDBs); err != nil {
+	var names []string
+	for _, sp := range sum.Splits {
+		names = append(names, sp.Split)
+	}
+	if err := write(ctx, in, out, opt.Force, records, usedDBs, names); err != nil {
 		return sum, err
 	}
 	return sum, nil
@@ -281,6 +337,14 @@ func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error
 			return nil, &Rejection{Category: RejectReference, Reason: fmt.Sprintf("interpretation %d has no SQL", i+1)}
 		}
 	}
+	for i := range qs {
+		for j := i + 1; j < len(qs); j++ {
+			if sameText(qs[i], qs[j]) {
+				return nil, &Rejection{Category: RejectResolutions,
+					Reason: fmt.Sprintf("interpretations %d and %d have the same question, so no answer can tell them apart", i+1, j+1)}
+			}
+		}
+	}
 	term, rule, err := DeriveTerm(t.Question, t.AmbigType, qs)
 	if err != nil {
 		return nil, &Rejection{Category: RejectTerm, Reason: "term: " + err.Error()}
@@ -307,14 +371,6 @@ func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error
 			p := pol.Resolve(NormalizeSQL(ins[j].SQL))
 			if same, _ := sqlexec.Compare(p, results[i], results[j]); same {
 				return nil, &Rejection{Category: RejectSameResults, Reason: fmt.Sprintf("interpretations %d and %d return the same rows", i+1, j+1)}
-			}
-		}
-	}
-	for i := range qs {
-		for j := range qs {
-			if i != j && strings.Contains(strings.ToLower(qs[i]), strings.ToLower(qs[j])) {
-				return nil, &Rejection{Category: RejectResolutions,
-					Reason: fmt.Sprintf("the question of interpretation %d contains that of interpretation %d, so the lookup solver cannot tell them apart", i+1, j+1)}
 			}
 		}
 	}
@@ -345,7 +401,7 @@ func importOne(ctx context.Context, t Task, open func(string) (*sqlite.DB, error
 
 // write writes the corpus through a corpuswrite.Writer: into a temporary
 // directory beside out, validated, then renamed to out.
-func write(ctx context.Context, in, out string, force bool, records []corpus.Record, dbs map[string]string) error {
+func write(ctx context.Context, in, out string, force bool, records []corpus.Record, dbs map[string]string, splits []string) error {
 	w, err := corpuswrite.New(in, out, force)
 	if err != nil {
 		return fmt.Errorf("ambrosia: %w", err)
@@ -359,7 +415,7 @@ func write(ctx context.Context, in, out string, force bool, records []corpus.Rec
 	sort.Strings(ids)
 	m := corpus.Manifest{
 		Name: CorpusName,
-		Description: "AMBROSIA (Saparina & Lapata, NeurIPS 2024), validation split: one AVT per ambiguous question " +
+		Description: "AMBROSIA (Saparina & Lapata, NeurIPS 2024), split(s) " + strings.Join(splits, ", ") + ": one AVT per ambiguous question " +
 			"(scope, attachment, vague), one record per interpretation. Imported by avtgym corpus import ambrosia.",
 		Records: []string{"records.jsonl"},
 	}

@@ -260,10 +260,30 @@ func nextIsContent(q string, toks []tok, j int) bool {
 
 func endsS(w string) bool { return strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") }
 
-// attachmentSpan: the first "and"/"or" between two content words; the
-// left conjunct is the run of words before it up to a command or function
-// word (at most four); the span runs to the end of the first sentence
-// (before "Show them in one table", AMBROSIA's fixed suffix).
+// determiners may open a conjunct after the coordinator ("a cardiologist
+// and a nurse", "all museums and all galleries"); the right conjunct starts
+// at the first word after them.
+var determiners = set(`a an the all any some each every both those these their its his her our my your`)
+
+// coordinator returns the number of words of the coordinator starting at
+// toks[c]: 1 for "and" and "or", 3 for "as well as", 0 for none.
+func coordinator(toks []tok, c int) int {
+	switch {
+	case toks[c].low == "and" || toks[c].low == "or":
+		return 1
+	case toks[c].low == "as" && c+2 < len(toks) && toks[c+1].low == "well" && toks[c+2].low == "as":
+		return 3
+	}
+	return 0
+}
+
+// attachmentSpan: the first coordinator ("and", "or", "as well as") between
+// two content words, determiners after it skipped ("and a nurse", "and all
+// galleries"); the left conjunct is the run of words before it up to a
+// command or function word or punctuation (at most four; a comma right
+// before the coordinator, the serial comma of "bakeries, or cafes", does
+// not end it); the span runs to the end of the first sentence (before
+// "Show them in one table", AMBROSIA's fixed suffix).
 func attachmentSpan(q string, toks []tok) (int, int) {
 	end := len(toks)
 	for k := 0; k+4 < len(toks); k++ {
@@ -273,16 +293,25 @@ func attachmentSpan(q string, toks []tok) (int, int) {
 		}
 	}
 	for c := 1; c+1 < end; c++ {
-		if toks[c].low != "and" && toks[c].low != "or" {
+		w := coordinator(toks, c)
+		if w == 0 {
 			continue
 		}
-		if commandWords[toks[c-1].low] || function[toks[c+1].low] && toks[c+1].low != "the" {
+		r := c + w
+		for r < end && determiners[toks[r].low] {
+			r++
+		}
+		if r >= end || commandWords[toks[c-1].low] || function[toks[r].low] || breaksWithin(q, toks, c, r) {
 			continue
 		}
 		i := c
 		for i > 0 && c-i < 4 {
 			prev := toks[i-1]
-			if commandWords[prev.low] || function[prev.low] || gapBreaks(q[prev.end:toks[i].start]) {
+			gap := q[prev.end:toks[i].start]
+			if i == c && strings.TrimSpace(gap) == "," {
+				gap = " " // the serial comma before the coordinator
+			}
+			if commandWords[prev.low] || function[prev.low] || gapBreaks(gap) {
 				break
 			}
 			i--
@@ -291,13 +320,24 @@ func attachmentSpan(q string, toks []tok) (int, int) {
 			continue
 		}
 		// The end: the last word before a sentence break.
-		j := c + 1
+		j := r + 1
 		for j < end && !sentenceBreak(q, toks, j) {
 			j++
 		}
 		return i, j
 	}
 	return -1, -1
+}
+
+// breaksWithin reports whether a sentence ends between toks[from-1] and
+// toks[to].
+func breaksWithin(q string, toks []tok, from, to int) bool {
+	for k := from; k <= to; k++ {
+		if sentenceBreak(q, toks, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // sentenceBreak reports whether a sentence ends between toks[j-1] and
@@ -334,7 +374,7 @@ func vagueSpan(q string, toks []tok, interps []string) (int, int) {
 	qualified := make([]int, len(toks))
 	for _, in := range interps {
 		it := tokenize(in)
-		matched, insertedBefore := align(toks, it)
+		matched, insertedBefore, trailing := align(toks, it)
 		for k := range toks {
 			if !matched[k] {
 				score[k] += 2
@@ -349,15 +389,24 @@ func vagueSpan(q string, toks []tok, interps []string) (int, int) {
 				qualified[at]++
 			}
 		}
+		if trailing && matched[len(toks)-1] {
+			// Words appended after the question's last word qualify it
+			// ("the prices of the rooms [per night]"): the last content
+			// word takes them.
+			at := len(toks) - 1
+			for at > 0 && !isContent(q, toks[at]) && matched[at-1] {
+				at--
+			}
+			score[at]++
+			qualified[at]++
+		}
 	}
 	// content words: not function words, not fragments such as the "s"
-	// of "What's"; "where" and "who" may be the vague word itself, but a
-	// span never extends over them.
-	content := func(k int) bool {
-		w := toks[k].low
-		return !function[w] && (len(w) > 2 || unicode.IsDigit([]rune(w)[0]))
-	}
-	seed := func(k int) bool { return content(k) || toks[k].low == "where" || toks[k].low == "who" }
+	// of "What's" (a word of one or two letters counts only as an
+	// acronym: "TV"); "where", "who" and "when" may be the vague word
+	// itself, but a span never extends over them.
+	content := func(k int) bool { return isContent(q, toks[k]) }
+	seed := func(k int) bool { return content(k) || vagueQuestionWords[toks[k].low] }
 	best := -1
 	for k := range toks {
 		if seed(k) && score[k] > 0 && (best < 0 || score[k] > score[best]) {
@@ -383,9 +432,26 @@ func vagueSpan(q string, toks []tok, interps []string) (int, int) {
 	return i, j
 }
 
+// vagueQuestionWords may be the vague word of a question on their own.
+var vagueQuestionWords = set(`where who when`)
+
+// isContent reports whether t is a content word of q: not a function word,
+// and longer than two letters, a number, or an acronym ("TV", "UK").
+func isContent(q string, t tok) bool {
+	if function[t.low] {
+		return false
+	}
+	w := q[t.start:t.end]
+	if utf8.RuneCountInString(w) > 2 || unicode.IsDigit([]rune(w)[0]) {
+		return true
+	}
+	return utf8.RuneCountInString(w) == 2 && strings.ToUpper(w) == w && strings.ToLower(w) != w
+}
+
 // align returns, for each word of a, whether it is matched in an LCS
-// alignment with b and whether b has unmatched words right before it.
-func align(a, b []tok) (matched, insertedBefore []bool) {
+// alignment with b and whether b has unmatched words right before it; and
+// whether b has unmatched words after all of a (trailing).
+func align(a, b []tok) (matched, insertedBefore []bool, trailing bool) {
 	n, m := len(a), len(b)
 	dp := make([][]int, n+1)
 	for k := range dp {
@@ -419,5 +485,5 @@ func align(a, b []tok) (matched, insertedBefore []bool) {
 			pending = true
 		}
 	}
-	return matched, insertedBefore
+	return matched, insertedBefore, x == n && y < m
 }

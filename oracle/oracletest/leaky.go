@@ -46,6 +46,12 @@ func LeakyResponder() oracle.Oracle {
 // credits, are the deterministic oracle's and only the text leaks.
 type leakyResponder struct{ oracle.DeterministicResponder }
 
+// DescribeResponder describes the leaky responder (it must not inherit
+// the deterministic responder's description: it is not that responder).
+func (leakyResponder) DescribeResponder() string {
+	return "TEST FIXTURE (leaky): the deterministic responder's reply, the refusal included, with the record's reference SQL appended"
+}
+
 func (r leakyResponder) Respond(ctx context.Context, rec *corpus.Record, history []oracle.Turn, question string, m oracle.Match) (oracle.Reply, error) {
 	rep, err := r.DeterministicResponder.Respond(ctx, rec, history, question, m)
 	if err != nil {
@@ -71,6 +77,11 @@ func CreditAll() oracle.Oracle {
 // CreditAllMatcher credits every ambiguity of the record for any question
 // that is not empty or white space only; it is the matcher of CreditAll.
 type CreditAllMatcher struct{}
+
+// DescribeMatcher describes the credit-all matcher.
+func (CreditAllMatcher) DescribeMatcher() string {
+	return "TEST FIXTURE (leaky): credits every registered ambiguity, of any kind, for any non-empty question"
+}
 
 // Match credits 0..len(rec.Ambiguities)-1, or nothing for an empty
 // question or a record without ambiguities, with no action (like the

@@ -27,9 +27,10 @@ def free_port() -> int:
 class Server:
     """One `avtgym serve` process on 127.0.0.1:port with a shared token key file."""
 
-    def __init__(self, binary: Path, key_file: Path, port: int | None = None):
+    def __init__(self, binary: Path, key_file: Path, port: int | None = None, extra_args: list[str] | None = None):
         self.binary = binary
         self.key_file = key_file
+        self.extra_args = list(extra_args or [])
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -38,7 +39,7 @@ class Server:
     def start(self, timeout: float = 30.0) -> "Server":
         self.proc = subprocess.Popen(
             [str(self.binary), "serve", "--listen", self.addr, "--metrics-listen", "",
-             "--token-key-file", str(self.key_file)],
+             "--token-key-file", str(self.key_file), *self.extra_args],
             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         ready = threading.Event()
 
@@ -97,6 +98,20 @@ def server(avtgym_binary, key_file):
 @pytest.fixture(scope="session")
 def addr(server) -> str:
     return server.addr
+
+
+def failing_oracle_args() -> list[str]:
+    """serve flags whose LLM oracle points at a closed loopback port: an episode reset with
+    oracle="llm" ends in ERROR (the environment failed) at its first question."""
+    return ["--oracle-url", f"http://127.0.0.1:{free_port()}/v1", "--oracle-model", "x", "--oracle-timeout", "200ms"]
+
+
+@pytest.fixture(scope="session")
+def error_addr(avtgym_binary, key_file):
+    """A server whose oracle="llm" episodes end in ERROR (see failing_oracle_args)."""
+    s = Server(avtgym_binary, key_file, extra_args=failing_oracle_args()).start()
+    yield s.addr
+    s.stop()
 
 
 @pytest.fixture

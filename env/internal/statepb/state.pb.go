@@ -67,7 +67,9 @@ type EpisodeState struct {
 	// Why the verifier decided as it did (privileged).
 	VerifierReason string `protobuf:"bytes,18,opt,name=verifier_reason,json=verifierReason,proto3" json:"verifier_reason,omitempty"`
 	// When the token chain started, in Unix seconds (for the optional TTL).
-	IssuedUnix    int64 `protobuf:"varint,19,opt,name=issued_unix,json=issuedUnix,proto3" json:"issued_unix,omitempty"`
+	IssuedUnix int64 `protobuf:"varint,19,opt,name=issued_unix,json=issuedUnix,proto3" json:"issued_unix,omitempty"`
+	// The strict-credit matcher option (EpisodeOptions.strict_credit).
+	StrictCredit  bool `protobuf:"varint,20,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +237,13 @@ func (x *EpisodeState) GetIssuedUnix() int64 {
 	return 0
 }
 
+func (x *EpisodeState) GetStrictCredit() bool {
+	if x != nil {
+		return x.StrictCredit
+	}
+	return false
+}
+
 // AnsweredQuestion is one question with its reply and credits.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -305,7 +314,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xb9\x05\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xde\x05\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -329,7 +338,8 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\aoutcome\x18\x11 \x01(\bR\aoutcome\x12'\n" +
 	"\x0fverifier_reason\x18\x12 \x01(\tR\x0everifierReason\x12\x1f\n" +
 	"\vissued_unix\x18\x13 \x01(\x03R\n" +
-	"issuedUnix\"z\n" +
+	"issuedUnix\x12#\n" +
+	"\rstrict_credit\x18\x14 \x01(\bR\fstrictCredit\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +

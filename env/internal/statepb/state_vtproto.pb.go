@@ -50,6 +50,18 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.StrictCredit {
+		i--
+		if m.StrictCredit {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xa0
+	}
 	if m.IssuedUnix != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.IssuedUnix))
 		i--
@@ -306,6 +318,9 @@ func (m *EpisodeState) SizeVT() (n int) {
 	}
 	if m.IssuedUnix != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.IssuedUnix))
+	}
+	if m.StrictCredit {
+		n += 3
 	}
 	n += len(m.unknownFields)
 	return n
@@ -806,6 +821,26 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 20:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StrictCredit", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.StrictCredit = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

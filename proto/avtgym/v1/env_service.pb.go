@@ -1130,6 +1130,197 @@ func (x *ListCorporaResponse) GetCorpora() []*CorpusInfo {
 	return nil
 }
 
+// ListOraclesRequest asks for the served oracles.
+type ListOraclesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOraclesRequest) Reset() {
+	*x = ListOraclesRequest{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOraclesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOraclesRequest) ProtoMessage() {}
+
+func (x *ListOraclesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOraclesRequest.ProtoReflect.Descriptor instead.
+func (*ListOraclesRequest) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{18}
+}
+
+// OracleInfo describes one served oracle: a (matcher, responder) pair
+// (PROTOCOL.md §3) and the oracle that pairs its matcher with the reference
+// responder.
+type OracleInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The oracle, as EpisodeOptions.oracle and AskRequest.oracle select it.
+	Type OracleType `protobuf:"varint,1,opt,name=type,proto3,enum=avtgym.v1.OracleType" json:"type,omitempty"`
+	// What the matcher is: how a question earns credits. Free text for
+	// people; two oracles whose matcher descriptions are equal share one
+	// matcher (a hybrid's equals its oracle's).
+	Matcher string `protobuf:"bytes,2,opt,name=matcher,proto3" json:"matcher,omitempty"`
+	// What the responder is: how the reply is written. Free text for
+	// people; equal descriptions mean the same responder (every hybrid's
+	// equals the reference oracle's).
+	Responder string `protobuf:"bytes,3,opt,name=responder,proto3" json:"responder,omitempty"`
+	// The oracle's hybrid (PROTOCOL.md §3, §6): the oracle with this
+	// oracle's matcher and the reference oracle's deterministic responder,
+	// against which ΔJ_resp and ΔRec_spec^Q are measured. Always one of the
+	// listed oracles. An oracle whose responder is already the deterministic
+	// one is its own hybrid (the deterministic oracle, each hybrid,
+	// ORACLE_TYPE_TEST_CREDIT_ALL); ORACLE_TYPE_LLM's is ORACLE_TYPE_HYBRID,
+	// ORACLE_TYPE_LLM_SCOPED's is ORACLE_TYPE_HYBRID_SCOPED, and
+	// ORACLE_TYPE_TEST_LEAKY_RESPONDER's, whose matcher is the deterministic
+	// one, is ORACLE_TYPE_DETERMINISTIC.
+	Hybrid OracleType `protobuf:"varint,4,opt,name=hybrid,proto3,enum=avtgym.v1.OracleType" json:"hybrid,omitempty"`
+	// The oracle is a test fixture (an ORACLE_TYPE_TEST_ value, served only
+	// under `serve --test-oracles`): deliberately leaky, for testing the
+	// leakage diagnostics, never for training.
+	TestFixture   bool `protobuf:"varint,5,opt,name=test_fixture,json=testFixture,proto3" json:"test_fixture,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OracleInfo) Reset() {
+	*x = OracleInfo{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OracleInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OracleInfo) ProtoMessage() {}
+
+func (x *OracleInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OracleInfo.ProtoReflect.Descriptor instead.
+func (*OracleInfo) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *OracleInfo) GetType() OracleType {
+	if x != nil {
+		return x.Type
+	}
+	return OracleType_ORACLE_TYPE_UNSPECIFIED
+}
+
+func (x *OracleInfo) GetMatcher() string {
+	if x != nil {
+		return x.Matcher
+	}
+	return ""
+}
+
+func (x *OracleInfo) GetResponder() string {
+	if x != nil {
+		return x.Responder
+	}
+	return ""
+}
+
+func (x *OracleInfo) GetHybrid() OracleType {
+	if x != nil {
+		return x.Hybrid
+	}
+	return OracleType_ORACLE_TYPE_UNSPECIFIED
+}
+
+func (x *OracleInfo) GetTestFixture() bool {
+	if x != nil {
+		return x.TestFixture
+	}
+	return false
+}
+
+// ListOraclesResponse lists the served oracles.
+type ListOraclesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served oracles, in OracleType order (the reference first).
+	Oracles []*OracleInfo `protobuf:"bytes,1,rep,name=oracles,proto3" json:"oracles,omitempty"`
+	// The reference oracle, which stands in for the perfect oracle O* in the
+	// leakage diagnostics: ORACLE_TYPE_DETERMINISTIC, always served.
+	Reference     OracleType `protobuf:"varint,2,opt,name=reference,proto3,enum=avtgym.v1.OracleType" json:"reference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOraclesResponse) Reset() {
+	*x = ListOraclesResponse{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOraclesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOraclesResponse) ProtoMessage() {}
+
+func (x *ListOraclesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOraclesResponse.ProtoReflect.Descriptor instead.
+func (*ListOraclesResponse) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListOraclesResponse) GetOracles() []*OracleInfo {
+	if x != nil {
+		return x.Oracles
+	}
+	return nil
+}
+
+func (x *ListOraclesResponse) GetReference() OracleType {
+	if x != nil {
+		return x.Reference
+	}
+	return OracleType_ORACLE_TYPE_UNSPECIFIED
+}
+
 var File_avtgym_v1_env_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_env_service_proto_rawDesc = "" +
@@ -1212,7 +1403,18 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\x06splits\x18\x05 \x03(\tR\x06splits\x12\x1c\n" +
 	"\tdatabases\x18\x06 \x03(\tR\tdatabases\"F\n" +
 	"\x13ListCorporaResponse\x12/\n" +
-	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora2\x8f\x04\n" +
+	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora\"\x14\n" +
+	"\x12ListOraclesRequest\"\xc1\x01\n" +
+	"\n" +
+	"OracleInfo\x12)\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x04type\x12\x18\n" +
+	"\amatcher\x18\x02 \x01(\tR\amatcher\x12\x1c\n" +
+	"\tresponder\x18\x03 \x01(\tR\tresponder\x12-\n" +
+	"\x06hybrid\x18\x04 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06hybrid\x12!\n" +
+	"\ftest_fixture\x18\x05 \x01(\bR\vtestFixture\"{\n" +
+	"\x13ListOraclesResponse\x12/\n" +
+	"\aoracles\x18\x01 \x03(\v2\x15.avtgym.v1.OracleInfoR\aoracles\x123\n" +
+	"\treference\x18\x02 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\treference2\xe2\x04\n" +
 	"\n" +
 	"EnvService\x12?\n" +
 	"\x05Reset\x12\x17.avtgym.v1.ResetRequest\x1a\x18.avtgym.v1.ResetResponse\"\x03\x90\x02\x02\x12<\n" +
@@ -1222,7 +1424,8 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\tStepBatch\x12\x1b.avtgym.v1.StepBatchRequest\x1a\x1c.avtgym.v1.StepBatchResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tListTasks\x12\x1b.avtgym.v1.ListTasksRequest\x1a\x1c.avtgym.v1.ListTasksResponse\"\x03\x90\x02\x01\x12E\n" +
 	"\aGetTask\x12\x19.avtgym.v1.GetTaskRequest\x1a\x1a.avtgym.v1.GetTaskResponse\"\x03\x90\x02\x01\x12Q\n" +
-	"\vListCorpora\x12\x1d.avtgym.v1.ListCorporaRequest\x1a\x1e.avtgym.v1.ListCorporaResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"\vListCorpora\x12\x1d.avtgym.v1.ListCorporaRequest\x1a\x1e.avtgym.v1.ListCorporaResponse\"\x03\x90\x02\x01\x12Q\n" +
+	"\vListOracles\x12\x1d.avtgym.v1.ListOraclesRequest\x1a\x1e.avtgym.v1.ListOraclesResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_env_service_proto_rawDescOnce sync.Once
@@ -1236,7 +1439,7 @@ func file_avtgym_v1_env_service_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_env_service_proto_rawDescData
 }
 
-var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_avtgym_v1_env_service_proto_goTypes = []any{
 	(*ResetRequest)(nil),        // 0: avtgym.v1.ResetRequest
 	(*Episode)(nil),             // 1: avtgym.v1.Episode
@@ -1256,56 +1459,66 @@ var file_avtgym_v1_env_service_proto_goTypes = []any{
 	(*ListCorporaRequest)(nil),  // 15: avtgym.v1.ListCorporaRequest
 	(*CorpusInfo)(nil),          // 16: avtgym.v1.CorpusInfo
 	(*ListCorporaResponse)(nil), // 17: avtgym.v1.ListCorporaResponse
-	(*EpisodeOptions)(nil),      // 18: avtgym.v1.EpisodeOptions
-	(*Observation)(nil),         // 19: avtgym.v1.Observation
-	(*Privileged)(nil),          // 20: avtgym.v1.Privileged
-	(*Action)(nil),              // 21: avtgym.v1.Action
-	(EpisodeStatus)(0),          // 22: avtgym.v1.EpisodeStatus
-	(*Reward)(nil),              // 23: avtgym.v1.Reward
-	(*status.Status)(nil),       // 24: google.rpc.Status
-	(*TaskSummary)(nil),         // 25: avtgym.v1.TaskSummary
-	(*TaskView)(nil),            // 26: avtgym.v1.TaskView
+	(*ListOraclesRequest)(nil),  // 18: avtgym.v1.ListOraclesRequest
+	(*OracleInfo)(nil),          // 19: avtgym.v1.OracleInfo
+	(*ListOraclesResponse)(nil), // 20: avtgym.v1.ListOraclesResponse
+	(*EpisodeOptions)(nil),      // 21: avtgym.v1.EpisodeOptions
+	(*Observation)(nil),         // 22: avtgym.v1.Observation
+	(*Privileged)(nil),          // 23: avtgym.v1.Privileged
+	(*Action)(nil),              // 24: avtgym.v1.Action
+	(EpisodeStatus)(0),          // 25: avtgym.v1.EpisodeStatus
+	(*Reward)(nil),              // 26: avtgym.v1.Reward
+	(*status.Status)(nil),       // 27: google.rpc.Status
+	(*TaskSummary)(nil),         // 28: avtgym.v1.TaskSummary
+	(*TaskView)(nil),            // 29: avtgym.v1.TaskView
+	(OracleType)(0),             // 30: avtgym.v1.OracleType
 }
 var file_avtgym_v1_env_service_proto_depIdxs = []int32{
-	18, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
-	19, // 1: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
-	20, // 2: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
+	21, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
+	22, // 1: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
+	23, // 2: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
 	1,  // 3: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
-	21, // 4: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
-	19, // 5: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
-	22, // 6: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
-	23, // 7: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
-	20, // 8: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
+	24, // 4: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
+	22, // 5: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
+	25, // 6: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
+	26, // 7: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
+	23, // 8: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
 	0,  // 9: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
-	24, // 10: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
+	27, // 10: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
 	2,  // 11: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
 	6,  // 12: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
 	3,  // 13: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
-	24, // 14: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
+	27, // 14: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
 	4,  // 15: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
 	9,  // 16: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
-	25, // 17: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
-	26, // 18: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
+	28, // 17: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
+	29, // 18: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
 	16, // 19: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
-	0,  // 20: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
-	3,  // 21: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
-	5,  // 22: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
-	8,  // 23: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
-	11, // 24: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
-	13, // 25: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
-	15, // 26: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
-	2,  // 27: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
-	4,  // 28: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
-	7,  // 29: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
-	10, // 30: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
-	12, // 31: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
-	14, // 32: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
-	17, // 33: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	30, // 20: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
+	30, // 21: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
+	19, // 22: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
+	30, // 23: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
+	0,  // 24: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
+	3,  // 25: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
+	5,  // 26: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
+	8,  // 27: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
+	11, // 28: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
+	13, // 29: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
+	15, // 30: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
+	18, // 31: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
+	2,  // 32: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
+	4,  // 33: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
+	7,  // 34: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
+	10, // 35: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
+	12, // 36: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
+	14, // 37: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
+	17, // 38: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
+	20, // 39: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_env_service_proto_init() }
@@ -1321,7 +1534,7 @@ func file_avtgym_v1_env_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_env_service_proto_rawDesc), len(file_avtgym_v1_env_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	EnvService_ListTasks_FullMethodName   = "/avtgym.v1.EnvService/ListTasks"
 	EnvService_GetTask_FullMethodName     = "/avtgym.v1.EnvService/GetTask"
 	EnvService_ListCorpora_FullMethodName = "/avtgym.v1.EnvService/ListCorpora"
+	EnvService_ListOracles_FullMethodName = "/avtgym.v1.EnvService/ListOracles"
 )
 
 // EnvServiceClient is the client API for EnvService service.
@@ -88,6 +89,15 @@ type EnvServiceClient interface {
 	//
 	// No side effects: it reads the served corpora.
 	ListCorpora(ctx context.Context, in *ListCorporaRequest, opts ...grpc.CallOption) (*ListCorporaResponse, error)
+	// ListOracles lists the oracles the server serves (selectable as
+	// EpisodeOptions.oracle and AskRequest.oracle), each with its matcher,
+	// its responder and its hybrid, and names the reference oracle: what an
+	// evaluation needs to pair each oracle with the right hybrid and
+	// reference for the leakage diagnostics (PROTOCOL.md §6).
+	//
+	// No side effects: it reads the server's configuration, which does not
+	// change while the server runs.
+	ListOracles(ctx context.Context, in *ListOraclesRequest, opts ...grpc.CallOption) (*ListOraclesResponse, error)
 }
 
 type envServiceClient struct {
@@ -168,6 +178,16 @@ func (c *envServiceClient) ListCorpora(ctx context.Context, in *ListCorporaReque
 	return out, nil
 }
 
+func (c *envServiceClient) ListOracles(ctx context.Context, in *ListOraclesRequest, opts ...grpc.CallOption) (*ListOraclesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOraclesResponse)
+	err := c.cc.Invoke(ctx, EnvService_ListOracles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnvServiceServer is the server API for EnvService service.
 // All implementations must embed UnimplementedEnvServiceServer
 // for forward compatibility.
@@ -228,6 +248,15 @@ type EnvServiceServer interface {
 	//
 	// No side effects: it reads the served corpora.
 	ListCorpora(context.Context, *ListCorporaRequest) (*ListCorporaResponse, error)
+	// ListOracles lists the oracles the server serves (selectable as
+	// EpisodeOptions.oracle and AskRequest.oracle), each with its matcher,
+	// its responder and its hybrid, and names the reference oracle: what an
+	// evaluation needs to pair each oracle with the right hybrid and
+	// reference for the leakage diagnostics (PROTOCOL.md §6).
+	//
+	// No side effects: it reads the server's configuration, which does not
+	// change while the server runs.
+	ListOracles(context.Context, *ListOraclesRequest) (*ListOraclesResponse, error)
 	mustEmbedUnimplementedEnvServiceServer()
 }
 
@@ -258,6 +287,9 @@ func (UnimplementedEnvServiceServer) GetTask(context.Context, *GetTaskRequest) (
 }
 func (UnimplementedEnvServiceServer) ListCorpora(context.Context, *ListCorporaRequest) (*ListCorporaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCorpora not implemented")
+}
+func (UnimplementedEnvServiceServer) ListOracles(context.Context, *ListOraclesRequest) (*ListOraclesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOracles not implemented")
 }
 func (UnimplementedEnvServiceServer) mustEmbedUnimplementedEnvServiceServer() {}
 func (UnimplementedEnvServiceServer) testEmbeddedByValue()                    {}
@@ -406,6 +438,24 @@ func _EnvService_ListCorpora_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnvService_ListOracles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOraclesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvServiceServer).ListOracles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvService_ListOracles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvServiceServer).ListOracles(ctx, req.(*ListOraclesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnvService_ServiceDesc is the grpc.ServiceDesc for EnvService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,6 +490,10 @@ var EnvService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCorpora",
 			Handler:    _EnvService_ListCorpora_Handler,
+		},
+		{
+			MethodName: "ListOracles",
+			Handler:    _EnvService_ListOracles_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

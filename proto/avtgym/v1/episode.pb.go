@@ -415,9 +415,17 @@ const (
 	// The two-stage LLM oracle, scoped: no reference SQL, segments or schema;
 	// the responder reads the matched ambiguity's resolution.
 	OracleType_ORACLE_TYPE_LLM_SCOPED OracleType = 3
-	// The LLM matcher with the deterministic responder: the reference for
-	// the responder-leakage diagnostic (PROTOCOL.md §6).
+	// The hybrid of ORACLE_TYPE_LLM: the unfiltered LLM oracle's matcher
+	// with the deterministic responder, so its credits are ORACLE_TYPE_LLM's
+	// and its replies the stored resolutions. The reference for that
+	// oracle's responder-leakage diagnostic (PROTOCOL.md §6). Every oracle's
+	// hybrid is listed by EnvService.ListOracles.
 	OracleType_ORACLE_TYPE_HYBRID OracleType = 4
+	// The hybrid of ORACLE_TYPE_LLM_SCOPED: the scoped LLM oracle's matcher
+	// (no clause segments, so it answers labeled or unanswerable only) with
+	// the deterministic responder. The reference for the scoped oracle's
+	// responder-leakage diagnostic (PROTOCOL.md §6).
+	OracleType_ORACLE_TYPE_HYBRID_SCOPED OracleType = 5
 	// TEST FIXTURE, never for training: a deliberately leaky oracle, only
 	// for testing the leakage diagnostics (PROTOCOL.md §6). Served only by
 	// `serve --test-oracles` (package oracle/oracletest); any other server
@@ -442,6 +450,7 @@ var (
 		2:  "ORACLE_TYPE_LLM",
 		3:  "ORACLE_TYPE_LLM_SCOPED",
 		4:  "ORACLE_TYPE_HYBRID",
+		5:  "ORACLE_TYPE_HYBRID_SCOPED",
 		90: "ORACLE_TYPE_TEST_LEAKY_RESPONDER",
 		91: "ORACLE_TYPE_TEST_CREDIT_ALL",
 	}
@@ -451,6 +460,7 @@ var (
 		"ORACLE_TYPE_LLM":                  2,
 		"ORACLE_TYPE_LLM_SCOPED":           3,
 		"ORACLE_TYPE_HYBRID":               4,
+		"ORACLE_TYPE_HYBRID_SCOPED":        5,
 		"ORACLE_TYPE_TEST_LEAKY_RESPONDER": 90,
 		"ORACLE_TYPE_TEST_CREDIT_ALL":      91,
 	}
@@ -724,7 +734,22 @@ type EpisodeOptions struct {
 	// so that any ask ends asking.
 	ZeroAmbiguityBudget *int32 `protobuf:"varint,4,opt,name=zero_ambiguity_budget,json=zeroAmbiguityBudget,proto3,oneof" json:"zero_ambiguity_budget,omitempty"`
 	// The oracle; default deterministic.
-	Oracle        OracleType `protobuf:"varint,5,opt,name=oracle,proto3,enum=avtgym.v1.OracleType" json:"oracle,omitempty"`
+	Oracle OracleType `protobuf:"varint,5,opt,name=oracle,proto3,enum=avtgym.v1.OracleType" json:"oracle,omitempty"`
+	// The strict-credit matcher option, off by default (off is AmbiTab's
+	// matcher). When set, whatever the oracle, the matcher's verdict on each
+	// question is narrowed before the responder sees it: a question that
+	// reproduces the task's request credits nothing (and is refused), and
+	// any other question credits at most one ambiguity, the first credited
+	// in annotation order (with any other credited ambiguity registered
+	// under the same term). A question reproduces the request when, counting
+	// content words (words outside a fixed list of function and
+	// question-framing words), the request words it repeats do not all lie
+	// in one registered term or alias, and it repeats at least 60% of the
+	// request's content words (requests with 4 or more content words), or
+	// exactly the request's content words and no others (requests with
+	// fewer). The scripted full and full_adv probes keep recall = precision
+	// = 1 under it. Sealed in the episode token like the other options.
+	StrictCredit  bool `protobuf:"varint,6,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +817,13 @@ func (x *EpisodeOptions) GetOracle() OracleType {
 		return x.Oracle
 	}
 	return OracleType_ORACLE_TYPE_UNSPECIFIED
+}
+
+func (x *EpisodeOptions) GetStrictCredit() bool {
+	if x != nil {
+		return x.StrictCredit
+	}
+	return false
 }
 
 // KnowledgeEntry is one public external-knowledge definition.
@@ -1711,13 +1743,14 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x04Stop\x1a\x1d\n" +
 	"\tSubmitSql\x12\x10\n" +
 	"\x03sql\x18\x01 \x01(\tR\x03sqlB\x06\n" +
-	"\x04kind\"\xae\x02\n" +
+	"\x04kind\"\xd3\x02\n" +
 	"\x0eEpisodeOptions\x12-\n" +
 	"\x06reward\x18\x01 \x01(\x0e2\x15.avtgym.v1.RewardTypeR\x06reward\x12)\n" +
 	"\x06solver\x18\x02 \x01(\x0e2\x11.avtgym.v1.SolverR\x06solver\x12,\n" +
 	"\x0fextra_questions\x18\x03 \x01(\x05H\x00R\x0eextraQuestions\x88\x01\x01\x127\n" +
 	"\x15zero_ambiguity_budget\x18\x04 \x01(\x05H\x01R\x13zeroAmbiguityBudget\x88\x01\x01\x12-\n" +
-	"\x06oracle\x18\x05 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracleB\x12\n" +
+	"\x06oracle\x18\x05 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracle\x12#\n" +
+	"\rstrict_credit\x18\x06 \x01(\bR\fstrictCreditB\x12\n" +
 	"\x10_extra_questionsB\x18\n" +
 	"\x16_zero_ambiguity_budget\"T\n" +
 	"\x0eKnowledgeEntry\x12\x0e\n" +
@@ -1826,14 +1859,15 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\rSOLVER_CLIENT\x10\x01\x12\x11\n" +
 	"\rSOLVER_LOOKUP\x10\x02\x12\x0e\n" +
 	"\n" +
-	"SOLVER_LLM\x10\x03*\xd8\x01\n" +
+	"SOLVER_LLM\x10\x03*\xf7\x01\n" +
 	"\n" +
 	"OracleType\x12\x1b\n" +
 	"\x17ORACLE_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ORACLE_TYPE_DETERMINISTIC\x10\x01\x12\x13\n" +
 	"\x0fORACLE_TYPE_LLM\x10\x02\x12\x1a\n" +
 	"\x16ORACLE_TYPE_LLM_SCOPED\x10\x03\x12\x16\n" +
-	"\x12ORACLE_TYPE_HYBRID\x10\x04\x12$\n" +
+	"\x12ORACLE_TYPE_HYBRID\x10\x04\x12\x1d\n" +
+	"\x19ORACLE_TYPE_HYBRID_SCOPED\x10\x05\x12$\n" +
 	" ORACLE_TYPE_TEST_LEAKY_RESPONDER\x10Z\x12\x1f\n" +
 	"\x1bORACLE_TYPE_TEST_CREDIT_ALL\x10[*\x8b\x01\n" +
 	"\rAmbiguityKind\x12\x1e\n" +

@@ -324,6 +324,16 @@ func (m *EpisodeOptions) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.StrictCredit {
+		i--
+		if m.StrictCredit {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.Oracle != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Oracle))
 		i--
@@ -1151,6 +1161,9 @@ func (m *EpisodeOptions) SizeVT() (n int) {
 	}
 	if m.Oracle != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Oracle))
+	}
+	if m.StrictCredit {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2079,6 +2092,26 @@ func (m *EpisodeOptions) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StrictCredit", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.StrictCredit = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

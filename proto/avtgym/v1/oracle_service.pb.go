@@ -147,7 +147,9 @@ type AskRequest struct {
 	//	*AskRequest_TaskId
 	//	*AskRequest_Interpretation
 	Task isAskRequest_Task `protobuf_oneof:"task"`
-	// The earlier turns, oldest first; at most 128.
+	// The earlier turns, oldest first; at most 128. Matchers never read the
+	// replies; for a record with chain ambiguities the credits of the earlier
+	// questions, which its matcher reads, are recomputed from the questions.
 	History []*DialogueTurn `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
 	// Required. The question to answer: not blank, at most 16 KiB of valid
 	// UTF-8.
@@ -156,8 +158,11 @@ type AskRequest struct {
 	Oracle OracleType `protobuf:"varint,7,opt,name=oracle,proto3,enum=avtgym.v1.OracleType" json:"oracle,omitempty"`
 	// Fill the privileged field (credits and the oracle's action).
 	IncludePrivileged bool `protobuf:"varint,8,opt,name=include_privileged,json=includePrivileged,proto3" json:"include_privileged,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Apply the strict-credit matcher option to the question (see
+	// EpisodeOptions.strict_credit); default off, AmbiTab's matcher.
+	StrictCredit  bool `protobuf:"varint,10,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AskRequest) Reset() {
@@ -246,6 +251,13 @@ func (x *AskRequest) GetOracle() OracleType {
 func (x *AskRequest) GetIncludePrivileged() bool {
 	if x != nil {
 		return x.IncludePrivileged
+	}
+	return false
+}
+
+func (x *AskRequest) GetStrictCredit() bool {
+	if x != nil {
+		return x.StrictCredit
 	}
 	return false
 }
@@ -401,7 +413,7 @@ const file_avtgym_v1_oracle_service_proto_rawDesc = "" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\"=\n" +
 	"\x0eInterpretation\x12\x15\n" +
 	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\xcd\x02\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xf2\x02\n" +
 	"\n" +
 	"AskRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x19\n" +
@@ -410,7 +422,9 @@ const file_avtgym_v1_oracle_service_proto_rawDesc = "" +
 	"\ahistory\x18\x05 \x03(\v2\x17.avtgym.v1.DialogueTurnR\ahistory\x12\x1a\n" +
 	"\bquestion\x18\x06 \x01(\tR\bquestion\x12-\n" +
 	"\x06oracle\x18\a \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracle\x12-\n" +
-	"\x12include_privileged\x18\b \x01(\bR\x11includePrivilegedB\x06\n" +
+	"\x12include_privileged\x18\b \x01(\bR\x11includePrivileged\x12#\n" +
+	"\rstrict_credit\x18\n" +
+	" \x01(\bR\fstrictCreditB\x06\n" +
 	"\x04taskJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05R\x06avt_id\"a\n" +
 	"\rAskPrivileged\x12+\n" +
 	"\acredits\x18\x01 \x03(\v2\x11.avtgym.v1.CreditR\acredits\x12#\n" +

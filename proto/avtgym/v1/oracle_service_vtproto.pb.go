@@ -151,6 +151,16 @@ func (m *AskRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 		i -= size
 	}
+	if m.StrictCredit {
+		i--
+		if m.StrictCredit {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x50
+	}
 	if m.IncludePrivileged {
 		i--
 		if m.IncludePrivileged {
@@ -407,6 +417,9 @@ func (m *AskRequest) SizeVT() (n int) {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Oracle))
 	}
 	if m.IncludePrivileged {
+		n += 2
+	}
+	if m.StrictCredit {
 		n += 2
 	}
 	n += len(m.unknownFields)
@@ -947,6 +960,26 @@ func (m *AskRequest) UnmarshalVT(dAtA []byte) error {
 				m.Task = &AskRequest_Interpretation{Interpretation: v}
 			}
 			iNdEx = postIndex
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StrictCredit", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.StrictCredit = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

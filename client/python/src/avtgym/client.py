@@ -1,8 +1,11 @@
 """Sync and asyncio clients of avtgym's EnvService.
 
 Every call has a deadline (timeout seconds, across its attempts) and is retried on UNAVAILABLE
-with jittered exponential backoff: this is safe because the server is stateless and a step is a
-pure function of (token, action), so a retried step gives the same result.
+with jittered exponential backoff, and on RESOURCE_EXHAUSTED / VERIFIER_BUSY after the delay of
+the status's google.rpc.RetryInfo: this is safe because the server is stateless and a step is a
+pure function of (token, action), so a retried step gives the same result. In a StepBatch the
+items that failed that way, or with RESOURCE_EXHAUSTED / RESPONSE_TOO_LARGE (the item did not
+fit in the response: resend it in another batch), are resent in a further StepBatch.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from avtgym.errors import AvtgymError
 from avtgym.types import (
     Action,
     Episode,
+    OracleInfo,
     StepResult,
     TaskSummary,
     oracle_enum,
@@ -54,11 +58,31 @@ def _backoff(attempt: int) -> float:
     return wait / 2 + random.random() * wait / 2
 
 
+def _retryable(err: AvtgymError) -> bool:
+    """Whether resending the same request may succeed: the transport failed (UNAVAILABLE), or the
+    verifier was saturated (RESOURCE_EXHAUSTED / VERIFIER_BUSY, with a RetryInfo delay)."""
+    return err.code == "UNAVAILABLE" or (err.code == "RESOURCE_EXHAUSTED" and err.reason == "VERIFIER_BUSY")
+
+
+def _resend_item(err: AvtgymError) -> bool:
+    """Whether a failed StepBatch item is resent in a further batch: retryable, or too large to fit
+    in the batch's response (RESPONSE_TOO_LARGE: another batch has room)."""
+    return _retryable(err) or (err.code == "RESOURCE_EXHAUSTED" and err.reason == "RESPONSE_TOO_LARGE")
+
+
+def _wait(err: AvtgymError, attempt: int) -> float:
+    """How long to wait before resending: the server's RetryInfo delay (plus up to 10% jitter, so
+    that many clients told the same delay do not all come back at once), else jittered backoff."""
+    if err.retry_delay is not None:
+        return err.retry_delay * (1.0 + 0.1 * random.random())
+    return _backoff(attempt)
+
+
 def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward="question_f1",
                    solver="client", extra_questions=None, zero_ambiguity_budget=None,
-                   privileged=False, group_size=0, oracle=None) -> pb.ResetRequest:
+                   privileged=False, group_size=0, oracle=None, strict_credit=False) -> pb.ResetRequest:
     opts = epb.EpisodeOptions(reward=reward_enum(reward), solver=solver_enum(solver),
-                              oracle=oracle_enum(oracle))
+                              oracle=oracle_enum(oracle), strict_credit=bool(strict_credit))
     if extra_questions is not None:
         opts.extra_questions = int(extra_questions)
     if zero_ambiguity_budget is not None:
@@ -101,6 +125,19 @@ def _batch_results(eps: Sequence[Episode], resp: pb.StepBatchResponse) -> list[S
     return out
 
 
+def _batch_resend(todo: list[int], got: Sequence[StepResult | AvtgymError], attempt: int
+                  ) -> tuple[list[int], float]:
+    """The items of a StepBatch to resend, and how long to wait first (the longest RetryInfo
+    delay among them; no wait when they only did not fit in the response)."""
+    again, wait = [], 0.0
+    for i, r in zip(todo, got):
+        if isinstance(r, AvtgymError) and _resend_item(r):
+            again.append(i)
+            if _retryable(r):
+                wait = max(wait, _wait(r, attempt))
+    return again, wait
+
+
 @dataclass(frozen=True)
 class OracleReply:
     """OracleService.Ask's answer: the reply text; refused, True when the oracle declined to answer
@@ -116,10 +153,10 @@ class OracleReply:
 
 def _ask_request(question: str, task_id: str | None, history: Sequence[tuple[str, str]],
                  corpus: str | None, avt_id: str | None, interpretation: str | None,
-                 oracle: str | None, privileged: bool) -> Any:
+                 oracle: str | None, privileged: bool, strict_credit: bool = False) -> Any:
     req = opb.AskRequest(
         corpus=corpus or "", question=question, oracle=oracle_enum(oracle),
-        include_privileged=privileged,
+        include_privileged=privileged, strict_credit=bool(strict_credit),
         history=[opb.DialogueTurn(question=q, reply=r) for q, r in history])
     # AskRequest.task is a oneof: the task id, or the AVT id and interpretation label.
     if task_id and (avt_id or interpretation):
@@ -129,6 +166,10 @@ def _ask_request(question: str, task_id: str | None, history: Sequence[tuple[str
     elif avt_id or interpretation:
         req.interpretation.CopyFrom(opb.Interpretation(avt_id=avt_id or "", label=interpretation or ""))
     return req
+
+
+def _oracle_infos(resp: Any) -> list[OracleInfo]:
+    return [OracleInfo.from_proto(o, resp.reference) for o in resp.oracles]
 
 
 def _oracle_reply(resp: Any) -> OracleReply:
@@ -142,7 +183,8 @@ class Client:
 
     Client("127.0.0.1:50051", timeout=30.0, retries=5): timeout is each call's deadline in
     seconds (covering its retries); retries is how many times a call failing with UNAVAILABLE
-    is repeated. Use as a context manager or call close()."""
+    (after jittered backoff) or RESOURCE_EXHAUSTED / VERIFIER_BUSY (after the server's RetryInfo
+    delay) is repeated. Use as a context manager or call close()."""
 
     def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0, retries: int = 5,
                  options: Sequence[tuple[str, Any]] = ()):
@@ -153,9 +195,10 @@ class Client:
         self._stub = pb_grpc.EnvServiceStub(self._channel)
         self._oracle = opb_grpc.OracleServiceStub(self._channel)
 
-    def _call(self, method: str, req: Any, stub: Any = None) -> Any:
+    def _call(self, method: str, req: Any, stub: Any = None, deadline: float | None = None) -> Any:
         fn = getattr(stub or self._stub, method)
-        deadline = time.monotonic() + self.timeout
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         attempt = 0
         while True:
             left = deadline - time.monotonic()
@@ -165,9 +208,9 @@ class Client:
                 return fn(req, timeout=left)
             except grpc.RpcError as e:
                 err = AvtgymError.from_rpc_error(e)
-                if err.code != "UNAVAILABLE" or attempt >= self.retries:
+                if not _retryable(err) or attempt >= self.retries:
                     raise err from None
-            wait = _backoff(attempt)
+            wait = _wait(err, attempt)
             attempt += 1
             if time.monotonic() + wait >= deadline:
                 raise err
@@ -176,13 +219,16 @@ class Client:
     def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
               seed: int | None = None, reward: str = "question_f1", solver: str = "client",
               extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
-              privileged: bool = False, oracle: str | None = None) -> Episode:
+              privileged: bool = False, oracle: str | None = None,
+              strict_credit: bool = False) -> Episode:
         """Start one episode. reward: "question_f1" | "outcome"; solver: "client" | "lookup" | ...;
-        oracle: None (the server's default, deterministic) or an OracleType name in lower case."""
+        oracle: None (the server's default, deterministic) or an OracleType name in lower case;
+        strict_credit: the anti-gaming matcher option (a question credits at most one ambiguity,
+        and one that reproduces the request credits nothing; off by default, as in AmbiTab)."""
         return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                 reward=reward, solver=solver, extra_questions=extra_questions,
                                 zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
-                                oracle=oracle)[0]
+                                oracle=oracle, strict_credit=strict_credit)[0]
 
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1."""
@@ -196,24 +242,45 @@ class Client:
 
     def step_batch(self, items: Iterable[tuple[EpisodeLike, Action]], privileged: bool = False
                    ) -> list[StepResult | AvtgymError]:
-        """One StepBatch call; a failed item is returned as an AvtgymError in its place."""
+        """One StepBatch call; a failed item is returned as an AvtgymError in its place. Items that
+        failed with VERIFIER_BUSY, UNAVAILABLE or RESPONSE_TOO_LARGE are first resent (up to
+        `retries` further batches, within the deadline)."""
         pairs = [(_episode(e), a) for e, a in items]
         if not pairs:
             return []
-        req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
-        return _batch_results([e for e, _ in pairs], self._call("StepBatch", req))
+        deadline = time.monotonic() + self.timeout
+        out: list[StepResult | AvtgymError] = [None] * len(pairs)  # type: ignore[list-item]
+        todo = list(range(len(pairs)))
+        for attempt in range(self.retries + 1):
+            req = pb.StepBatchRequest(steps=[_step_request(*pairs[i], privileged) for i in todo])
+            got = _batch_results([pairs[i][0] for i in todo], self._call("StepBatch", req, deadline=deadline))
+            for i, r in zip(todo, got):
+                out[i] = r
+            todo, wait = _batch_resend(todo, got, attempt)
+            if not todo or attempt == self.retries or time.monotonic() + wait >= deadline:
+                break
+            time.sleep(wait)
+        return out
 
     def ask_oracle(self, question: str, task_id: str | None = None,
                    history: Sequence[tuple[str, str]] = (), corpus: str | None = None,
                    avt_id: str | None = None, interpretation: str | None = None,
-                   oracle: str | None = None, privileged: bool = False) -> OracleReply:
+                   oracle: str | None = None, privileged: bool = False,
+                   strict_credit: bool = False) -> OracleReply:
         """OracleService.Ask: the oracle on its own, for trainers that own their rollout loop.
         Name the task (one interpretation) by task_id, or by avt_id and interpretation (its label),
-        not both (ValueError); history is the earlier (question, reply) pairs, oldest first. No
-        episode state is kept."""
+        not both (ValueError); history is the earlier (question, reply) pairs, oldest first;
+        strict_credit as in reset. No episode state is kept."""
         return _oracle_reply(self._call("Ask", _ask_request(question, task_id, history, corpus, avt_id,
-                                                             interpretation, oracle, privileged),
+                                                             interpretation, oracle, privileged,
+                                                             strict_credit),
                                         stub=self._oracle))
+
+    def list_oracles(self) -> list[OracleInfo]:
+        """EnvService.ListOracles: the oracles this server serves, in OracleType order (the
+        reference, deterministic, first), each with its matcher, responder and hybrid (the oracle
+        to pair it with for the responder-leakage diagnostic)."""
+        return _oracle_infos(self._call("ListOracles", pb.ListOraclesRequest()))
 
     def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         """All task summaries of a corpus (every page)."""
@@ -261,11 +328,12 @@ class AsyncClient:
             self._oracle = opb_grpc.OracleServiceStub(self._channel)
         return self._stub
 
-    async def _call(self, method: str, req: Any, oracle: bool = False) -> Any:
+    async def _call(self, method: str, req: Any, oracle: bool = False, deadline: float | None = None) -> Any:
         stub = self._get_stub()
         fn = getattr(self._oracle if oracle else stub, method)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        if deadline is None:
+            deadline = loop.time() + self.timeout
         attempt = 0
         while True:
             left = deadline - loop.time()
@@ -275,9 +343,9 @@ class AsyncClient:
                 return await fn(req, timeout=left)
             except grpc.RpcError as e:
                 err = AvtgymError.from_rpc_error(e)
-                if err.code != "UNAVAILABLE" or attempt >= self.retries:
+                if not _retryable(err) or attempt >= self.retries:
                     raise err from None
-            wait = _backoff(attempt)
+            wait = _wait(err, attempt)
             attempt += 1
             if loop.time() + wait >= deadline:
                 raise err
@@ -286,11 +354,12 @@ class AsyncClient:
     async def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
                     seed: int | None = None, reward: str = "question_f1", solver: str = "client",
                     extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
-                    privileged: bool = False, oracle: str | None = None) -> Episode:
+                    privileged: bool = False, oracle: str | None = None,
+                    strict_credit: bool = False) -> Episode:
         eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                      reward=reward, solver=solver, extra_questions=extra_questions,
                                      zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
-                                     oracle=oracle)
+                                     oracle=oracle, strict_credit=strict_credit)
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
@@ -303,20 +372,40 @@ class AsyncClient:
 
     async def step_batch(self, items: Iterable[tuple[EpisodeLike, Action]], privileged: bool = False
                          ) -> list[StepResult | AvtgymError]:
+        """One StepBatch call, with the resends of Client.step_batch."""
         pairs = [(_episode(e), a) for e, a in items]
         if not pairs:
             return []
-        req = pb.StepBatchRequest(steps=[_step_request(e, a, privileged) for e, a in pairs])
-        return _batch_results([e for e, _ in pairs], await self._call("StepBatch", req))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        out: list[StepResult | AvtgymError] = [None] * len(pairs)  # type: ignore[list-item]
+        todo = list(range(len(pairs)))
+        for attempt in range(self.retries + 1):
+            req = pb.StepBatchRequest(steps=[_step_request(*pairs[i], privileged) for i in todo])
+            got = _batch_results([pairs[i][0] for i in todo],
+                                 await self._call("StepBatch", req, deadline=deadline))
+            for i, r in zip(todo, got):
+                out[i] = r
+            todo, wait = _batch_resend(todo, got, attempt)
+            if not todo or attempt == self.retries or loop.time() + wait >= deadline:
+                break
+            await asyncio.sleep(wait)
+        return out
 
     async def ask_oracle(self, question: str, task_id: str | None = None,
                          history: Sequence[tuple[str, str]] = (), corpus: str | None = None,
                          avt_id: str | None = None, interpretation: str | None = None,
-                         oracle: str | None = None, privileged: bool = False) -> OracleReply:
+                         oracle: str | None = None, privileged: bool = False,
+                         strict_credit: bool = False) -> OracleReply:
         """OracleService.Ask; see Client.ask_oracle."""
         return _oracle_reply(await self._call("Ask", _ask_request(question, task_id, history, corpus, avt_id,
-                                                                   interpretation, oracle, privileged),
+                                                                   interpretation, oracle, privileged,
+                                                                   strict_credit),
                                               oracle=True))
+
+    async def list_oracles(self) -> list[OracleInfo]:
+        """EnvService.ListOracles; see Client.list_oracles."""
+        return _oracle_infos(await self._call("ListOracles", pb.ListOraclesRequest()))
 
     async def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         out: list[TaskSummary] = []
@@ -365,6 +454,14 @@ class AsyncClient:
                     return e
 
         return list(await asyncio.gather(*(one(s) for s in resets)))
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait until the channel is connected (AvtgymError UNAVAILABLE after timeout seconds)."""
+        self._get_stub()
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout)  # type: ignore[union-attr]
+        except asyncio.TimeoutError:
+            raise AvtgymError("UNAVAILABLE", f"{self.target}: not reachable within {timeout}s") from None
 
     async def close(self) -> None:
         if self._channel is not None:

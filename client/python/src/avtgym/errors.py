@@ -1,4 +1,4 @@
-"""AvtgymError: a gRPC status with avtgym's ErrorInfo reason and BadRequest field."""
+"""AvtgymError: a gRPC status with avtgym's ErrorInfo reason, BadRequest field and RetryInfo delay."""
 
 from __future__ import annotations
 
@@ -20,27 +20,30 @@ class AvtgymError(Exception):
     name of an avtgym.v1.ErrorReason value (avtgym.v1.error_reason_pb2, where each one's code
     and meaning is documented), or, for the standard services (health), the code's name;
     field: the first BadRequest field violation's field, or ""; message: the status message;
-    metadata: the ErrorInfo metadata."""
+    metadata: the ErrorInfo metadata; retry_delay: the google.rpc.RetryInfo delay in seconds, or
+    None when the status carried no RetryInfo (e.g. RESOURCE_EXHAUSTED / VERIFIER_BUSY: retry
+    the same token after it)."""
 
     def __init__(self, code: str, message: str, reason: str = "", field: str = "",
-                 metadata: dict[str, str] | None = None):
+                 metadata: dict[str, str] | None = None, retry_delay: float | None = None):
         super().__init__(f"{code}: {reason + ': ' if reason else ''}{message}")
         self.code = code
         self.message = message
         self.reason = reason
         self.field = field
         self.metadata = dict(metadata or {})
+        self.retry_delay = retry_delay
 
     @property
     def status_code(self) -> grpc.StatusCode:
         return grpc.StatusCode[self.code]
 
     def __reduce__(self):  # picklable, for multiprocessing trainers
-        return (AvtgymError, (self.code, self.message, self.reason, self.field, self.metadata))
+        return (AvtgymError, (self.code, self.message, self.reason, self.field, self.metadata, self.retry_delay))
 
     @staticmethod
     def from_status(st: status_pb2.Status) -> "AvtgymError":
-        reason, fld, meta = "", "", {}
+        reason, fld, meta, delay = "", "", {}, None
         for d in st.details:
             if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and not reason:
                 ei = error_details_pb2.ErrorInfo()
@@ -51,7 +54,11 @@ class AvtgymError(Exception):
                 d.Unpack(br)
                 if br.field_violations:
                     fld = br.field_violations[0].field
-        return AvtgymError(_CODE_NAMES.get(st.code, f"CODE_{st.code}"), st.message, reason, fld, meta)
+            elif d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) and delay is None:
+                ri = error_details_pb2.RetryInfo()
+                d.Unpack(ri)
+                delay = max(0.0, ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9)
+        return AvtgymError(_CODE_NAMES.get(st.code, f"CODE_{st.code}"), st.message, reason, fld, meta, delay)
 
     @staticmethod
     def from_rpc_error(err: Any) -> "AvtgymError":

@@ -19,6 +19,7 @@ __all__ = [
     "Reward",
     "Episode",
     "StepResult",
+    "OracleInfo",
 ]
 
 
@@ -236,6 +237,31 @@ class StepResult:
             privileged=merged,
         )
         return StepResult(ep, new_turns, r.done, status, reward, priv)
+
+
+@dataclass(frozen=True)
+class OracleInfo:
+    """One oracle the server serves (EnvService.ListOracles). type and hybrid are OracleType names
+    in lower case ("deterministic", "llm", "llm_scoped", "hybrid", "hybrid_scoped",
+    "test_leaky_responder", "test_credit_all"), as reset(oracle=...) takes them. hybrid is the
+    oracle with this oracle's matcher and the reference's deterministic responder, against which
+    the responder-leakage diagnostic is measured (an oracle whose responder is already the
+    deterministic one is its own hybrid); matcher and responder describe the two stages (equal
+    texts: the same stage); test_fixture marks a deliberately leaky test oracle (never for
+    training); reference is True for the reference oracle (the deterministic one)."""
+
+    type: str
+    matcher: str
+    responder: str
+    hybrid: str
+    test_fixture: bool = False
+    reference: bool = False
+
+    @staticmethod
+    def from_proto(o: Any, reference: int) -> "OracleInfo":
+        name = lambda v: _enum_name(epb.OracleType, v, "ORACLE_TYPE_")  # noqa: E731
+        return OracleInfo(name(o.type), o.matcher, o.responder, name(o.hybrid), o.test_fixture,
+                          o.type == reference)
 
 
 def reward_enum(reward: str | None) -> int:

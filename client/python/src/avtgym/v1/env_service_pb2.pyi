@@ -175,3 +175,29 @@ class ListCorporaResponse(_message.Message):
     CORPORA_FIELD_NUMBER: _ClassVar[int]
     corpora: _containers.RepeatedCompositeFieldContainer[CorpusInfo]
     def __init__(self, corpora: _Optional[_Iterable[_Union[CorpusInfo, _Mapping]]] = ...) -> None: ...
+
+class ListOraclesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class OracleInfo(_message.Message):
+    __slots__ = ("type", "matcher", "responder", "hybrid", "test_fixture")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCHER_FIELD_NUMBER: _ClassVar[int]
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    HYBRID_FIELD_NUMBER: _ClassVar[int]
+    TEST_FIXTURE_FIELD_NUMBER: _ClassVar[int]
+    type: _episode_pb2.OracleType
+    matcher: str
+    responder: str
+    hybrid: _episode_pb2.OracleType
+    test_fixture: bool
+    def __init__(self, type: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., matcher: _Optional[str] = ..., responder: _Optional[str] = ..., hybrid: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., test_fixture: _Optional[bool] = ...) -> None: ...
+
+class ListOraclesResponse(_message.Message):
+    __slots__ = ("oracles", "reference")
+    ORACLES_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    oracles: _containers.RepeatedCompositeFieldContainer[OracleInfo]
+    reference: _episode_pb2.OracleType
+    def __init__(self, oracles: _Optional[_Iterable[_Union[OracleInfo, _Mapping]]] = ..., reference: _Optional[_Union[_episode_pb2.OracleType, str]] = ...) -> None: ...

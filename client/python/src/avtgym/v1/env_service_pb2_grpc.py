@@ -85,6 +85,11 @@ class EnvServiceStub:
                 request_serializer=avtgym_dot_v1_dot_env__service__pb2.ListCorporaRequest.SerializeToString,
                 response_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListCorporaResponse.FromString,
                 _registered_method=True)
+        self.ListOracles = channel.unary_unary(
+                '/avtgym.v1.EnvService/ListOracles',
+                request_serializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.SerializeToString,
+                response_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.FromString,
+                _registered_method=True)
 
 
 class EnvServiceServicer:
@@ -180,6 +185,20 @@ class EnvServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOracles(self, request, context):
+        """ListOracles lists the oracles the server serves (selectable as
+        EpisodeOptions.oracle and AskRequest.oracle), each with its matcher,
+        its responder and its hybrid, and names the reference oracle: what an
+        evaluation needs to pair each oracle with the right hybrid and
+        reference for the leakage diagnostics (PROTOCOL.md §6).
+
+        No side effects: it reads the server's configuration, which does not
+        change while the server runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +236,11 @@ def add_EnvServiceServicer_to_server(servicer, server):
                     servicer.ListCorpora,
                     request_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListCorporaRequest.FromString,
                     response_serializer=avtgym_dot_v1_dot_env__service__pb2.ListCorporaResponse.SerializeToString,
+            ),
+            'ListOracles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOracles,
+                    request_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.FromString,
+                    response_serializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -424,6 +448,33 @@ class EnvService:
             '/avtgym.v1.EnvService/ListCorpora',
             avtgym_dot_v1_dot_env__service__pb2.ListCorporaRequest.SerializeToString,
             avtgym_dot_v1_dot_env__service__pb2.ListCorporaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOracles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/avtgym.v1.EnvService/ListOracles',
+            avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.SerializeToString,
+            avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,7 @@ class OracleType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ORACLE_TYPE_LLM: _ClassVar[OracleType]
     ORACLE_TYPE_LLM_SCOPED: _ClassVar[OracleType]
     ORACLE_TYPE_HYBRID: _ClassVar[OracleType]
+    ORACLE_TYPE_HYBRID_SCOPED: _ClassVar[OracleType]
     ORACLE_TYPE_TEST_LEAKY_RESPONDER: _ClassVar[OracleType]
     ORACLE_TYPE_TEST_CREDIT_ALL: _ClassVar[OracleType]
 
@@ -104,6 +105,7 @@ ORACLE_TYPE_DETERMINISTIC: OracleType
 ORACLE_TYPE_LLM: OracleType
 ORACLE_TYPE_LLM_SCOPED: OracleType
 ORACLE_TYPE_HYBRID: OracleType
+ORACLE_TYPE_HYBRID_SCOPED: OracleType
 ORACLE_TYPE_TEST_LEAKY_RESPONDER: OracleType
 ORACLE_TYPE_TEST_CREDIT_ALL: OracleType
 AMBIGUITY_KIND_UNSPECIFIED: AmbiguityKind
@@ -145,18 +147,20 @@ class Action(_message.Message):
     def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ...) -> None: ...
 
 class EpisodeOptions(_message.Message):
-    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle")
+    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit")
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SOLVER_FIELD_NUMBER: _ClassVar[int]
     EXTRA_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     ZERO_AMBIGUITY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     ORACLE_FIELD_NUMBER: _ClassVar[int]
+    STRICT_CREDIT_FIELD_NUMBER: _ClassVar[int]
     reward: RewardType
     solver: Solver
     extra_questions: int
     zero_ambiguity_budget: int
     oracle: OracleType
-    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ...) -> None: ...
+    strict_credit: bool
+    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ..., strict_credit: _Optional[bool] = ...) -> None: ...
 
 class KnowledgeEntry(_message.Message):
     __slots__ = ("id", "name", "definition")

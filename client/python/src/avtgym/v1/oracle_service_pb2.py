@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from avtgym.v1 import episode_pb2 as avtgym_dot_v1_dot_episode__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61vtgym/v1/oracle_service.proto\x12\tavtgym.v1\x1a\x17\x61vtgym/v1/episode.proto\"/\n\x0c\x44ialogueTurn\x12\x10\n\x08question\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\t\"/\n\x0eInterpretation\x12\x0e\n\x06\x61vt_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\"\xff\x01\n\nAskRequest\x12\x0e\n\x06\x63orpus\x18\x01 \x01(\t\x12\x11\n\x07task_id\x18\x02 \x01(\tH\x00\x12\x33\n\x0einterpretation\x18\t \x01(\x0b\x32\x19.avtgym.v1.InterpretationH\x00\x12(\n\x07history\x18\x05 \x03(\x0b\x32\x17.avtgym.v1.DialogueTurn\x12\x10\n\x08question\x18\x06 \x01(\t\x12%\n\x06oracle\x18\x07 \x01(\x0e\x32\x15.avtgym.v1.OracleType\x12\x1a\n\x12include_privileged\x18\x08 \x01(\x08\x42\x06\n\x04taskJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x06\x61vt_id\"J\n\rAskPrivileged\x12\"\n\x07\x63redits\x18\x01 \x03(\x0b\x32\x11.avtgym.v1.Credit\x12\x15\n\roracle_action\x18\x02 \x01(\t\"[\n\x0b\x41skResponse\x12\r\n\x05reply\x18\x01 \x01(\t\x12,\n\nprivileged\x18\x02 \x01(\x0b\x32\x18.avtgym.v1.AskPrivileged\x12\x0f\n\x07refused\x18\x03 \x01(\x08\x32J\n\rOracleService\x12\x39\n\x03\x41sk\x12\x15.avtgym.v1.AskRequest\x1a\x16.avtgym.v1.AskResponse\"\x03\x90\x02\x01\x42!Z\x1f\x61vtgym/proto/avtgym/v1;avtgymv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61vtgym/v1/oracle_service.proto\x12\tavtgym.v1\x1a\x17\x61vtgym/v1/episode.proto\"/\n\x0c\x44ialogueTurn\x12\x10\n\x08question\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\t\"/\n\x0eInterpretation\x12\x0e\n\x06\x61vt_id\x18\x01 \x01(\t\x12\r\n\x05label\x18\x02 \x01(\t\"\x96\x02\n\nAskRequest\x12\x0e\n\x06\x63orpus\x18\x01 \x01(\t\x12\x11\n\x07task_id\x18\x02 \x01(\tH\x00\x12\x33\n\x0einterpretation\x18\t \x01(\x0b\x32\x19.avtgym.v1.InterpretationH\x00\x12(\n\x07history\x18\x05 \x03(\x0b\x32\x17.avtgym.v1.DialogueTurn\x12\x10\n\x08question\x18\x06 \x01(\t\x12%\n\x06oracle\x18\x07 \x01(\x0e\x32\x15.avtgym.v1.OracleType\x12\x1a\n\x12include_privileged\x18\x08 \x01(\x08\x12\x15\n\rstrict_credit\x18\n \x01(\x08\x42\x06\n\x04taskJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05R\x06\x61vt_id\"J\n\rAskPrivileged\x12\"\n\x07\x63redits\x18\x01 \x03(\x0b\x32\x11.avtgym.v1.Credit\x12\x15\n\roracle_action\x18\x02 \x01(\t\"[\n\x0b\x41skResponse\x12\r\n\x05reply\x18\x01 \x01(\t\x12,\n\nprivileged\x18\x02 \x01(\x0b\x32\x18.avtgym.v1.AskPrivileged\x12\x0f\n\x07refused\x18\x03 \x01(\x08\x32J\n\rOracleService\x12\x39\n\x03\x41sk\x12\x15.avtgym.v1.AskRequest\x1a\x16.avtgym.v1.AskResponse\"\x03\x90\x02\x01\x42!Z\x1f\x61vtgym/proto/avtgym/v1;avtgymv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,11 +40,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INTERPRETATION']._serialized_start=119
   _globals['_INTERPRETATION']._serialized_end=166
   _globals['_ASKREQUEST']._serialized_start=169
-  _globals['_ASKREQUEST']._serialized_end=424
-  _globals['_ASKPRIVILEGED']._serialized_start=426
-  _globals['_ASKPRIVILEGED']._serialized_end=500
-  _globals['_ASKRESPONSE']._serialized_start=502
-  _globals['_ASKRESPONSE']._serialized_end=593
-  _globals['_ORACLESERVICE']._serialized_start=595
-  _globals['_ORACLESERVICE']._serialized_end=669
+  _globals['_ASKREQUEST']._serialized_end=447
+  _globals['_ASKPRIVILEGED']._serialized_start=449
+  _globals['_ASKPRIVILEGED']._serialized_end=523
+  _globals['_ASKRESPONSE']._serialized_start=525
+  _globals['_ASKRESPONSE']._serialized_end=616
+  _globals['_ORACLESERVICE']._serialized_start=618
+  _globals['_ORACLESERVICE']._serialized_end=692
 # @@protoc_insertion_point(module_scope)

@@ -24,7 +24,7 @@ class Interpretation(_message.Message):
     def __init__(self, avt_id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class AskRequest(_message.Message):
-    __slots__ = ("corpus", "task_id", "interpretation", "history", "question", "oracle", "include_privileged")
+    __slots__ = ("corpus", "task_id", "interpretation", "history", "question", "oracle", "include_privileged", "strict_credit")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class AskRequest(_message.Message):
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     ORACLE_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
+    STRICT_CREDIT_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     interpretation: Interpretation
@@ -39,7 +40,8 @@ class AskRequest(_message.Message):
     question: str
     oracle: _episode_pb2.OracleType
     include_privileged: bool
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., interpretation: _Optional[_Union[Interpretation, _Mapping]] = ..., history: _Optional[_Iterable[_Union[DialogueTurn, _Mapping]]] = ..., question: _Optional[str] = ..., oracle: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
+    strict_credit: bool
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., interpretation: _Optional[_Union[Interpretation, _Mapping]] = ..., history: _Optional[_Iterable[_Union[DialogueTurn, _Mapping]]] = ..., question: _Optional[str] = ..., oracle: _Optional[_Union[_episode_pb2.OracleType, str]] = ..., include_privileged: _Optional[bool] = ..., strict_credit: _Optional[bool] = ...) -> None: ...
 
 class AskPrivileged(_message.Message):
     __slots__ = ("credits", "oracle_action")
