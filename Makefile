@@ -34,23 +34,31 @@ build: ## build the avtgym binary into ./bin
 	$(GO) build -o $(BIN)/avtgym ./cmd/avtgym
 
 .PHONY: test
-test: ## run every test: the Go tests (race detector on), then the Python client's
-	$(GO) test -race -count=1 ./...
+test: ## run every test: the Go tests (race detector on; a private PostgreSQL cluster when installed), then the Python client's
+	bash scripts/with-postgres.sh $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory test-python
 
+.PHONY: postgres
+postgres: ## start a private PostgreSQL cluster on 127.0.0.1, port PGPORT (default 55432), in bin/postgres and print its admin URL (for --postgres)
+	@bash scripts/postgres.sh start bin/postgres
+
+.PHONY: postgres-stop
+postgres-stop: ## stop the cluster make postgres started
+	@bash scripts/postgres.sh stop bin/postgres
+
 .PHONY: test-python
-test-python: ## run the Python client's tests on this checkout's client (installs client/python[test] if avtgym is not importable)
-	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy' 2>/dev/null || \
+test-python: ## run the Python client's tests on this checkout's client (installs client/python[test] if avtgym or the pinned openenv-core is missing)
+	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy, openenv.core, importlib.metadata as m; assert m.version("openenv-core") == "0.3.0"' 2>/dev/null || \
 		$(PYTHON) -m pip install -q --disable-pip-version-check -e 'client/python[test]'
 	PYTHONPATH=$(CURDIR)/client/python/src $(PYTHON) -m pytest client/python/tests -q --ignore=client/python/tests/trainers
 
 .PHONY: test-trainers
-test-trainers: ## opt-in: install TRL and verl (PyTorch; several GB) and test the trainer adapters
+test-trainers: ## opt-in: install the pinned TRL, verl and PyTorch (several GB) and test the trainer adapters
 	bash client/python/scripts/test_trainers.sh
 
 .PHONY: test-short
 test-short: ## run the tests without the race detector
-	$(GO) test -count=1 ./...
+	bash scripts/with-postgres.sh $(GO) test -count=1 ./...
 
 FUZZTIME ?= 20s
 # Each new coverage-expanding input is minimised for up to this long (go's
@@ -127,7 +135,7 @@ report-screenshot: ## evaluate the demo corpus, render report.html and screensho
 
 .PHONY: bench
 bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.md by hand)
-	$(GO) test -run '^$$' -bench . -benchmem ./server/ ./oracle/ ./sqlexec/...
+	bash scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchmem ./server/ ./oracle/ ./sqlexec/... ./app/
 	$(GO) run ./cmd/avtgym bench
 
 .PHONY: bench-hostile

@@ -24,6 +24,7 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/server"
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/postgres"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -39,6 +40,12 @@ type Config struct {
 	MetricsListen string
 	// Corpora are corpus directories; none means the embedded demo corpus.
 	Corpora []string
+	// PostgresURL is the admin URL of the PostgreSQL server that corpora
+	// with engine "postgres" databases load into (serve --postgres, default
+	// $AVTGYM_POSTGRES_URL); empty means none, and such a corpus fails to
+	// load with a message naming the flag. The server is connected to once,
+	// at start, only when set.
+	PostgresURL string
 	// TokenKeyFile names the token key file (see env.ReadKeyFile); empty
 	// means $AVTGYM_TOKEN_KEY_FILE, and failing that a random key with a
 	// warning.
@@ -122,6 +129,7 @@ type App struct {
 	cfg     Config
 	corpora []*corpus.Corpus
 	cache   *llm.FileCache
+	pg      *postgres.Server
 }
 
 // New loads the corpora and builds the server.
@@ -139,6 +147,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, Lanes: sqlexec.NewLanes(cfg.Lanes)}
+	if cfg.PostgresURL != "" {
+		// One connection (and one policy role) for every corpus.
+		a.pg, err = postgres.Connect(ctx, cfg.PostgresURL)
+		if err != nil {
+			return nil, fmt.Errorf("--postgres: %w", err)
+		}
+		for _, w := range a.pg.Warnings() {
+			log.Warn("postgres", zap.String("warning", w))
+		}
+	}
 	if len(cfg.Corpora) == 0 {
 		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes})
 		if err != nil {
@@ -148,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	for _, dir := range cfg.Corpora {
 		start := time.Now()
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes})
+		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes, Postgres: a.pg})
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("corpus %s: %w", dir, err)
@@ -330,6 +348,9 @@ func (a *App) Close() error {
 	}
 	for _, c := range a.corpora {
 		errs = append(errs, c.Close())
+	}
+	if a.pg != nil {
+		a.pg.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/postgres"
 )
 
 // Corpus is a loaded, validated corpus: its records, with their databases
@@ -29,6 +30,9 @@ type Corpus struct {
 	dbs     map[string]*DB
 	dbOrder []string
 	cleanup func() error
+	// pgOwned is the PostgreSQL connection the load opened from
+	// Options.PostgresURL (nil when none, or when the caller gave one).
+	pgOwned *postgres.Server
 }
 
 // DB is one open database of a corpus with its public context.
@@ -109,6 +113,9 @@ func (c *Corpus) Close() error {
 		if err := c.cleanup(); err != nil && first == nil {
 			first = err
 		}
+	}
+	if c.pgOwned != nil {
+		c.pgOwned.Close()
 	}
 	return first
 }

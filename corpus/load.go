@@ -23,6 +23,7 @@ import (
 	"avtgym/corpus/demo"
 	"avtgym/internal/parallel"
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/postgres"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -51,6 +52,16 @@ type Options struct {
 	// checked at load time, and every verification after); nil means
 	// sqlexec.DefaultLanes(). One Lanes value should serve a whole process.
 	Lanes *sqlexec.Lanes
+	// Postgres is the PostgreSQL server that engine "postgres" databases
+	// are loaded into and queried on; one Server should serve a whole
+	// process. When nil, PostgresURL is connected to when a corpus needs
+	// it (the connection is the corpus's, closed by Corpus.Close).
+	Postgres *postgres.Server
+	// PostgresURL is an admin URL of a PostgreSQL server where avtgym may
+	// create its role and template databases (serve --postgres,
+	// $AVTGYM_POSTGRES_URL). With neither set, a corpus with a PostgreSQL
+	// database fails to load with a problem naming the flag.
+	PostgresURL string
 }
 
 // LoadDemo loads the embedded demo corpus.
@@ -210,18 +221,7 @@ func (l *loader) manifest() (*Manifest, bool) {
 		}
 		seen[d.ID] = true
 		folded[strings.ToLower(d.ID)] = d.ID
-		if d.Engine != "sqlite" {
-			l.problem(file, 0, f+".engine", "%q is not supported (want \"sqlite\")", d.Engine)
-		}
-		if (d.Path == "") == (d.Script == "") {
-			l.problem(file, 0, f, "exactly one of path and script must be set")
-		}
-		if d.Path != "" {
-			l.confine(file, f+".path", d.Path)
-		}
-		if d.Script != "" {
-			l.confine(file, f+".script", d.Script)
-		}
+		l.checkSource(file, f, d)
 		kseen := map[string]bool{}
 		for j, k := range d.Knowledge {
 			kf := fmt.Sprintf("%s.knowledge[%d]", f, j)
@@ -389,6 +389,12 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 	for i, spec := range m.Databases {
 		field := fmt.Sprintf("databases[%d]", i)
 		l.failedDBs[spec.ID] = true // until it opens
+		if spec.Engine == EnginePostgres {
+			if err := l.openPostgres(ctx, c, m, field, spec); err != nil {
+				return err
+			}
+			continue
+		}
 		var (
 			dbPath    string
 			immutable bool
@@ -449,30 +455,41 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 			dbPath = p
 			immutable = true
 		}
-		lanes := l.opt.Lanes
-		if lanes == nil {
-			lanes = sqlexec.DefaultLanes()
-		}
+		lanes := l.lanes()
 		// The pool holds a connection for every query the lanes let run at once.
 		eng, err := sqlite.Open(dbPath, sqlite.Options{Immutable: immutable, MaxOpenConns: lanes.Capacity()})
 		if err != nil {
 			l.problem(file, 0, field, "opening database %q: %v", spec.ID, err)
 			continue
 		}
-		db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema}
-		delete(l.failedDBs, spec.ID)
-		c.dbs[spec.ID] = db
-		c.dbOrder = append(c.dbOrder, spec.ID)
-		if db.Schema == "" {
-			s, err := eng.Schema(ctx, 3)
-			if err != nil {
-				l.problem(file, 0, field, "deriving the schema of %q: %v", spec.ID, err)
-				continue
-			}
-			db.Schema = s
-		}
+		l.addDB(ctx, c, field, spec, eng, lanes)
 	}
 	return nil
+}
+
+// addDB adds an opened database to c, scheduled on lanes, deriving its
+// schema when the manifest gives none.
+func (l *loader) addDB(ctx context.Context, c *Corpus, field string, spec Database, eng sqlexec.Engine, lanes *sqlexec.Lanes) {
+	db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema}
+	delete(l.failedDBs, spec.ID)
+	c.dbs[spec.ID] = db
+	c.dbOrder = append(c.dbOrder, spec.ID)
+	if db.Schema == "" {
+		s, err := eng.Schema(ctx, 3)
+		if err != nil {
+			l.problem(l.file(ManifestFile), 0, field, "deriving the schema of %q: %v", spec.ID, err)
+			return
+		}
+		db.Schema = s
+	}
+}
+
+// lanes returns the lanes that schedule the corpus's queries.
+func (l *loader) lanes() *sqlexec.Lanes {
+	if l.opt.Lanes == nil {
+		return sqlexec.DefaultLanes()
+	}
+	return l.opt.Lanes
 }
 
 // maxLine bounds one record line (a record with a long schema-free request
@@ -755,6 +772,8 @@ func resolvePolicy(defaults, own *Comparison) (sqlexec.Policy, error) {
 		set(&p.StripDistinct, c.StripDistinct)
 		set(&p.StripRound, c.StripRound)
 		set(&p.EmptyFails, c.EmptyFails)
+		set(&p.DateOnly, c.DateOnly)
+		set(&p.CanonicalJSON, c.CanonicalJSON)
 	}
 	return p, nil
 }

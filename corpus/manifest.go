@@ -29,14 +29,24 @@ type Defaults struct {
 type Database struct {
 	// ID is how records name the database.
 	ID string `json:"id"`
-	// Engine is "sqlite" (PostgreSQL comes with the multi-phase work).
+	// Engine is "sqlite" or "postgres". A SQLite database is given by
+	// exactly one of Path and Script; a PostgreSQL database by exactly one
+	// of Dumps and Script, and needs a PostgreSQL server to load
+	// (Options.PostgresURL, serve --postgres).
 	Engine string `json:"engine"`
-	// Path is a database file relative to the corpus directory. Exactly
-	// one of Path and Script is set.
+	// Path is a SQLite database file relative to the corpus directory.
 	Path string `json:"path,omitempty"`
 	// Script is a SQL script relative to the corpus directory from which
-	// the database is built at load time into a private directory.
+	// the database is built at load time: for SQLite into a private
+	// directory, for PostgreSQL into a template database (psql syntax,
+	// COPY ... FROM stdin blocks allowed).
 	Script string `json:"script,omitempty"`
+	// Dumps is a folder relative to the corpus directory holding one
+	// PostgreSQL table dump per file, <table>.sql (the output of
+	// pg_dump --no-owner --no-privileges -t <table>, as in BIRD-Interact's
+	// postgre_table_dumps/<db>_template/), from which an engine "postgres"
+	// database is built at load time (docs/corpus-format.md).
+	Dumps string `json:"dumps,omitempty"`
 	// Schema is the public schema text (DDL and sample rows) shown to the
 	// policy. When empty it is derived from the database: each table's DDL
 	// followed by its first three rows.

@@ -30,7 +30,7 @@ func (k Kind) valid() bool { return k == Critical || k == Knowledge || k == NonC
 // (PROTOCOL.md §1). Its fields fall into the three parts of the access
 // boundary: the public specification (Request, DB, Evidence and the
 // database's public context), the resolutions (Ambiguities, Interpretation)
-// and the verification assets (Reference, FollowUps).
+// and the verification assets (Reference, FollowUp).
 //
 // The JSON form is one object per line of a records file; see
 // docs/corpus-format.md.
@@ -61,8 +61,14 @@ type Record struct {
 
 	// Reference holds the verification assets (privileged: the verifier's).
 	Reference Reference `json:"reference"`
-	// FollowUps are later sub-tasks (PROTOCOL.md §8), kept verbatim for the
-	// multi-phase extension; they are not served yet.
+	// FollowUp is the record's phase-2 sub-task (PROTOCOL.md §8;
+	// BIRD-Interact's follow_up), kept for the multi-phase protocol; it is
+	// decoded strictly but not served yet.
+	FollowUp *FollowUp `json:"follow_up,omitempty"`
+	// FollowUps are later sub-tasks kept verbatim as any JSON. Deprecated:
+	// the BIRD-Interact importer wrote them before FollowUp existed; they
+	// are still accepted so that such corpora load, and are not served.
+	// New corpora use FollowUp.
 	FollowUps []json.RawMessage `json:"follow_ups,omitempty"`
 
 	// ResolutionFormat says what the resolutions are: "text" (the default,
@@ -148,6 +154,45 @@ type Comparison struct {
 	// EmptyFails makes an empty result on either side a failure
 	// (BIRD-Interact switch).
 	EmptyFails *bool `json:"empty_fails,omitempty"`
+	// DateOnly compares dates and timestamps by their date: a text cell
+	// YYYY-MM-DD, optionally followed by a time and a UTC offset
+	// ("2024-03-01 14:05:00.5+01"), compares as its first ten characters
+	// (BIRD-Interact on PostgreSQL, whose harness formats date and
+	// datetime values as YYYY-MM-DD). sqlexec.Policy.DateOnly.
+	DateOnly *bool `json:"date_only,omitempty"`
+	// CanonicalJSON compares text cells holding a JSON object or array as
+	// parsed JSON: re-encoded with sorted keys and no insignificant
+	// whitespace, numbers inside rounded like the other numbers
+	// (BIRD-Interact on PostgreSQL, whose harness compares JSON values as
+	// sorted-key JSON text). sqlexec.Policy.CanonicalJSON.
+	CanonicalJSON *bool `json:"canonical_json,omitempty"`
+}
+
+// FollowUp is a record's phase-2 sub-task (PROTOCOL.md §8): released only
+// after phase 1 succeeds and verified on the database state phase 1 left
+// (for a read-only phase 1, the database as loaded). Its JSON form is
+// documented in docs/corpus-format.md.
+type FollowUp struct {
+	// Request is the follow-up's natural-language request, shown once
+	// phase 1 has passed (BIRD-Interact: follow_up.query; its follow-ups
+	// carry no registered ambiguities).
+	Request string `json:"request"`
+	// Reference holds the follow-up's verification assets: its SQL (the
+	// last statement's result counts), its comparison policy (over the
+	// corpus default field by field, as a record's) and its tests (opaque
+	// text, such as BIRD-Interact's Python test_case functions).
+	Reference Reference `json:"reference"`
+	// Category is "Query" (read-only, verified by result comparison) or
+	// "Management" (changes the database, verified by its tests).
+	Category string `json:"category,omitempty"`
+	// Type is the benchmark's label of the follow-up (BIRD-Interact:
+	// result_based, attribute_change, aggregation, constraint_change,
+	// state_dependent, topic_pivot, ...).
+	Type string `json:"type,omitempty"`
+	// Knowledge are the ids of the knowledge entries of the record's
+	// database that the follow-up uses (BIRD-Interact:
+	// follow_up.external_knowledge), for reports; they mask nothing.
+	Knowledge []string `json:"knowledge,omitempty"`
 }
 
 // SQLList is a list of SQL statements that unmarshals from a JSON string or

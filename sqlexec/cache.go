@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Cache computes each key once (concurrent callers of one key wait for one computation)
@@ -18,6 +19,53 @@ import (
 type Cache struct {
 	mu sync.Mutex
 	m  map[string]*cacheEntry
+	// refs memoises what Check derives from a reference text under a
+	// policy (rewritten, normalised, resolved policy), keyed like m: the
+	// same for every check of the task.
+	refs sync.Map // string -> *refForm
+}
+
+// refForm is a reference text as Check uses it.
+type refForm struct {
+	sql    string // rewritten by the policy
+	norm   string // NormalizeSQL(sql)
+	policy Policy // the policy resolved against sql
+	source string // the reference text it was derived from
+	in     Policy // the policy it was derived under
+
+	// rows is the reference result's prepared side of the comparison
+	// (a *preparedRef), made on first use.
+	rows atomic.Pointer[preparedRef]
+}
+
+// preparedRef ties prepared reference rows to the result they came from
+// (the cache may compute the reference again after Forget).
+type preparedRef struct {
+	from *Result
+	rows *refRows
+}
+
+// prepared returns the comparison side of ref under the form's policy.
+func (f *refForm) prepared(ref *Result) *refRows {
+	if pr := f.rows.Load(); pr != nil && pr.from == ref {
+		return pr.rows
+	}
+	pr := &preparedRef{from: ref, rows: prepareRef(f.policy, ref)}
+	f.rows.Store(pr)
+	return pr.rows
+}
+
+// refForm returns the memoised form of reference under p for key.
+func (c *Cache) refForm(key string, p Policy, reference string) *refForm {
+	if f, ok := c.refs.Load(key); ok {
+		if f := f.(*refForm); f.source == reference && f.in == p {
+			return f
+		}
+	}
+	sql := p.Rewrite(reference)
+	f := &refForm{sql: sql, norm: NormalizeSQL(sql), policy: p.Resolve(sql), source: reference, in: p}
+	c.refs.Store(key, f)
+	return f
 }
 
 type cacheEntry struct {
@@ -90,6 +138,7 @@ func (c *Cache) Forget(key string) {
 	c.mu.Lock()
 	delete(c.m, key)
 	c.mu.Unlock()
+	c.refs.Delete(key)
 }
 
 // Len returns the number of keys held or being computed.

@@ -45,17 +45,21 @@ func CacheKey(refKey string, p Policy) string {
 // failed (the record is invalid, e.g. it exceeds a cap), the database is unavailable or
 // saturated (KindBusy: no slot to run the query in time), or ctx ended.
 func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Policy, predicted string, reference string, lim Limits) (Verdict, error) {
-	predSQL := p.Rewrite(predicted)
-	refSQL := p.Rewrite(reference)
-	ref, err := cache.Get(ctx, CacheKey(refKey, p), func(ctx context.Context) (*Result, error) {
-		return eng.Query(ctx, refSQL, lim)
+	predSQL, predToks := p.rewrite(predicted)
+	key := CacheKey(refKey, p)
+	rf := cache.refForm(key, p, reference)
+	ref, err := cache.Get(ctx, key, func(ctx context.Context) (*Result, error) {
+		return eng.Query(ctx, rf.sql, lim)
 	})
 	if err != nil {
 		return Verdict{}, fmt.Errorf("sqlexec: reference %q failed: %w", refKey, err)
 	}
-	rp := p.Resolve(refSQL)
+	rp := rf.policy
 	pred := ref
-	if NormalizeSQL(predSQL) != NormalizeSQL(refSQL) {
+	// The prediction is not run when it is the reference up to whitespace,
+	// comments and case. Its rewritten tokens rule most predictions out
+	// without lexing again; a match is confirmed on the text itself.
+	if !normalEquals(predToks, rf.norm) || NormalizeSQL(predSQL) != rf.norm {
 		pred, err = eng.Query(ctx, predSQL, lim)
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
@@ -68,6 +72,6 @@ func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Polic
 			return Verdict{Success: false, Reason: err.Error(), Err: err}, nil
 		}
 	}
-	ok, reason := Compare(rp, pred, ref)
+	ok, reason := compareWith(rp, pred, ref, rf.prepared(ref))
 	return Verdict{Success: ok, Reason: reason}, nil
 }

@@ -1,13 +1,17 @@
 package sqlexec
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Comparison semantics (PROTOCOL §4):
@@ -20,6 +24,10 @@ import (
 //     involved they are equal when |a-b| <= 1e-9 + 1e-6*max(|a|,|b|). NaN equals NaN.
 //   - With Decimals k >= 0 every real is first rounded half-up (away from zero) to k
 //     places, on its shortest decimal representation (so 2.675 rounds to 2.68).
+//   - With DateOnly, date and timestamp text ("2024-03-01 14:05:00+01") becomes its date
+//     ("2024-03-01"); with CanonicalJSON, JSON object and array text becomes its
+//     canonical encoding (sorted keys, no whitespace, numbers shortest and rounded as
+//     reals are). Both happen before any comparison, so they are text like any other.
 //
 // Bag comparison sorts both sides under a canonical total order (NULL < numbers < text <
 // blobs; numbers by value, text and blobs by bytes) and compares row i with row i under
@@ -84,8 +92,20 @@ func (c cell) String() string {
 	}
 }
 
-// normCell converts a result cell; decimals >= 0 rounds reals.
-func normCell(v any, decimals int) cell {
+// norm is the cell normalisation a policy asks for.
+type norm struct {
+	decimals      int  // >= 0: round reals (and JSON non-integers) to this many places
+	dateOnly      bool // date and timestamp text compares as its date
+	canonicalJSON bool // JSON object and array text compares as canonical JSON
+}
+
+func (p Policy) norm() norm {
+	return norm{decimals: p.Decimals, dateOnly: p.DateOnly, canonicalJSON: p.CanonicalJSON}
+}
+
+// normCell converts a result cell under n.
+func normCell(v any, n norm) cell {
+	decimals := n.decimals
 	switch x := v.(type) {
 	case nil:
 		return cell{kind: ckNull}
@@ -111,7 +131,7 @@ func normCell(v any, decimals int) cell {
 		}
 		return realCell(float64(x), decimals)
 	case uint:
-		return normCell(uint64(x), decimals)
+		return normCell(uint64(x), n)
 	case bool:
 		if x {
 			return cell{kind: ckInt, i: 1}
@@ -122,16 +142,172 @@ func normCell(v any, decimals int) cell {
 	case float32:
 		return realCell(float64(x), decimals)
 	case string:
-		return cell{kind: ckText, s: x}
+		return textCell(x, n)
 	case []byte:
 		return cell{kind: ckBlob, s: string(x)}
 	case time.Time:
+		if n.dateOnly {
+			return cell{kind: ckText, s: x.Format("2006-01-02")}
+		}
 		return cell{kind: ckText, s: x.Format("2006-01-02T15:04:05.999999999Z07:00")}
 	case fmt.Stringer:
-		return cell{kind: ckText, s: x.String()}
+		return textCell(x.String(), n)
 	default:
-		return cell{kind: ckText, s: fmt.Sprint(x)}
+		return textCell(fmt.Sprint(x), n)
 	}
+}
+
+// textCell is a text cell under n's DateOnly and CanonicalJSON.
+func textCell(s string, n norm) cell {
+	if n.dateOnly {
+		if d, ok := DateOf(s); ok {
+			return cell{kind: ckText, s: d}
+		}
+	}
+	if n.canonicalJSON {
+		if j, ok := CanonicalJSON(s, n.decimals); ok {
+			return cell{kind: ckText, s: j}
+		}
+	}
+	return cell{kind: ckText, s: s}
+}
+
+// DateOf returns the date of a date or timestamp text: s must be YYYY-MM-DD (month
+// 01-12, day 01-31), optionally followed by ' ' or 'T', a time HH:MM[:SS[.digits]] and
+// a UTC offset (Z, ±HH, ±HH:MM, ±HHMM, ±HH:MM:SS), as PostgreSQL writes date, timestamp
+// and timestamptz values; ok is false for any other text (such as a time alone, an
+// interval, or a date followed by other words).
+func DateOf(s string) (date string, ok bool) {
+	if len(s) < 10 || !isDate(s[:10]) {
+		return "", false
+	}
+	rest := s[10:]
+	if rest == "" {
+		return s, true
+	}
+	if rest[0] != ' ' && rest[0] != 'T' {
+		return "", false
+	}
+	rest = rest[1:]
+	if len(rest) < 5 || !digits(rest[:2]) || rest[2] != ':' || !digits(rest[3:5]) {
+		return "", false
+	}
+	rest = rest[5:]
+	if len(rest) >= 3 && rest[0] == ':' && digits(rest[1:3]) {
+		rest = rest[3:]
+		if len(rest) >= 2 && rest[0] == '.' && digits(rest[1:2]) {
+			i := 2
+			for i < len(rest) && digits(rest[i:i+1]) {
+				i++
+			}
+			rest = rest[i:]
+		}
+	}
+	switch {
+	case rest == "" || rest == "Z":
+	case rest[0] == '+' || rest[0] == '-':
+		rest = rest[1:]
+		if len(rest) < 2 || !digits(rest[:2]) {
+			return "", false
+		}
+		rest = rest[2:]
+		for k := 0; k < 2 && rest != ""; k++ { // minutes, then seconds
+			if rest[0] == ':' {
+				rest = rest[1:]
+			}
+			if len(rest) < 2 || !digits(rest[:2]) {
+				return "", false
+			}
+			rest = rest[2:]
+		}
+		if rest != "" {
+			return "", false
+		}
+	default:
+		return "", false
+	}
+	return s[:10], true
+}
+
+func isDate(s string) bool {
+	if !digits(s[0:4]) || s[4] != '-' || !digits(s[5:7]) || s[7] != '-' || !digits(s[8:10]) {
+		return false
+	}
+	m := (s[5]-'0')*10 + s[6] - '0'
+	d := (s[8]-'0')*10 + s[9] - '0'
+	return m >= 1 && m <= 12 && d >= 1 && d <= 31
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// CanonicalJSON returns the canonical encoding of s when s (less surrounding JSON
+// whitespace) is one valid UTF-8 JSON object or array: object keys sorted, no
+// insignificant whitespace, no HTML escaping, integer literals kept as written and
+// every other number parsed as a float64, rounded with RoundHalfUp when decimals >= 0,
+// and written in its shortest form (so 1.50, 1.5 and 15e-1 are all 1.5, and 1.0 is 1).
+// ok is false for any other text, which then compares as it is.
+func CanonicalJSON(s string, decimals int) (canonical string, ok bool) {
+	t := strings.Trim(s, " \t\n\r")
+	if t == "" || (t[0] != '{' && t[0] != '[') || !utf8.ValidString(t) {
+		return "", false
+	}
+	dec := json.NewDecoder(strings.NewReader(t))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", false // more than one value
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(canonNumbers(v, decimals)); err != nil {
+		return "", false
+	}
+	return strings.TrimSuffix(b.String(), "\n"), true
+}
+
+// canonNumbers rewrites the numbers of a decoded JSON value (see CanonicalJSON).
+func canonNumbers(v any, decimals int) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonNumbers(e, decimals)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonNumbers(e, decimals)
+		}
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") {
+			if s == "-0" {
+				return json.Number("0")
+			}
+			return x
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil { // out of float64's range: keep it as written
+			return x
+		}
+		if decimals >= 0 {
+			f = RoundHalfUp(f, decimals)
+		}
+		if f == 0 {
+			f = 0 // no negative zero
+		}
+		return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+	}
+	return v
 }
 
 func realCell(f float64, decimals int) cell {
@@ -262,7 +438,7 @@ func rowEqual(a, b []cell) bool {
 	return true
 }
 
-func normRows(r *Result, decimals int) [][]cell {
+func normRows(r *Result, n norm) [][]cell {
 	if r == nil {
 		return nil
 	}
@@ -270,7 +446,7 @@ func normRows(r *Result, decimals int) [][]cell {
 	for i, row := range r.Rows {
 		cs := make([]cell, len(row))
 		for j, v := range row {
-			cs[j] = normCell(v, decimals)
+			cs[j] = normCell(v, n)
 		}
 		out[i] = cs
 	}
@@ -300,6 +476,12 @@ func fmtRow(r []cell) string {
 // agree and, when they do not, a reason such as "column count 2 != 3", "row count 4 != 5",
 // "row 4 differs: ...", "empty result".
 func Compare(p Policy, pred, ref *Result) (ok bool, reason string) {
+	return compareWith(p, pred, ref, nil)
+}
+
+// compareWith is Compare with the reference side prepared (nil: prepare it
+// here, when the comparison gets that far).
+func compareWith(p Policy, pred, ref *Result, pr *refRows) (ok bool, reason string) {
 	np, nr := 0, 0
 	if pred != nil {
 		np = len(pred.Rows)
@@ -320,7 +502,34 @@ func Compare(p Policy, pred, ref *Result) (ok bool, reason string) {
 	if cp, cr := numCols(pred), numCols(ref); cp != cr {
 		return false, fmt.Sprintf("column count %d != %d (prediction vs reference)", cp, cr)
 	}
-	a, b := normRows(pred, p.Decimals), normRows(ref, p.Decimals)
+	if pr == nil {
+		pr = prepareRef(p, ref)
+	}
+	return compareRows(p, normRows(pred, p.norm()), pr.rows)
+}
+
+// refRows is the reference side of a comparison under one policy: its rows
+// normalised and, unless the order matters, sorted (for OrderSet also
+// deduplicated). It is never changed once made, so that a verifier can
+// keep it beside the reference's cached result (Check does).
+type refRows struct{ rows [][]cell }
+
+// prepareRef makes the reference side of Compare(p, …, ref).
+func prepareRef(p Policy, ref *Result) *refRows {
+	b := normRows(ref, p.norm())
+	switch p.Order {
+	case OrderOrdered:
+	case OrderSet:
+		b = dedupe(b)
+	default:
+		slices.SortFunc(b, rowCmp)
+	}
+	return &refRows{rows: b}
+}
+
+// compareRows compares the normalised prediction a with the prepared
+// reference rows b (see refRows); a may be reordered.
+func compareRows(p Policy, a, b [][]cell) (ok bool, reason string) {
 	switch p.Order {
 	case OrderOrdered:
 		if len(a) != len(b) {
@@ -333,16 +542,17 @@ func Compare(p Policy, pred, ref *Result) (ok bool, reason string) {
 		}
 		return true, ""
 	case OrderSet:
-		a, b = dedupe(a), dedupe(b)
+		a = dedupe(a)
 		if len(a) != len(b) {
 			return false, fmt.Sprintf("distinct row count %d != %d (prediction vs reference)", len(a), len(b))
 		}
-		return bagEqual(a, b, true)
+		return bagEqual(a, b)
 	default:
 		if len(a) != len(b) {
 			return false, fmt.Sprintf("row count %d != %d (prediction vs reference)", len(a), len(b))
 		}
-		return bagEqual(a, b, false)
+		slices.SortFunc(a, rowCmp)
+		return bagEqual(a, b)
 	}
 }
 
@@ -359,12 +569,8 @@ func dedupe(rows [][]cell) [][]cell {
 	return out
 }
 
-// bagEqual compares two equally long row lists as multisets.
-func bagEqual(a, b [][]cell, sorted bool) (bool, string) {
-	if !sorted {
-		slices.SortFunc(a, rowCmp)
-		slices.SortFunc(b, rowCmp)
-	}
+// bagEqual compares two equally long, sorted row lists as multisets.
+func bagEqual(a, b [][]cell) (bool, string) {
 	mismatch := -1
 	for i := range a {
 		if !rowEqual(a[i], b[i]) {

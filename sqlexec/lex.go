@@ -84,7 +84,9 @@ func isSpace(c byte) bool {
 // comments), plus PostgreSQL dollar quoting. Unterminated literals and comments run to
 // the end of the text. Concatenating the tokens' text gives s back.
 func lex(s string) []token {
-	var toks []token
+	// SQL text has about one token per 2 bytes (words, spaces, punctuation):
+	// one allocation, not a dozen.
+	toks := make([]token, 0, len(s)/2+4)
 	i := 0
 	n := len(s)
 	for i < n {
@@ -193,47 +195,64 @@ func dollarTagLen(s string) int {
 // statements, trimmed, without their semicolons. Statements made only of whitespace and
 // comments are dropped.
 func SplitStatements(sql string) []string {
-	var out []string
 	toks := lex(sql)
-	start := 0       // byte offset of the current statement
+	var out []string
+	for _, r := range splitTokens(toks) {
+		// Trim only the lexer's (ASCII) whitespace: strings.TrimSpace also
+		// trims Unicode spaces, which SQLite reads as identifier characters,
+		// and could leave an empty statement, which crashes the driver.
+		out = append(out, strings.Trim(sql[r.start:r.end], sqlSpace))
+	}
+	return out
+}
+
+// stmtRange is one statement of a lexed text: its tokens toks[from:to]
+// (without the ending semicolon) and its bytes [start, end).
+type stmtRange struct{ from, to, start, end int }
+
+// splitTokens finds the statements of toks as SplitStatements does: they
+// end at semicolons (a CREATE TRIGGER body at "END;"), and those made only
+// of whitespace and comments are dropped.
+func splitTokens(toks []token) []stmtRange {
+	var out []stmtRange
+	cur := stmtRange{}
 	pos := 0         // byte offset of the current token
 	var sig []string // first significant words of the statement (up to 3), upper-cased
-	last := ""       // last significant word
+	lastEnd := false // the last significant token is the word END
 	empty := true
-	flush := func(end int) {
-		if !empty {
-			// Trim only the lexer's (ASCII) whitespace: strings.TrimSpace also
-			// trims Unicode spaces, which SQLite reads as identifier characters,
-			// and could leave an empty statement, which crashes the driver.
-			out = append(out, strings.Trim(sql[start:end], sqlSpace))
-		}
-	}
-	for _, t := range toks {
+	for i, t := range toks {
 		tpos := pos
 		pos += len(t.text)
 		if t.trivia() {
 			continue
 		}
 		if t.isPunct(';') {
-			if isTrigger(sig) && last != "END" {
-				last = ";"
+			if isTrigger(sig) && !lastEnd {
+				lastEnd = false
 				continue
 			}
-			flush(tpos)
-			start, sig, last, empty = pos, nil, "", true
+			if !empty {
+				cur.to, cur.end = i, tpos
+				out = append(out, cur)
+			}
+			cur = stmtRange{from: i + 1, start: pos}
+			sig, lastEnd, empty = nil, false, true
 			continue
 		}
 		empty = false
-		w := ""
-		if t.kind == tkWord {
-			w = strings.ToUpper(t.text)
-		}
 		if len(sig) < 3 {
+			w := ""
+			if t.kind == tkWord {
+				w = strings.ToUpper(t.text)
+			}
 			sig = append(sig, w)
 		}
-		last = w
+		lastEnd = t.kind == tkWord && asciiEqualFold(t.text, "END")
 	}
-	flush(len(sql))
+	if !empty {
+		cur.to, cur.end = len(toks), pos
+		out = append(out, cur)
+	}
 	return out
 }
 
@@ -286,28 +305,85 @@ func significant(toks []token) []token {
 // NormalizeSQL returns a form of sql in which texts that differ only in comments, the
 // amount of whitespace, the case of unquoted words and empty statements are equal.
 // Two SQL texts with the same normal form have the same meaning.
-func NormalizeSQL(sql string) string {
+func NormalizeSQL(sql string) string { return normalizeTokens(lex(sql)) }
+
+// normalizeTokens is NormalizeSQL on a lexed text.
+func normalizeTokens(toks []token) string {
 	var b strings.Builder
-	for i, st := range SplitStatements(sql) {
+	walkNormal(toks, func(s string, lower bool) bool {
+		if lower {
+			s = asciiToLower(s)
+		}
+		b.WriteString(s)
+		return true
+	})
+	return b.String()
+}
+
+// normalEquals reports whether normalizeTokens(toks) == norm, stopping at
+// the first difference and allocating nothing.
+func normalEquals(toks []token, norm string) bool {
+	pos := 0
+	ok := walkNormal(toks, func(s string, lower bool) bool {
+		if len(norm)-pos < len(s) {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if lower {
+				c = asciiLower(c)
+			}
+			if c != norm[pos+i] {
+				return false
+			}
+		}
+		pos += len(s)
+		return true
+	})
+	return ok && pos == len(norm)
+}
+
+// walkNormal emits the pieces of toks' normal form in order (lower: a word,
+// to be ASCII lower-cased), stopping when emit returns false; it reports
+// whether it got to the end.
+func walkNormal(toks []token, emit func(s string, lower bool) bool) bool {
+	wrote := false
+	for i, r := range splitTokens(toks) {
 		if i > 0 {
-			b.WriteByte(';')
+			if !emit(";", false) {
+				return false
+			}
+			wrote = true
+		}
+		// The statement as SplitStatements gives it: without the
+		// whitespace around it (comments stay, as trivia).
+		st := toks[r.from:r.to]
+		for len(st) > 0 && st[0].kind == tkSpace {
+			st = st[1:]
+		}
+		for len(st) > 0 && st[len(st)-1].kind == tkSpace {
+			st = st[:len(st)-1]
 		}
 		space := false
-		for _, t := range lex(st) {
+		for j, t := range st {
+			if j == len(st)-1 {
+				// An unterminated literal or comment runs to the end of the
+				// text, trailing whitespace included, which the trim drops.
+				t.text = strings.TrimRight(t.text, sqlSpace)
+			}
 			if t.trivia() {
 				space = true
 				continue
 			}
-			if space && b.Len() > 0 {
-				b.WriteByte(' ')
+			if space && wrote && !emit(" ", false) {
+				return false
 			}
 			space = false
-			if t.kind == tkWord {
-				b.WriteString(asciiToLower(t.text))
-			} else {
-				b.WriteString(t.text)
+			if t.text != "" && !emit(t.text, t.kind == tkWord) {
+				return false
 			}
+			wrote = wrote || t.text != ""
 		}
 	}
-	return b.String()
+	return true
 }

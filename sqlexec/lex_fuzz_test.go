@@ -177,6 +177,20 @@ func FuzzNormalizeSQL(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
 		n := NormalizeSQL(sql)
+		if want := normalizeBySplitting(sql); n != want {
+			t.Fatalf("NormalizeSQL(%q) = %q; split, lexed again and joined: %q", sql, n, want)
+		}
+		toks := lex(sql)
+		if !normalEquals(toks, n) || normalEquals(toks, n+";x") || (n != "" && normalEquals(toks, n[:len(n)-1])) {
+			t.Fatalf("normalEquals(lex(%q), …) disagrees with NormalizeSQL = %q", sql, n)
+		}
+		if n != "" {
+			other := []byte(n)
+			other[len(other)/2] ^= 0x20
+			if normalEquals(toks, string(other)) != (string(other) == n) {
+				t.Fatalf("normalEquals(lex(%q), %q) = true, NormalizeSQL = %q", sql, other, n)
+			}
+		}
 
 		// Whitespace amount, ASCII case and empty statements do not matter.
 		var b strings.Builder
@@ -497,4 +511,33 @@ func FuzzResolve(f *testing.F) {
 			}
 		}
 	})
+}
+
+// normalizeBySplitting is NormalizeSQL written the slow, obvious way (the
+// way it was written before it lexed once): split the statements, lex each
+// again, join the significant tokens with single spaces, words lower-cased.
+func normalizeBySplitting(sql string) string {
+	var b strings.Builder
+	for i, st := range SplitStatements(sql) {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		space := false
+		for _, t := range lex(st) {
+			if t.trivia() {
+				space = true
+				continue
+			}
+			if space && b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			space = false
+			if t.kind == tkWord {
+				b.WriteString(asciiToLower(t.text))
+			} else {
+				b.WriteString(t.text)
+			}
+		}
+	}
+	return b.String()
 }

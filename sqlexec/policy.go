@@ -60,6 +60,21 @@ type Policy struct {
 	StripRound bool
 	// EmptyFails makes an empty result on either side a failure (BIRD-Interact).
 	EmptyFails bool
+	// DateOnly compares dates and timestamps by their date (BIRD-Interact on
+	// PostgreSQL, whose harness formats date and datetime values as YYYY-MM-DD): a
+	// text cell of the form YYYY-MM-DD, optionally followed by a time
+	// ([ T]HH:MM[:SS[.fraction]]) and a UTC offset (Z, +HH, +HH:MM, +HHMM, +HH:MM:SS),
+	// compares as its first ten characters, and a time.Time cell as its date. Other
+	// text is unchanged. It changes no SQL, only the comparison.
+	DateOnly bool
+	// CanonicalJSON compares text cells that hold one JSON object or array (after
+	// surrounding whitespace) as parsed JSON (BIRD-Interact on PostgreSQL, whose
+	// harness compares JSON values as json.dumps(sort_keys=True)): such a cell is
+	// re-encoded with object keys sorted, no insignificant whitespace and, with
+	// Decimals >= 0, every non-integer number rounded like a real cell; numbers are
+	// written in their shortest form, so 1.50 and 1.5 are equal (and 1.0 equals 1).
+	// Text that is not such JSON is unchanged. It changes no SQL, only the comparison.
+	CanonicalJSON bool
 }
 
 // DefaultPolicy returns the default policy: bag semantics, no rounding, no switches.
@@ -92,9 +107,22 @@ func (p Policy) Rewrite(sql string) string {
 	if !p.rewrites() {
 		return sql
 	}
+	out, _ := p.rewrite(sql)
+	return out
+}
+
+// rewrite is Rewrite, also returning the rewritten text's tokens as the
+// rewrite left them (lex of the returned text may group its bytes
+// differently where a strip joined two tokens).
+func (p Policy) rewrite(sql string) (string, []token) {
 	toks := lex(sql)
+	if !p.rewrites() {
+		return sql, toks
+	}
+	// The filters write in place: each keeps a token at most once, at an
+	// index no later than the one it reads.
 	if p.StripComments {
-		out := toks[:0:0]
+		out := toks[:0]
 		for _, t := range toks {
 			switch t.kind {
 			case tkLineCmt:
@@ -107,7 +135,7 @@ func (p Policy) Rewrite(sql string) string {
 		toks = out
 	}
 	if p.StripDistinct {
-		out := toks[:0:0]
+		out := toks[:0]
 		for i := 0; i < len(toks); i++ {
 			if toks[i].isWord("DISTINCT") {
 				// Drop the keyword and the whitespace after it.
@@ -120,7 +148,7 @@ func (p Policy) Rewrite(sql string) string {
 		}
 		toks = out
 	}
-	if p.StripRound {
+	if p.StripRound && hasWord(toks, "ROUND") {
 		// Nested calls cost a scan each: the budget bounds the whole work
 		// (calls past it stay as they are), so that a long text of nested
 		// calls takes milliseconds, not minutes.
@@ -132,7 +160,17 @@ func (p Policy) Rewrite(sql string) string {
 	for _, t := range toks {
 		b.WriteString(t.text)
 	}
-	return b.String()
+	return b.String(), toks
+}
+
+// hasWord reports whether toks hold the word w (ASCII case folded).
+func hasWord(toks []token, w string) bool {
+	for _, t := range toks {
+		if t.isWord(w) {
+			return true
+		}
+	}
+	return false
 }
 
 // stripRound replaces ROUND(...) calls in toks by their first argument,

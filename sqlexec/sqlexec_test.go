@@ -631,3 +631,94 @@ func TestNormalizeSQLFoldsASCIIOnly(t *testing.T) {
 		t.Errorf("a long s made DISTINCT: %q", got)
 	}
 }
+
+// TestCompareDatesAndJSON covers DateOnly and CanonicalJSON, the BIRD-Interact
+// PostgreSQL normalisations: dates and timestamps as YYYY-MM-DD, JSON object and
+// array text as sorted-key JSON, with numbers inside rounded like reals.
+func TestCompareDatesAndJSON(t *testing.T) {
+	bird := Policy{Order: OrderSet, Decimals: 2, DateOnly: true, CanonicalJSON: true, EmptyFails: true}
+	plain := Policy{Order: OrderSet, Decimals: 2}
+	dates := Policy{Order: OrderSet, Decimals: -1, DateOnly: true}
+	jsonOnly := Policy{Order: OrderBag, Decimals: -1, CanonicalJSON: true}
+	cases := []struct {
+		name      string
+		p         Policy
+		pred, ref *Result
+		ok        bool
+	}{
+		{"timestamp equals its date", bird, res(1, row("2024-03-01 14:05:00")), res(1, row("2024-03-01")), true},
+		{"timestamps of one day", bird, res(1, row("2024-03-01 00:00:00")), res(1, row("2024-03-01 23:59:59.999999")), true},
+		{"timestamptz", bird, res(1, row("2024-03-01 14:05:00+01")), res(1, row("2024-03-01T09:00:00Z")), true},
+		{"timestamptz with minutes", bird, res(1, row("2024-03-01 14:05:00.5+05:30")), res(1, row("2024-03-01")), true},
+		{"different days", bird, res(1, row("2024-03-01 14:05:00")), res(1, row("2024-03-02")), false},
+		{"time.Time", bird, res(1, row(time.Date(2024, 3, 1, 14, 5, 0, 0, time.UTC))), res(1, row("2024-03-01")), true},
+		{"without DateOnly timestamps differ", plain, res(1, row("2024-03-01 14:05:00")), res(1, row("2024-03-01")), false},
+		{"a date and words is text", dates, res(1, row("2024-03-01 was a Friday")), res(1, row("2024-03-01")), false},
+		{"a month 13 is text", dates, res(1, row("2024-13-01 10:00")), res(1, row("2024-13-01")), false},
+		{"a time alone is text", dates, res(1, row("14:05:00")), res(1, row("14:05")), false},
+		{"timestamps collapse under set", bird, res(1, row("2024-03-01 10:00"), row("2024-03-01 11:00")), res(1, row("2024-03-01")), true},
+		{"JSON key order", bird, res(1, row(`{"b": 1, "a": {"y": [1, 2], "x": null}}`)), res(1, row(`{"a":{"x":null,"y":[1,2]},"b":1}`)), true},
+		{"JSON whitespace", bird, res(1, row(" [1,\n 2] ")), res(1, row("[1, 2]")), true},
+		{"JSON numbers rounded", bird, res(1, row(`{"v": 1.004}`)), res(1, row(`{"v": 1.0}`)), true},
+		{"JSON numbers by value", jsonOnly, res(1, row(`{"v": 1.50}`)), res(1, row(`{"v": 15e-1}`)), true},
+		{"JSON values differ", bird, res(1, row(`{"a": 1}`)), res(1, row(`{"a": 2}`)), false},
+		{"JSON strings exact", bird, res(1, row(`{"a": "X"}`)), res(1, row(`{"a": "x"}`)), false},
+		{"JSON array order matters", bird, res(1, row(`[1, 2]`)), res(1, row(`[2, 1]`)), false},
+		{"JSON scalar text stays text", bird, res(1, row(`"a"`)), res(1, row(`"a" `)), false},
+		{"invalid JSON stays text", bird, res(1, row(`{a: 1}`)), res(1, row(`{a:1}`)), false},
+		{"two JSON values stay text", bird, res(1, row(`[1] [2]`)), res(1, row(`[1][2]`)), false},
+		{"PostgreSQL array literal stays text", bird, res(1, row(`{1,2}`)), res(1, row(`{1, 2}`)), false},
+		{"without CanonicalJSON key order matters", plain, res(1, row(`{"b":1,"a":2}`)), res(1, row(`{"a":2,"b":1}`)), false},
+		{"JSON is not a number", bird, res(1, row(`[1]`)), res(1, row(int64(1))), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, reason := Compare(tc.p, tc.pred, tc.ref)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v (%s), want %v", ok, reason, tc.ok)
+			}
+			if ok2, _ := Compare(tc.p, tc.ref, tc.pred); ok2 != ok {
+				t.Errorf("not symmetric")
+			}
+		})
+	}
+}
+
+func TestDateOf(t *testing.T) {
+	for _, s := range []string{"2024-03-01", "2024-03-01 14:05", "2024-03-01T14:05:09", "2024-03-01 14:05:09.123456",
+		"2024-03-01 14:05:09-08", "2024-03-01 14:05:09+0530", "2024-03-01 14:05:09+00:53:28", "2024-03-01 14:05:09Z"} {
+		if got, ok := DateOf(s); !ok || got != "2024-03-01" {
+			t.Errorf("DateOf(%q) = %q, %v; want 2024-03-01", s, got, ok)
+		}
+	}
+	for _, s := range []string{"2024-3-1", "2024-03-01x", "2024-03-01 14", "2024-03-01 14:05:09 BC", "2024-03-01 14:05:09+1",
+		"2024-03-00", "2024-03-32", "20240301", "", "abcd-ef-gh", "2024-03-01 14:05:09.", "14:05:09"} {
+		if got, ok := DateOf(s); ok {
+			t.Errorf("DateOf(%q) = %q, want not a date", s, got)
+		}
+	}
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	cases := []struct {
+		in       string
+		decimals int
+		want     string // "" means not JSON
+	}{
+		{`{"b": 1, "a": [true, null, "x"]}`, -1, `{"a":[true,null,"x"],"b":1}`},
+		{`{"v": 2.675, "w": 10, "x": 1e2, "y": -0.001, "z": -0}`, 2, `{"v":2.68,"w":10,"x":100,"y":0,"z":0}`},
+		{`{"v": 2.675}`, -1, `{"v":2.675}`},
+		{`[12345678901234567890, 1e999]`, 2, `[12345678901234567890,1e999]`},
+		{`{"<a>": "&"}`, -1, `{"<a>":"&"}`},
+		{`{"a": 1, "a": 2}`, -1, `{"a":2}`},
+		{"\t[ ]\n", -1, `[]`},
+		{`{}`, -1, `{}`},
+		{`"text"`, -1, ""}, {`12`, -1, ""}, {`null`, -1, ""}, {`{`, -1, ""}, {`[1]x`, -1, ""}, {"[\"\xff\"]", -1, ""}, {``, -1, ""},
+	}
+	for _, tc := range cases {
+		got, ok := CanonicalJSON(tc.in, tc.decimals)
+		if ok != (tc.want != "") || got != tc.want {
+			t.Errorf("CanonicalJSON(%q, %d) = %q, %v; want %q", tc.in, tc.decimals, got, ok, tc.want)
+		}
+	}
+}

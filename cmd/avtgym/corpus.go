@@ -3,18 +3,20 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"avtgym/audit"
 	"avtgym/corpus"
 )
 
 const corpusUsage = `usage:
-  avtgym corpus validate DIR...
-  avtgym corpus check [--oracle-context-tokens N] [--solver-context-tokens N] [flags] DIR...
+  avtgym corpus validate [--postgres URL] DIR...
+  avtgym corpus check [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] [flags] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force]
-  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force]`
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force]`
 
 func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) < 1 {
@@ -27,15 +29,21 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	switch args[0] {
 	case "validate":
-		switch {
-		case len(args) == 2 && isHelp(args[1]):
-			fmt.Fprintln(stdout, corpusUsage)
-			return 0
-		case len(args) < 2:
-			fmt.Fprintln(stderr, corpusUsage)
+		fs := flag.NewFlagSet("corpus validate", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		pg := postgresFlag(fs)
+		fs.Usage = func() {
+			fmt.Fprintln(stderr, "usage: avtgym corpus validate [--postgres URL] DIR...")
+			fs.PrintDefaults()
+		}
+		if err := fs.Parse(args[1:]); err != nil {
+			return parseExit(err)
+		}
+		if fs.NArg() == 0 {
+			fs.Usage()
 			return 2
 		}
-		return runValidate(ctx, args[1:], stdout, stderr)
+		return runValidate(ctx, fs.Args(), *pg, stdout, stderr)
 	case "check":
 		return runCorpusCheck(ctx, args[1:], stdout, stderr)
 	case "import":
@@ -54,12 +62,17 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 2
 }
 
+// postgresFlag registers --postgres, whose default is $AVTGYM_POSTGRES_URL.
+func postgresFlag(fs *flag.FlagSet) *string {
+	return fs.String("postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
+}
+
 // runValidate loads each corpus directory and checks the reference
 // oracle's scripted-probe property.
-func runValidate(ctx context.Context, dirs []string, stdout, stderr io.Writer) int {
+func runValidate(ctx context.Context, dirs []string, pgURL string, stdout, stderr io.Writer) int {
 	code := 0
 	for _, dir := range dirs {
-		c, ok := loadOrReport(ctx, dir, stderr)
+		c, ok := loadOrReport(ctx, dir, pgURL, stderr)
 		if !ok {
 			code = 1
 			continue
@@ -100,8 +113,8 @@ func probeCheck(ctx context.Context, c *corpus.Corpus) ([]corpus.Problem, error)
 
 // loadOrReport loads a corpus directory; on failure it prints every
 // problem as file:line: field: what is wrong, and a summary line.
-func loadOrReport(ctx context.Context, dir string, stderr io.Writer) (*corpus.Corpus, bool) {
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
+func loadOrReport(ctx context.Context, dir, pgURL string, stderr io.Writer) (*corpus.Corpus, bool) {
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgURL})
 	if err == nil {
 		return c, true
 	}

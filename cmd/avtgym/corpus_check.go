@@ -25,8 +25,9 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	oracleCtx := fs.Int("oracle-context-tokens", 0, "context length of the LLM oracles' model in tokens (as serve's flag): report records whose base prompts exceed it (0: not checked)")
 	solverCtx := fs.Int("solver-context-tokens", 0, "context length of the LLM solver's model in tokens (as serve's flag): report tasks whose solver prompt without dialogue exceeds it (0: not checked)")
 	solverMax := fs.Int("solver-max-tokens", llm.DefaultMaxTokens, "the LLM solver's completion limit (as serve's flag)")
+	pg := postgresFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: avtgym corpus check [--workers N] [--min-resolution-len N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N [--solver-max-tokens N]] DIR...")
+		fmt.Fprintln(stderr, "usage: avtgym corpus check [--workers N] [--min-resolution-len N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N [--solver-max-tokens N]] [--postgres URL] DIR...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -41,7 +42,7 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	code := 0
 	for _, dir := range fs.Args() {
-		c, ok := loadOrReport(ctx, dir, stderr)
+		c, ok := loadOrReport(ctx, dir, *pg, stderr)
 		if !ok {
 			code = 1
 			continue

@@ -27,7 +27,7 @@ func main() {
 const usage = `avtgym: an environment server for training and evaluating asking policies.
 
 Usage:
-  avtgym serve    [--listen ADDR] [--corpus DIR]... [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
+  avtgym serve    [--listen ADDR] [--corpus DIR]... [--postgres URL] [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
                   [--statement-timeout D] [--max-rows N] [--max-bytes N] [--max-memory N]
                   [--sql-fast-slots N] [--sql-slow-slots N] [--sql-slice D] [--sql-wait D]
                   [--oracle-url URL --oracle-model M [--oracle-...]] [--oracle-reject-leaks] [--test-oracles]
@@ -37,12 +37,12 @@ Usage:
                   [--limit N] [--seed N] [--reward question_f1|outcome] [--solver lookup] [--json]
                   [--episodes-out FILE] [--asker-url URL --asker-model M [--asker-style S] [--llm-cache FILE]]
   avtgym eval     [--server ADDR] --out DIR [--asker scripted:NAME|llm|trajectories:FILE]
-                  [--oracles deterministic,hybrid,llm,...] [--seeds 0,1,2] [--conditions ...]
-                  [--solver lookup|llm] [--groups FILE] [flags]
-  avtgym corpus validate DIR...
-  avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] DIR...
+                  [--oracles deterministic,llm,llm_scoped,...] [--seeds 0,1,2] [--conditions ...]
+                  [--solver lookup|llm] [--retries 2] [--groups FILE] [flags]
+  avtgym corpus validate [--postgres URL] DIR...
+  avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force] [--list-rejected=false] [--quiet]
-  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--force] [--name NAME]
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force] [--name NAME]
   avtgym bench    [--server ADDR] [--json] [--duration D] [--concurrency N] [--batch N]
   avtgym keygen   FILE
 

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"avtgym/app"
+	"avtgym/corpus"
 	"avtgym/llm"
 	"avtgym/sqlexec"
 )
@@ -43,6 +45,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	logLevel := zapcore.InfoLevel
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	fs.Var(&corpora, "corpus", "corpus directory to serve (repeatable; default: the embedded demo corpus)")
+	fs.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9464", "Prometheus metrics address (empty disables)")
 	fs.StringVar(&cfg.TokenKeyFile, "token-key-file", "", "file holding the episode-token key (default $"+app.KeyFileEnv+"; else a random key, with a warning)")
 	fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "reject tokens of episodes reset longer ago than this (0: never)")

@@ -1,12 +1,17 @@
-// Package birdinteract imports tasks in the BIRD-Interact format
-// (mini-interact, SQLite) into an avtgym corpus directory.
+// Package birdinteract imports tasks in the BIRD-Interact format into an
+// avtgym corpus directory: mini-interact (SQLite) and the lite and full
+// releases (PostgreSQL).
 //
 // The input directory holds one task file (JSONL, merged, or public with a
 // ground-truth file beside it joined by instance_id) and one folder per
-// database with <db>.sqlite, <db>_kb.jsonl, <db>_column_meaning_base.json
-// and <db>_schema.txt. Query tasks become task records; Management tasks are
-// reported and written to unserved.jsonl, which the manifest does not list.
-// See docs/birdinteract.md for the field mapping.
+// database with <db>_kb.jsonl, <db>_column_meaning_base.json and
+// <db>_schema.txt, plus the database itself: <db>/<db>.sqlite (SQLite), or
+// the table dumps postgre_table_dumps/<db>_template/<table>.sql
+// (PostgreSQL), which are copied into the corpus for the loader to build
+// the database from. Query tasks become task records compared as
+// BIRD-Interact's harness compares them; Management tasks are reported and
+// written to unserved.jsonl, which the manifest does not list. See
+// docs/birdinteract.md for the field mapping.
 package birdinteract
 
 import (
@@ -21,12 +26,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"avtgym/corpus"
 	"avtgym/corpus/corpuswrite"
 	"avtgym/sqlexec"
-	"avtgym/sqlexec/sqlite"
 )
 
 // Dataset is the Source.Dataset of imported records.
@@ -55,6 +58,14 @@ type Options struct {
 	Force bool
 	// Name is the corpus name; default "birdinteract".
 	Name string
+	// Postgres is the admin URL of a PostgreSQL server
+	// (postgres://user:password@host:port/dbname) on which the final check
+	// may create databases. Writing a corpus needs no server, but the
+	// import ends by loading the corpus (corpus.LoadDir), which builds each
+	// PostgreSQL database from its dumps on that server: an input with
+	// PostgreSQL databases (the lite and full releases) fails without it,
+	// with a message naming --postgres, before anything is written.
+	Postgres string
 	// Check, when set, is run on the written corpus once it loads and
 	// before it is committed; its problems fail the import (the command
 	// passes the audit's oracle probes here: every record's terms must be
@@ -99,8 +110,15 @@ type Summary struct {
 	OpaqueTests []string
 	// Databases are the database ids written.
 	Databases []string
-	// UnusedGroundTruth are ground-truth ids with no task line.
+	// Engines maps each written database id to its engine ("sqlite" or
+	// "postgres").
+	Engines map[string]string
+	// UnusedGroundTruth are ground-truth ids with no task line (ignored,
+	// as the release's merge script ignores them).
 	UnusedGroundTruth []string
+	// Ignored locates the input lines that were read and ignored (the
+	// ground-truth lines of UnusedGroundTruth), for the report.
+	Ignored []Problem
 	// UnusedResponses counts catalog lines whose instance_id is not a task.
 	UnusedResponses int
 	// Validation is the line of the post-import check.
@@ -141,8 +159,18 @@ func (s *Summary) Write(w io.Writer) {
 	}
 	if len(s.UnusedGroundTruth) > 0 {
 		fmt.Fprintf(w, "  ground-truth lines without a task (ignored): %s\n", strings.Join(s.UnusedGroundTruth, ", "))
+		for _, p := range s.Ignored {
+			fmt.Fprintf(w, "    %s\n", p)
+		}
 	}
-	fmt.Fprintf(w, "  databases: %s\n", strings.Join(s.Databases, ", "))
+	dbs := make([]string, len(s.Databases))
+	for i, id := range s.Databases {
+		dbs[i] = id
+		if e := s.Engines[id]; e != "" {
+			dbs[i] += " (" + e + ")"
+		}
+	}
+	fmt.Fprintf(w, "  databases: %s\n", strings.Join(dbs, ", "))
 	fmt.Fprintf(w, "  %s\n", s.Validation)
 }
 
@@ -153,6 +181,26 @@ type importer struct {
 	opt      Options
 	problems []Problem
 	sum      Summary
+}
+
+// plan is what an import writes, once the input has been read and checked.
+type plan struct {
+	records  []*corpus.Record
+	served   []*task // served[i] became records[i]
+	unserved []map[string]any
+	dbs      map[string]*database
+	usedDB   map[string]bool
+}
+
+// postgres returns the ids of the plan's PostgreSQL databases, sorted.
+func (p *plan) postgres() []string {
+	var ids []string
+	for _, id := range sortedKeys(p.usedDB) {
+		if p.dbs[id].engine == enginePostgres {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 func (im *importer) report(p Problem) { im.problems = append(im.problems, p) }
@@ -169,29 +217,55 @@ func (im *importer) fail() error {
 // On any problem it returns an *Error (or another error for I/O failures)
 // and leaves opt.Out as it was.
 func Import(ctx context.Context, opt Options) (*Summary, error) {
+	im, p, err := prepare(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if pg := p.postgres(); len(pg) > 0 && opt.Postgres == "" {
+		return nil, fmt.Errorf("database(s) %s are PostgreSQL (BIRD-Interact lite/full table dumps): writing the corpus needs no server, "+
+			"but the import checks it by loading it, which builds these databases on a PostgreSQL server; "+
+			"pass --postgres URL (the admin URL of a server avtgym may create databases on); nothing was written to %s",
+			strings.Join(pg, ", "), opt.Out)
+	}
+	return im.write(ctx, p)
+}
+
+// close releases the plan's open databases.
+func (p *plan) close() {
+	for _, d := range p.dbs {
+		if d.eng != nil {
+			d.eng.Close()
+		}
+	}
+}
+
+// prepare checks the options, reads and checks the whole input and maps
+// it to records; it writes nothing.
+func prepare(ctx context.Context, opt Options) (*importer, *plan, error) {
 	if opt.Name == "" {
 		opt.Name = "birdinteract"
 	}
 	if !idPattern.MatchString(opt.Name) {
-		return nil, fmt.Errorf("corpus name %q must be letters, digits, '.', '_', ':' or '-'", opt.Name)
+		return nil, nil, fmt.Errorf("corpus name %q must be letters, digits, '.', '_', ':' or '-'", opt.Name)
 	}
 	if opt.In == "" || opt.Out == "" {
-		return nil, errors.New("both --in and --out are required")
+		return nil, nil, errors.New("both --in and --out are required")
 	}
 	if err := corpuswrite.Check(opt.In, opt.Out, opt.Force); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	im := &importer{opt: opt}
 	im.sum.Out = opt.Out
 
 	taskFile, gtFile, err := findTaskFiles(opt.In, opt.Responses)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	im.sum.TaskFile, im.sum.GroundTruthFile = taskFile, gtFile
 	tasks := im.readTasks(taskFile, gtFile)
 	if err := im.fail(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	im.sum.Tasks = len(tasks)
 
@@ -200,24 +274,15 @@ func Import(ctx context.Context, opt Options) (*Summary, error) {
 		im.sum.Responses = opt.Responses
 		catalog = im.readCatalog(opt.Responses, tasks)
 	}
-	dbs := im.readDatabases(ctx, tasks)
-	defer func() {
-		for _, d := range dbs {
-			if d.eng != nil {
-				d.eng.Close()
-			}
-		}
-	}()
+	p := &plan{usedDB: map[string]bool{}}
+	p.dbs = im.readDatabases(ctx, tasks)
 	if err := im.fail(); err != nil {
-		return nil, err
+		p.close()
+		return nil, nil, err
 	}
 
-	var records []*corpus.Record
-	var served []*task
-	var unserved []map[string]any
-	usedDB := map[string]bool{}
 	for _, t := range tasks {
-		d := dbs[t.SelectedDatabase]
+		d := p.dbs[t.SelectedDatabase]
 		im.checkSQL(ctx, t, d)
 		reason := ""
 		switch {
@@ -228,27 +293,29 @@ func Import(ctx context.Context, opt Options) (*Summary, error) {
 		}
 		if reason != "" {
 			im.sum.Unserved = append(im.sum.Unserved, Unserved{InstanceID: t.InstanceID, Category: t.Category, Reason: reason})
-			unserved = append(unserved, map[string]any{"instance_id": t.InstanceID, "category": t.Category, "reason": reason, "task": t.raw})
+			p.unserved = append(p.unserved, map[string]any{"instance_id": t.InstanceID, "category": t.Category, "reason": reason, "task": t.raw})
 			continue
 		}
 		rec := im.record(t, d, catalog)
 		if rec == nil {
 			continue
 		}
-		records = append(records, rec)
-		served = append(served, t)
-		usedDB[t.SelectedDatabase] = true
+		p.records = append(p.records, rec)
+		p.served = append(p.served, t)
+		p.usedDB[t.SelectedDatabase] = true
 	}
 	if err := im.fail(); err != nil {
-		return nil, err
+		p.close()
+		return nil, nil, err
 	}
-	if len(records) == 0 {
-		return nil, fmt.Errorf("%s: no servable Query task (%d task(s) read, none served)", taskFile, len(tasks))
+	if len(p.records) == 0 {
+		p.close()
+		return nil, nil, fmt.Errorf("%s: no servable Query task (%d task(s) read, none served)", taskFile, len(tasks))
 	}
-	for _, t := range served {
+	for _, t := range p.served {
 		im.sum.Served = append(im.sum.Served, t.InstanceID)
 	}
-	return im.write(ctx, records, served, unserved, dbs, usedDB)
+	return im, p, nil
 }
 
 // findTaskFiles picks the task file and the optional ground-truth file
@@ -298,11 +365,11 @@ func findTaskFiles(dir, responses string) (taskFile, gtFile string, err error) {
 // readTasks reads the task file, merges the ground truth into it and
 // decodes every task.
 func (im *importer) readTasks(taskFile, gtFile string) []*task {
-	lines, ok := readJSONL(taskFile, taskFields, im.report)
+	lines, ok := im.readInputJSONL(taskFile, taskFields)
 	gt := map[string]jsonLine{}
 	var gtOrder []string
 	if gtFile != "" {
-		glines, gok := readJSONL(gtFile, taskFields, im.report)
+		glines, gok := im.readInputJSONL(gtFile, taskFields)
 		ok = ok && gok
 		for _, g := range glines {
 			id, p := stringField(g.obj, "instance_id")
@@ -357,9 +424,34 @@ func (im *importer) readTasks(taskFile, gtFile string) []*task {
 	for _, id := range gtOrder {
 		if _, ok := seen[id]; !ok {
 			im.sum.UnusedGroundTruth = append(im.sum.UnusedGroundTruth, id)
+			im.sum.Ignored = append(im.sum.Ignored, Problem{File: gtFile, Line: gt[id].no, InstanceID: id,
+				Msg: fmt.Sprintf("no task in %s has this instance_id: the line is ignored", taskFile)})
 		}
 	}
 	return tasks
+}
+
+// readInputJSONL reads a JSONL file of the input directory (a top-level
+// file, or one inside a database folder), which must lie inside it,
+// symbolic links included.
+func (im *importer) readInputJSONL(file string, allowed map[string]bool) ([]jsonLine, bool) {
+	real, err := im.resolve(file)
+	if err != nil {
+		im.report(Problem{File: file, Msg: "cannot read: " + err.Error()})
+		return nil, false
+	}
+	return readJSONLFrom(file, real, allowed, im.report)
+}
+
+// resolve returns the real path of file, a path under the input directory
+// as the importer built it (opt.In joined with a relative name), after
+// corpuswrite.ResolveInput checked that it lies inside the input directory.
+func (im *importer) resolve(file string) (string, error) {
+	rel, err := filepath.Rel(im.opt.In, file)
+	if err != nil {
+		return "", err
+	}
+	return corpuswrite.ResolveInput(im.opt.In, filepath.ToSlash(rel))
 }
 
 func stringField(obj map[string]json.RawMessage, k string) (string, string) {
@@ -611,26 +703,9 @@ func (im *importer) record(t *task, d *database, catalog map[string]map[string]s
 		rec.ResolutionFormat = "sql"
 		im.sum.SQLResolutions = append(im.sum.SQLResolutions, t.InstanceID)
 	}
-	if c := t.Conditions; c != nil {
-		cmp := &corpus.Comparison{}
-		if c.Order != nil && *c.Order {
-			cmp.Order = "ordered"
-		}
-		if c.Decimal != nil {
-			if k, _ := strconv.Atoi(c.Decimal.String()); k >= 0 {
-				cmp.Decimals = &k
-			}
-		}
-		if c.Distinct != nil && !*c.Distinct {
-			yes := true
-			cmp.StripDistinct = &yes
-		}
-		if *cmp != (corpus.Comparison{}) {
-			rec.Reference.Comparison = cmp
-		}
-	}
+	rec.Reference.Comparison = comparison(t.Conditions, d.engine)
 	if !isNull(t.FollowUp) {
-		rec.FollowUps = []json.RawMessage{t.raw["follow_up"]} // the input's bytes, verbatim
+		rec.FollowUp = im.followUp(t, d)
 		im.sum.FollowUps++
 	}
 	if len(t.TestCases) > 0 {
@@ -654,6 +729,107 @@ func (im *importer) record(t *task, d *database, catalog map[string]map[string]s
 	return rec
 }
 
+// followUp maps the task's follow_up (decoded by decodeTask) to the
+// record's FollowUp, reporting what is missing.
+func (im *importer) followUp(t *task, d *database) *corpus.FollowUp {
+	bad := func(field, format string, args ...any) {
+		im.report(Problem{File: t.file, Line: t.line, InstanceID: t.InstanceID, Field: "follow_up." + field, Msg: fmt.Sprintf(format, args...)})
+	}
+	var fu followUp
+	if err := strictDecode(t.FollowUp, &fu); err != nil {
+		bad("", "%v", err) // decodeTask reported it already; not reached
+		return nil
+	}
+	out := &corpus.FollowUp{
+		Request:   fu.Query,
+		Reference: corpus.Reference{SQL: fu.SolSQL, Tests: fu.TestCases},
+		Category:  fu.Category,
+		Type:      fu.Type,
+	}
+	if strings.TrimSpace(fu.Query) == "" {
+		bad("query", "is required")
+	}
+	if len(fu.SolSQL) == 0 {
+		bad("sol_sql", "missing or empty: the ground truth's follow_up carries it")
+	}
+	for i, s := range fu.SolSQL {
+		if strings.TrimSpace(s) == "" {
+			bad(fmt.Sprintf("sol_sql[%d]", i), "is empty")
+		}
+	}
+	switch fu.Category {
+	case "Query":
+		out.Reference.Comparison = comparison(fu.Conditions, d.engine)
+	case "Management": // verified by its tests
+	default:
+		bad("category", "%q: want \"Query\" or \"Management\"", fu.Category)
+	}
+	if !isNull(fu.ExternalKnowledge) {
+		var ids []json.RawMessage
+		if err := json.Unmarshal(fu.ExternalKnowledge, &ids); err != nil {
+			bad("external_knowledge", "want an array of knowledge ids, got %s", compact(fu.ExternalKnowledge))
+		}
+		for _, raw := range ids {
+			var n json.Number
+			var s string
+			switch {
+			case json.Unmarshal(raw, &n) == nil:
+				out.Knowledge = append(out.Knowledge, n.String())
+			case json.Unmarshal(raw, &s) == nil:
+				out.Knowledge = append(out.Knowledge, s)
+			default:
+				bad("external_knowledge", "want knowledge ids (numbers or strings), got %s", compact(raw))
+			}
+		}
+	}
+	return out
+}
+
+// Engines of the databases.
+const (
+	engineSQLite   = "sqlite"
+	enginePostgres = "postgres"
+)
+
+// defaultComparison is the manifest's defaults.comparison: BIRD-Interact's
+// default test for Query tasks (test_case_default in its harness, the same
+// for SQLite and PostgreSQL): comments, DISTINCT and ROUND(x, n) removed
+// from both sides before they run, numbers rounded to 2 places whatever
+// conditions.decimal says, rows compared as sets, and an empty result on
+// either side fails. comparison adds what depends on the task.
+func defaultComparison() *corpus.Comparison {
+	yes, two := true, 2
+	return &corpus.Comparison{Order: "set", Decimals: &two, StripComments: &yes, StripDistinct: &yes, StripRound: &yes, EmptyFails: &yes}
+}
+
+// comparison is what a task (or follow-up) of a database of the given
+// engine adds to defaultComparison: "order": "ordered" when
+// conditions.order is true (the harness compares lists then);
+// "strip_distinct": false when conditions.distinct is true (DISTINCT is
+// kept where the task says it matters: a deliberate choice, see
+// docs/birdinteract.md); and for PostgreSQL "date_only" and
+// "canonical_json", because its driver returns date, timestamp and JSON
+// values that the harness normalises to YYYY-MM-DD and sorted-key JSON,
+// where SQLite returns text that it compares verbatim. nil when it adds
+// nothing.
+func comparison(c *conditions, engine string) *corpus.Comparison {
+	cmp := &corpus.Comparison{}
+	no, yes := false, true
+	if c != nil && c.Order != nil && *c.Order {
+		cmp.Order = "ordered"
+	}
+	if c != nil && c.Distinct != nil && *c.Distinct {
+		cmp.StripDistinct = &no
+	}
+	if engine == enginePostgres {
+		cmp.DateOnly, cmp.CanonicalJSON = &yes, &yes
+	}
+	if *cmp == (corpus.Comparison{}) {
+		return nil
+	}
+	return cmp
+}
+
 func compact(b []byte) string {
 	var buf bytes.Buffer
 	if json.Compact(&buf, b) != nil {
@@ -662,8 +838,9 @@ func compact(b []byte) string {
 	return buf.String()
 }
 
-// checkSQL runs the reference of a Query task on its database (it must
-// succeed) and checks that every other statement of the task parses.
+// checkSQL runs the reference of a Query task on its SQLite database (it
+// must succeed) and checks that every other statement of the task parses.
+// PostgreSQL tasks are not checked here.
 func (im *importer) checkSQL(ctx context.Context, t *task, d *database) {
 	lim := sqlexec.DefaultLimits()
 	bad := func(field string, err error) {
@@ -679,6 +856,11 @@ func (im *importer) checkSQL(ctx context.Context, t *task, d *database) {
 				bad(fmt.Sprintf("%s[%d]", field, i), fmt.Errorf("SQL does not parse: %v", err))
 			}
 		}
+	}
+	if d.eng == nil {
+		// PostgreSQL: no server while the input is read; the final check
+		// runs every served reference when it loads the corpus.
+		return
 	}
 	if t.Category == "Query" && len(t.PreprocessSQL) == 0 {
 		if _, err := d.eng.Query(ctx, strings.Join(t.SolSQL, ";\n"), lim); err != nil {
@@ -711,53 +893,24 @@ func isParseError(err error) bool {
 
 // write writes the corpus through a corpuswrite.Writer (a temporary
 // sibling of opt.Out), validates it, and moves it into place.
-func (im *importer) write(ctx context.Context, records []*corpus.Record, served []*task, unserved []map[string]any, dbs map[string]*database, usedDB map[string]bool) (*Summary, error) {
+func (im *importer) write(ctx context.Context, p *plan) (*Summary, error) {
 	w, err := corpuswrite.New(im.opt.In, im.opt.Out, im.opt.Force)
 	if err != nil {
 		return nil, err
 	}
 	defer w.Discard()
-
-	m := corpus.Manifest{
-		Name:        im.opt.Name,
-		Description: fmt.Sprintf("Imported from BIRD-Interact (%s): %d Query task(s).", filepath.Base(im.sum.TaskFile), len(records)),
-		Records:     []string{RecordsFile},
-		Defaults:    corpus.Defaults{Comparison: defaultComparison()},
-	}
-	ids := sortedKeys(usedDB)
-	for _, id := range ids {
-		d := dbs[id]
-		if err := w.CopyFromInput(d.sqliteRel, id+".sqlite"); err != nil {
-			return nil, err
-		}
-		m.Databases = append(m.Databases, corpus.Database{
-			ID: id, Engine: "sqlite", Path: id + ".sqlite",
-			Schema: d.schema, ColumnMeanings: d.columns, Knowledge: d.knowledge,
-		})
-	}
-	im.sum.Databases = ids
-	mb, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
+	if err := im.writeFiles(w, p); err != nil {
 		return nil, err
-	}
-	if err := w.WriteFile(corpus.ManifestFile, append(mb, '\n')); err != nil {
-		return nil, err
-	}
-	if err := writeJSONL(w, RecordsFile, records); err != nil {
-		return nil, err
-	}
-	if len(unserved) > 0 {
-		if err := writeJSONL(w, UnservedFile, unserved); err != nil {
-			return nil, err
-		}
 	}
 
 	tmp := w.Dir()
-	c, err := w.Validate(ctx, corpus.Options{})
+	// PostgreSQL databases load into template databases named by corpus,
+	// database and content, so serving the moved corpus reuses them.
+	c, err := w.Validate(ctx, corpus.Options{PostgresURL: im.opt.Postgres})
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &Error{Problems: im.mapProblems(ve.Problems, tmp, served)}
+			return nil, &Error{Problems: im.mapProblems(ve.Problems, tmp, p.served)}
 		}
 		return nil, fmt.Errorf("the imported corpus does not load: %v", err)
 	}
@@ -773,7 +926,7 @@ func (im *importer) write(ctx context.Context, records []*corpus.Record, served 
 	}
 	c.Close()
 	if len(probs) > 0 {
-		return nil, &Error{Problems: im.mapProblems(probs, tmp, served)}
+		return nil, &Error{Problems: im.mapProblems(probs, tmp, p.served)}
 	}
 	if err := w.Commit(); err != nil {
 		return nil, err
@@ -781,13 +934,55 @@ func (im *importer) write(ctx context.Context, records []*corpus.Record, served 
 	return &im.sum, nil
 }
 
-// defaultComparison is BIRD-Interact's default result comparison for Query
-// tasks, as far as PROTOCOL §4 expresses it: comments stripped, and an
-// empty result on either side fails. Row order and the other switches come
-// from each task's conditions.
-func defaultComparison() *corpus.Comparison {
-	yes := true
-	return &corpus.Comparison{Order: "bag", StripComments: &yes, EmptyFails: &yes}
+// writeFiles writes the corpus files into w: the databases (a SQLite file
+// copied to <db>.sqlite; PostgreSQL table dumps copied to dbs/<db>/), the
+// manifest, the records and the unserved tasks.
+func (im *importer) writeFiles(w *corpuswrite.Writer, p *plan) error {
+	m := corpus.Manifest{
+		Name:        im.opt.Name,
+		Description: fmt.Sprintf("Imported from BIRD-Interact (%s): %d Query task(s).", filepath.Base(im.sum.TaskFile), len(p.records)),
+		Records:     []string{RecordsFile},
+		Defaults:    corpus.Defaults{Comparison: defaultComparison()},
+	}
+	ids := sortedKeys(p.usedDB)
+	im.sum.Engines = map[string]string{}
+	for _, id := range ids {
+		d := p.dbs[id]
+		spec := corpus.Database{ID: id, Engine: d.engine, Schema: d.schema, ColumnMeanings: d.columns, Knowledge: d.knowledge}
+		switch d.engine {
+		case enginePostgres:
+			spec.Dumps = CorpusDumpsDir + "/" + id
+			for _, name := range d.dumps {
+				if err := w.CopyFromInput(d.dumpsRel+"/"+name, spec.Dumps+"/"+name); err != nil {
+					return err
+				}
+			}
+		default:
+			spec.Path = id + ".sqlite"
+			if err := w.CopyFromInput(d.sqliteRel, spec.Path); err != nil {
+				return err
+			}
+		}
+		m.Databases = append(m.Databases, spec)
+		im.sum.Engines[id] = d.engine
+	}
+	im.sum.Databases = ids
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := w.WriteFile(corpus.ManifestFile, append(mb, '\n')); err != nil {
+		return err
+	}
+	if err := writeJSONL(w, RecordsFile, p.records); err != nil {
+		return err
+	}
+	if len(p.unserved) > 0 {
+		if err := writeJSONL(w, UnservedFile, p.unserved); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mapProblems turns the loader's problems about the written corpus into
@@ -819,177 +1014,4 @@ func writeJSONL[T any](w *corpuswrite.Writer, name string, vs []T) error {
 		}
 	}
 	return w.WriteFile(name, buf.Bytes())
-}
-
-// database is one input database folder, read and checked.
-type database struct {
-	id         string
-	sqliteFile string
-	sqliteRel  string // sqliteFile relative to the input directory, '/'-separated
-	kbFile     string
-	eng        *sqlite.DB
-	schema     string
-	columns    map[string]string
-	knowledge  []corpus.KnowledgeEntry
-}
-
-func (d *database) hasKnowledge(id string) bool {
-	for _, k := range d.knowledge {
-		if k.ID == id {
-			return true
-		}
-	}
-	return false
-}
-
-// readDatabases reads the folder of every database the tasks name.
-func (im *importer) readDatabases(ctx context.Context, tasks []*task) map[string]*database {
-	dbs := map[string]*database{}
-	firstUse := map[string]*task{}
-	var order []string
-	for _, t := range tasks {
-		if _, ok := firstUse[t.SelectedDatabase]; !ok {
-			firstUse[t.SelectedDatabase] = t
-			order = append(order, t.SelectedDatabase)
-		}
-	}
-	for _, id := range order {
-		t := firstUse[id]
-		if d := im.readDatabase(id, t); d != nil {
-			dbs[id] = d
-		}
-	}
-	// Tasks whose database failed are not checked further.
-	return dbs
-}
-
-func (im *importer) readDatabase(id string, t *task) *database {
-	dir := filepath.Join(im.opt.In, id)
-	n := len(im.problems)
-	bad := func(file, format string, args ...any) {
-		im.report(Problem{File: file, Msg: fmt.Sprintf(format, args...) + fmt.Sprintf(" (database %q of instance_id %s, %s:%d)", id, t.InstanceID, t.file, t.line)})
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		bad(dir, "missing database folder")
-		return nil
-	}
-	d := &database{id: id, sqliteFile: filepath.Join(dir, id+".sqlite"), sqliteRel: id + "/" + id + ".sqlite", kbFile: filepath.Join(dir, id+"_kb.jsonl")}
-	if _, err := os.Stat(d.sqliteFile); err != nil {
-		if looksLikePostgres(dir, id) {
-			bad(d.sqliteFile, "missing: this looks like the PostgreSQL release of BIRD-Interact (lite/full), which is not supported yet; only mini-interact (SQLite, <db>.sqlite per database folder) can be imported")
-		} else {
-			bad(d.sqliteFile, "missing SQLite database file")
-		}
-	} else if real, err := corpuswrite.ResolveInput(im.opt.In, d.sqliteRel); err != nil {
-		bad(d.sqliteFile, "%v", err)
-	} else if !isSQLite(real) {
-		bad(d.sqliteFile, "is not a SQLite database file (only mini-interact's SQLite databases are supported; PostgreSQL comes later)")
-	} else if eng, err := sqlite.Open(real, sqlite.Options{}); err != nil {
-		bad(d.sqliteFile, "cannot open: %v", err)
-	} else {
-		d.eng = eng
-	}
-
-	// Schema text.
-	schemaFile := filepath.Join(dir, id+"_schema.txt")
-	if b, err := os.ReadFile(schemaFile); err != nil {
-		bad(schemaFile, "missing schema file")
-	} else if !utf8.Valid(b) {
-		bad(schemaFile, "not valid UTF-8 text")
-	} else {
-		d.schema = strings.TrimSpace(string(b))
-	}
-
-	// Column meanings.
-	colFile := filepath.Join(dir, id+"_column_meaning_base.json")
-	if b, err := os.ReadFile(colFile); err != nil {
-		bad(colFile, "missing column meanings file")
-	} else if !utf8.Valid(b) {
-		bad(colFile, "not valid UTF-8 text")
-	} else {
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
-			bad(colFile, "malformed JSON: %v", err)
-		} else {
-			d.columns = map[string]string{}
-			for _, k := range sortedKeys(raw) {
-				parts := strings.Split(k, "|")
-				if len(parts) != 3 || parts[0] != id || parts[1] == "" || parts[2] == "" {
-					bad(colFile, "key %q: want \"%s|table|column\"", k, id)
-					continue
-				}
-				var s string
-				if json.Unmarshal(raw[k], &s) != nil {
-					s = compact(raw[k]) // structured meanings (JSON columns) are kept as JSON text
-				}
-				d.columns[parts[1]+"."+parts[2]] = s
-			}
-		}
-	}
-
-	// Knowledge base.
-	lines, _ := readJSONL(d.kbFile, set("id", "knowledge", "description", "definition", "type", "children_knowledge"), im.report)
-	seen := map[string]bool{}
-	for _, l := range lines {
-		b, _ := json.Marshal(l.obj)
-		var e kbEntry
-		if err := strictDecode(b, &e); err != nil {
-			im.report(Problem{File: d.kbFile, Line: l.no, Msg: err.Error()})
-			continue
-		}
-		kid := e.ID.String()
-		text := strings.TrimSpace(strings.Join(nonEmpty(e.Description, e.Definition), " "))
-		switch {
-		case kid == "":
-			im.report(Problem{File: d.kbFile, Line: l.no, Field: "id", Msg: "is required"})
-		case seen[kid]:
-			im.report(Problem{File: d.kbFile, Line: l.no, Field: "id", Msg: fmt.Sprintf("%s is used twice", kid)})
-		case strings.TrimSpace(e.Knowledge) == "" || text == "":
-			im.report(Problem{File: d.kbFile, Line: l.no, Msg: "knowledge and one of description/definition are required"})
-		default:
-			seen[kid] = true
-			d.knowledge = append(d.knowledge, corpus.KnowledgeEntry{ID: kid, Name: e.Knowledge, Definition: text})
-		}
-	}
-	if len(im.problems) > n {
-		if d.eng != nil {
-			d.eng.Close()
-		}
-		return nil
-	}
-	return d
-}
-
-func nonEmpty(ss ...string) []string {
-	var out []string
-	for _, s := range ss {
-		if strings.TrimSpace(s) != "" {
-			out = append(out, strings.TrimSpace(s))
-		}
-	}
-	return out
-}
-
-// looksLikePostgres reports a database folder of the PostgreSQL releases:
-// the metadata files are there, but no SQLite file.
-func looksLikePostgres(dir, id string) bool {
-	for _, f := range []string{id + "_schema.txt", id + "_kb.jsonl", id + "_column_meaning_base.json"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-			return true
-		}
-	}
-	return false
-}
-
-func isSQLite(file string) bool {
-	f, err := os.Open(file)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	head := make([]byte, 16)
-	if _, err := io.ReadFull(f, head); err != nil {
-		return false
-	}
-	return string(head) == "SQLite format 3\x00"
 }

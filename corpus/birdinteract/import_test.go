@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,11 +156,31 @@ func TestSharedSample(t *testing.T) {
 		r1.Ambiguities[0].Resolution != "WHERE fi > 30 AND rb > 1000" {
 		t.Errorf("fleet_1 ambiguities = %+v", r1.Ambiguities)
 	}
-	if c := r1.Reference.Comparison; c == nil || c.Order != "ordered" || c.Decimals != nil || c.StripDistinct == nil || !*c.StripDistinct {
-		t.Errorf("fleet_1 comparison = %+v, want ordered + strip_distinct", c)
+	m := readManifest(t, out)
+	// conditions {decimal: -1, distinct: false, order: true}: the harness's
+	// default test, ordered; SQLite returns dates and JSON as text, which it
+	// compares verbatim.
+	want := harness()
+	want.Order = "ordered"
+	if got := effective(m.Defaults.Comparison, r1.Reference.Comparison); got != want {
+		t.Errorf("fleet_1 comparison = %s, want %s", got, want)
 	}
-	if len(r1.FollowUps) != 1 || !bytes.Contains(r1.FollowUps[0], []byte(`"attribute_change"`)) {
-		t.Errorf("fleet_1 follow-ups = %s", r1.FollowUps)
+	if c := r1.Reference.Comparison; c == nil || *c != (corpus.Comparison{Order: "ordered"}) {
+		t.Errorf("fleet_1 reference.comparison = %+v, want only the order over the defaults", c)
+	}
+	if got := effective(m.Defaults.Comparison, recs["fleet_2"].Reference.Comparison); got != harness() {
+		t.Errorf("fleet_2 comparison = %s, want the defaults %s", got, harness())
+	}
+	fu := r1.FollowUp
+	if fu == nil || fu.Type != "attribute_change" || fu.Category != "Query" || !strings.HasPrefix(fu.Request, "For those same vehicles") ||
+		len(fu.Reference.SQL) != 1 || strings.Join(fu.Knowledge, ",") != "3" || len(fu.Reference.Tests) != 0 {
+		t.Fatalf("fleet_1 follow-up = %+v", fu)
+	}
+	if got := effective(m.Defaults.Comparison, fu.Reference.Comparison); got != want {
+		t.Errorf("fleet_1 follow-up comparison = %s, want %s", got, want)
+	}
+	if len(r1.FollowUps) != 0 {
+		t.Errorf("fleet_1 still has the legacy follow_ups: %s", r1.FollowUps)
 	}
 	if _, ok := recs["fleet_M_1"]; ok {
 		t.Error("the Management task was written to the served records")
@@ -168,8 +189,8 @@ func TestSharedSample(t *testing.T) {
 	if err != nil || !bytes.Contains(un, []byte(`"fleet_M_1"`)) {
 		t.Errorf("unserved.jsonl = %s, %v", un, err)
 	}
-	m := readManifest(t, out)
-	if len(m.Databases) != 1 || len(m.Databases[0].Knowledge) != 4 || m.Databases[0].Knowledge[1].ID != "1" ||
+	if len(m.Databases) != 1 || m.Databases[0].Engine != "sqlite" || m.Databases[0].Path != "fleet.sqlite" || m.Databases[0].Dumps != "" ||
+		len(m.Databases[0].Knowledge) != 4 || m.Databases[0].Knowledge[1].ID != "1" ||
 		m.Databases[0].ColumnMeanings["vehicles.plate"] != "Registration plate." || !strings.HasPrefix(m.Databases[0].Schema, "CREATE TABLE vehicles") {
 		t.Errorf("manifest database = %+v", m.Databases)
 	}
@@ -184,6 +205,47 @@ func TestSharedSample(t *testing.T) {
 	if len(c.Tasks) != 2 {
 		t.Errorf("loaded %d tasks, want 2", len(c.Tasks))
 	}
+}
+
+// comparisonText is a comparison policy resolved field by field, written
+// out for comparing and printing ("" for an unset field).
+type comparisonText struct {
+	Order, Decimals, StripComments, StripDistinct, StripRound, EmptyFails, DateOnly, CanonicalJSON string
+}
+
+// effective resolves a record's comparison over the manifest defaults as
+// the loader does, field by field.
+func effective(defaults, own *corpus.Comparison) comparisonText {
+	var out comparisonText
+	b := func(dst *string, v *bool) {
+		if v != nil {
+			*dst = strconv.FormatBool(*v)
+		}
+	}
+	for _, c := range []*corpus.Comparison{defaults, own} {
+		if c == nil {
+			continue
+		}
+		if c.Order != "" {
+			out.Order = c.Order
+		}
+		if c.Decimals != nil {
+			out.Decimals = strconv.Itoa(*c.Decimals)
+		}
+		b(&out.StripComments, c.StripComments)
+		b(&out.StripDistinct, c.StripDistinct)
+		b(&out.StripRound, c.StripRound)
+		b(&out.EmptyFails, c.EmptyFails)
+		b(&out.DateOnly, c.DateOnly)
+		b(&out.CanonicalJSON, c.CanonicalJSON)
+	}
+	return out
+}
+
+// harness is BIRD-Interact's default test: set comparison, 2 decimals,
+// comments, DISTINCT and ROUND stripped, empty results fail.
+func harness() comparisonText {
+	return comparisonText{Order: "set", Decimals: "2", StripComments: "true", StripDistinct: "true", StripRound: "true", EmptyFails: "true"}
 }
 
 // TestSplitWithCatalog covers a public file plus ground truth, a response
@@ -214,18 +276,24 @@ func TestSplitWithCatalog(t *testing.T) {
 	if len(r1.Reference.SQL) != 2 || r1.Reference.SQL[0] != "SELECT 1" {
 		t.Errorf("depot_1 sql = %q, want the two statements", r1.Reference.SQL)
 	}
-	if len(r1.FollowUps) != 1 || !bytes.Contains(r1.FollowUps[0], []byte("p.returned = 1")) || !bytes.Contains(r1.FollowUps[0], []byte("constraint_change")) {
-		t.Errorf("depot_1 follow-up = %s, want public fields plus ground-truth sol_sql", r1.FollowUps)
+	if fu := r1.FollowUp; fu == nil || len(fu.Reference.SQL) != 1 || !strings.Contains(fu.Reference.SQL[0], "p.returned = 1") ||
+		fu.Type != "constraint_change" || fu.Request != "And how many of those were returned?" || fu.Reference.Comparison != nil || len(fu.Knowledge) != 0 {
+		t.Errorf("depot_1 follow-up = %+v, want public fields plus ground-truth sol_sql", fu)
 	}
 	if len(r2.Ambiguities) != 2 || r2.Ambiguities[0].Kind != corpus.Knowledge || r2.Ambiguities[0].KnowledgeID != "0" ||
 		r2.Ambiguities[1].Kind != corpus.NonCritical || r2.Ambiguities[1].Term != "average weight" {
 		t.Errorf("depot_2 ambiguities = %+v", r2.Ambiguities)
 	}
-	if c := r2.Reference.Comparison; c == nil || c.Order != "ordered" || c.Decimals == nil || *c.Decimals != 2 || c.StripDistinct != nil {
-		t.Errorf("depot_2 comparison = %+v, want ordered, decimals 2, DISTINCT kept", c)
+	m := readManifest(t, out)
+	// depot_2: {decimal: 2, distinct: true, order: true}: ordered, DISTINCT kept.
+	want := harness()
+	want.Order, want.StripDistinct = "ordered", "false"
+	if got := effective(m.Defaults.Comparison, r2.Reference.Comparison); got != want {
+		t.Errorf("depot_2 comparison = %s, want %s", got, want)
 	}
-	if c := r1.Reference.Comparison; c == nil || c.Order != "" || c.Decimals != nil || c.StripDistinct == nil {
-		t.Errorf("depot_1 comparison = %+v, want bag (default), strip_distinct", c)
+	// depot_1: {decimal: -1, distinct: false, order: false}: the defaults.
+	if c := r1.Reference.Comparison; c != nil {
+		t.Errorf("depot_1 comparison = %+v, want none over the defaults", c)
 	}
 	if len(r2.Reference.Tests) != 1 || !strings.HasPrefix(r2.Reference.Tests[0], "def test_case(") {
 		t.Errorf("depot_2 tests = %q", r2.Reference.Tests)
@@ -233,9 +301,8 @@ func TestSplitWithCatalog(t *testing.T) {
 	if r2.Source == nil || r2.Source.Dataset != "birdinteract" || !strings.Contains(r2.Source.Notes, "external_knowledge=[0]") {
 		t.Errorf("depot_2 source = %+v", r2.Source)
 	}
-	m := readManifest(t, out)
-	if m.Name != "depot-bi" || m.Defaults.Comparison == nil || m.Defaults.Comparison.EmptyFails == nil || m.Defaults.Comparison.StripComments == nil {
-		t.Errorf("manifest = %+v", m)
+	if m.Name != "depot-bi" || effective(m.Defaults.Comparison, nil) != harness() {
+		t.Errorf("manifest = %+v, defaults %s", m, effective(m.Defaults.Comparison, nil))
 	}
 	if got := m.Databases[0].ColumnMeanings["parcels.returned"]; !strings.HasPrefix(got, `{"meaning":`) {
 		t.Errorf("structured column meaning = %q, want compact JSON text", got)
@@ -282,9 +349,12 @@ func TestHostileInput(t *testing.T) {
 		{"missing database folder", func(t *testing.T, in string) {
 			os.RemoveAll(filepath.Join(in, "depot"))
 		}, false, []string{"missing database folder", `database "depot" of instance_id depot_1`, tasks + ":1"}},
-		{"PostgreSQL release", func(t *testing.T, in string) {
+		{"neither SQLite file nor table dumps", func(t *testing.T, in string) {
 			os.Remove(filepath.Join(in, "depot", "depot.sqlite"))
-		}, false, []string{"depot.sqlite", "PostgreSQL release", "not supported yet"}},
+		}, false, []string{"depot.sqlite: missing SQLite database file", "postgre_table_dumps/depot_template", `database "depot" of instance_id depot_1`, tasks + ":1"}},
+		{"SQLite file and table dumps", func(t *testing.T, in string) {
+			os.MkdirAll(filepath.Join(in, "postgre_table_dumps", "depot_template"), 0o755)
+		}, false, []string{"depot.sqlite: and the PostgreSQL table dump folder", "both exist", `instance_id depot_1`}},
 		{"not a SQLite file", func(t *testing.T, in string) {
 			os.WriteFile(filepath.Join(in, "depot", "depot.sqlite"), []byte("PGDMP custom dump"), 0o644)
 		}, false, []string{"depot.sqlite", "is not a SQLite database file"}},

@@ -147,7 +147,13 @@ type jsonLine struct {
 // readJSONL reads a JSONL file into objects, reporting lines that are not
 // UTF-8, not one JSON object, or carry fields outside allowed (nil: any).
 func readJSONL(file string, allowed map[string]bool, report func(Problem)) ([]jsonLine, bool) {
-	f, err := os.Open(file)
+	return readJSONLFrom(file, file, allowed, report)
+}
+
+// readJSONLFrom is readJSONL reading the file at path open (a checked real
+// path) and naming it file in problems.
+func readJSONLFrom(file, open string, allowed map[string]bool, report func(Problem)) ([]jsonLine, bool) {
+	f, err := os.Open(open)
 	if err != nil {
 		report(Problem{File: file, Msg: fmt.Sprintf("cannot read: %v", errors.Unwrap(err))})
 		return nil, false

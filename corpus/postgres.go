@@ -1,0 +1,164 @@
+package corpus
+
+// This file loads a corpus's PostgreSQL databases: a dump folder or a
+// script becomes a template database on the server Options names, and the
+// corpus queries a working clone of it (package sqlexec/postgres).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"avtgym/sqlexec/postgres"
+)
+
+// The database engines a manifest may name.
+const (
+	EngineSQLite   = "sqlite"
+	EnginePostgres = "postgres"
+)
+
+// PostgresEnv is the environment variable that, like --postgres, names the
+// PostgreSQL server's admin URL.
+const PostgresEnv = "AVTGYM_POSTGRES_URL"
+
+// PostgresFlagHelp is the help text of the commands' --postgres flag.
+const PostgresFlagHelp = "admin URL of a PostgreSQL server where avtgym may create its role and template databases, for corpora with engine \"postgres\" databases (default $" + PostgresEnv + "; make postgres starts a local one)"
+
+// checkSource checks a manifest database's engine and source fields.
+func (l *loader) checkSource(file, f string, d Database) {
+	switch d.Engine {
+	case EngineSQLite:
+		if (d.Path == "") == (d.Script == "") {
+			l.problem(file, 0, f, "exactly one of path and script must be set for a sqlite database")
+		}
+		if d.Dumps != "" {
+			l.problem(file, 0, f+".dumps", "is for postgres databases (a sqlite database has a path or a script)")
+		}
+	case EnginePostgres:
+		if (d.Dumps == "") == (d.Script == "") {
+			l.problem(file, 0, f, "exactly one of dumps and script must be set for a postgres database")
+		}
+		if d.Path != "" {
+			l.problem(file, 0, f+".path", "is for sqlite databases (a postgres database has a dumps folder or a script)")
+		}
+	default:
+		l.problem(file, 0, f+".engine", "%q is not supported (want \"sqlite\" or \"postgres\")", d.Engine)
+	}
+	if d.Path != "" {
+		l.confine(file, f+".path", d.Path)
+	}
+	if d.Script != "" {
+		l.confine(file, f+".script", d.Script)
+	}
+	if d.Dumps != "" {
+		l.confineDir(file, f+".dumps", d.Dumps)
+	}
+}
+
+// confineDir checks that name, a folder that the manifest's field names, is
+// a relative path that resolves (symbolic links included) to a directory
+// inside the corpus directory, and records its real path. The dump files in
+// it are read by the PostgreSQL loader, which refuses any that is not a
+// regular file (a symbolic link included). It reports a problem and returns
+// false otherwise.
+func (l *loader) confineDir(file, field, name string) bool {
+	if !fs.ValidPath(name) || name == "." || filepath.IsAbs(name) {
+		l.problem(file, 0, field, "%q must be a relative path inside the corpus directory, with '/' separators and no '.' or '..' elements", name)
+		return false
+	}
+	if l.root == nil {
+		l.problem(file, 0, field, "a dump folder needs a corpus directory on disk (an embedded corpus can give a script)")
+		return false
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(l.realDir, filepath.FromSlash(name)))
+	if err != nil {
+		l.problem(file, 0, field, "%q: %v", name, err)
+		return false
+	}
+	if !within(l.realDir, real) {
+		l.problem(file, 0, field, "%q resolves outside the corpus directory (to %s, through a symbolic link)", name, real)
+		return false
+	}
+	fi, err := l.root.Stat(name)
+	switch {
+	case err != nil:
+		l.problem(file, 0, field, "%q cannot be opened inside the corpus directory: %v", name, err)
+		return false
+	case !fi.IsDir():
+		l.problem(file, 0, field, "%q is not a directory", name)
+		return false
+	}
+	l.resolved[name] = real
+	return true
+}
+
+// postgres returns the server engine "postgres" databases load into: the
+// caller's, or one connected to Options.PostgresURL (once per load, closed
+// with the corpus). A nil server and nil error mean none is configured.
+func (l *loader) postgres(ctx context.Context, c *Corpus) (*postgres.Server, error) {
+	switch {
+	case l.opt.Postgres != nil:
+		return l.opt.Postgres, nil
+	case c.pgOwned != nil:
+		return c.pgOwned, nil
+	case l.opt.PostgresURL == "":
+		return nil, nil
+	}
+	s, err := postgres.Connect(ctx, l.opt.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	c.pgOwned = s
+	return s, nil
+}
+
+// openPostgres loads (or reuses) the template database of spec and opens
+// its working clone. What the corpus itself gets wrong is a problem of the
+// manifest or of the dump file; an unreachable server is an error.
+func (l *loader) openPostgres(ctx context.Context, c *Corpus, m *Manifest, field string, spec Database) error {
+	file := l.file(ManifestFile)
+	srv, err := l.postgres(ctx, c)
+	if err != nil {
+		return fmt.Errorf("corpus %s: database %q: %w", m.Name, spec.ID, err)
+	}
+	if srv == nil {
+		l.problem(file, 0, field+".engine", "database %q is on PostgreSQL: pass --postgres URL (or set $%s) naming a server where avtgym may create databases; make postgres starts a local one", spec.ID, PostgresEnv)
+		return nil
+	}
+	var src postgres.Source
+	switch {
+	case spec.Dumps != "":
+		real, ok := l.resolved[spec.Dumps]
+		if !ok {
+			return nil // confineDir reported it
+		}
+		src = postgres.DumpDir(real)
+	default:
+		script, err := fs.ReadFile(l.fsys, spec.Script)
+		if err != nil {
+			l.problem(file, 0, field+".script", "cannot read %s: %v", spec.Script, err)
+			return nil
+		}
+		src = postgres.Script(l.file(spec.Script), string(script))
+	}
+	name, err := srv.EnsureDatabase(ctx, m.Name, spec.ID, src)
+	var le *postgres.LoadError
+	switch {
+	case errors.As(err, &le):
+		l.problem(file, 0, field, "loading database %q: %v", spec.ID, le)
+		return nil
+	case err != nil:
+		return fmt.Errorf("corpus %s: loading database %q: %w", m.Name, spec.ID, err)
+	}
+	lanes := l.lanes()
+	// The pool holds a connection for every query the lanes let run at once.
+	eng, err := srv.Open(ctx, name, postgres.Options{MaxConns: lanes.Capacity()})
+	if err != nil {
+		return fmt.Errorf("corpus %s: opening database %q (%s): %w", m.Name, spec.ID, name, err)
+	}
+	l.addDB(ctx, c, field, spec, eng, lanes)
+	return nil
+}

@@ -1,0 +1,491 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"avtgym/sqlexec"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Options configures Open.
+type Options struct {
+	// MaxConns bounds the database's connection pool; 0 means the capacity of
+	// sqlexec.DefaultLanes() (as many queries as may run at once), so that
+	// scheduled queries never wait for a connection. Connections open on
+	// demand and close after a minute idle.
+	MaxConns int
+	// ReadWrite is reserved for stateful tasks, which will run their SQL on a
+	// clone of the template in a transaction that may write. Open refuses it
+	// for now: every DB is read-only.
+	ReadWrite bool
+}
+
+// DB is one working database, queried as the policy role. It implements
+// sqlexec.Engine and is safe for concurrent use.
+type DB struct {
+	pool     *pgxpool.Pool
+	name     string
+	readOnly bool
+}
+
+var _ sqlexec.Engine = (*DB)(nil)
+
+// Open opens a connection pool on the working database dbName (a name
+// EnsureDatabase returned) as the policy role and checks that it answers.
+// Templates cannot be opened: they accept no connections.
+func (s *Server) Open(ctx context.Context, dbName string, opt Options) (*DB, error) {
+	if opt.ReadWrite {
+		return nil, errors.New("postgres: read-write databases are not supported yet (stateful tasks)")
+	}
+	cfg := s.policyConfig(dbName)
+	n := opt.MaxConns
+	if n <= 0 {
+		n = sqlexec.DefaultLanes().Capacity()
+	}
+	cfg.MaxConns = int32(n)
+	cfg.MinConns = 0
+	cfg.MaxConnIdleTime = time.Minute
+	cfg.MaxConnLifetime = 30 * time.Minute
+	if cfg.ConnConfig.ConnectTimeout <= 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	// A canceled context sends a cancel request and keeps the connection
+	// (which Query then discards anyway); the socket is closed only if the
+	// server does not answer within a second.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
+	}
+	d := &DB{pool: pool, name: dbName, readOnly: true}
+	if _, err := d.Query(ctx, "SELECT 1", sqlexec.Limits{Timeout: 10 * time.Second}); err != nil {
+		pool.Close()
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
+	}
+	return d, nil
+}
+
+// Name returns the database's name.
+func (d *DB) Name() string { return d.name }
+
+// Dialect returns "postgres".
+func (d *DB) Dialect() string { return "postgres" }
+
+// Close closes the connection pool.
+func (d *DB) Close() error {
+	d.pool.Close()
+	return nil
+}
+
+// Query overheads.
+const (
+	// minMessageCap is the least a protocol message may be (row descriptions
+	// and error messages need room, whatever the byte cap).
+	minMessageCap = 1 << 20
+	// backstopGrace is added (with half the time limit) to lim.Timeout for the
+	// client-side deadline, which only fires when the server did not enforce
+	// its statement_timeout (a stalled network, a stuck server).
+	backstopGrace = 250 * time.Millisecond
+	// multiGrace is added to lim.Timeout for the deadline of a query of
+	// several statements.
+	multiGrace = 20 * time.Millisecond
+	// minIdleInTransaction bounds a transaction the client stopped driving.
+	minIdleInTransaction = 5 * time.Second
+)
+
+const (
+	beginSQL    = "BEGIN READ ONLY"
+	rollbackSQL = "ROLLBACK"
+)
+
+// limitSettings are the session settings that carry a query's limits, in the
+// order they are sent.
+var limitSettings = []string{"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout", "work_mem"}
+
+// settingsFor returns the values of limitSettings for lim; "" means the
+// role's default.
+func settingsFor(lim sqlexec.Limits) map[string]string {
+	m := map[string]string{}
+	if lim.Timeout > 0 {
+		ms := strconv.FormatInt(min(max(lim.Timeout.Milliseconds(), 1), math.MaxInt32), 10)
+		m["statement_timeout"] = ms
+		m["lock_timeout"] = ms
+		m["idle_in_transaction_session_timeout"] = strconv.FormatInt(min(max(2*lim.Timeout, minIdleInTransaction).Milliseconds(), math.MaxInt32), 10)
+	}
+	if lim.MaxMemory > 0 {
+		m["work_mem"] = strconv.FormatInt(min(max(lim.MaxMemory/4/1024, 64), math.MaxInt32), 10) + "kB"
+	}
+	return m
+}
+
+// settingsSQL returns the statements that give the connection the settings
+// of lim (those that differ from what it has, per state), and the new state.
+func settingsSQL(state map[string]string, lim sqlexec.Limits) ([]string, map[string]string) {
+	want := settingsFor(lim)
+	var out []string
+	for _, name := range limitSettings {
+		if want[name] == state[name] {
+			continue
+		}
+		if want[name] == "" {
+			out = append(out, "RESET "+name)
+		} else {
+			out = append(out, fmt.Sprintf("SET %s = '%s'", name, want[name]))
+		}
+	}
+	return out, want
+}
+
+// Query runs sqlText (one or more statements separated by ';') and returns the
+// last statement's result. Defences and limits:
+//
+//   - Every statement is parsed (libpg_query) before any runs; transaction
+//     control, session settings, COPY, DO, CALL, LOCK, cursors and prepared
+//     statements, maintenance and server-wide commands are KindDenied, and so
+//     is anything but SELECT, VALUES, TABLE, EXPLAIN and SHOW on a read-only
+//     DB, and calls of set_config, session advisory locks, backend signals,
+//     WAL messages, large-object writes, and reading pg_stat_activity (which
+//     the database's catalog also revokes, when the administrator is a
+//     superuser); a statement that does not parse, or has a $n parameter, is
+//     KindSyntax. Checks are cached by text (stmts.go).
+//   - The statements run, each sent alone (the extended protocol refuses a
+//     second statement in one message), inside BEGIN READ ONLY, and the
+//     transaction is always rolled back; the role is read-only by default too
+//     (default_transaction_read_only). The limits are the connection's
+//     statement_timeout and lock_timeout (lim.Timeout, for each statement),
+//     idle_in_transaction_session_timeout (2 × lim.Timeout, at least 5s) and
+//     work_mem (lim.MaxMemory / 4; a sort or hash may use that much, a hash
+//     twice). They are session settings, sent (SET, or RESET to the role's
+//     default for a zero limit) before BEGIN, in the same round trip, only
+//     when they differ from the connection's: the same as SET LOCAL in every
+//     transaction, since nothing a query runs can change them (SET, RESET and
+//     set_config are refused, and whatever happens in the transaction is
+//     rolled back), without its cost. All of it is one
+//     round trip, with the statements prepared once per connection
+//     (connstate.go).
+//   - Several statements share lim.Timeout through a client-side deadline
+//     (lim.Timeout + 20ms); a single statement has a client-side deadline of
+//     lim.Timeout × 1.5 + 250ms as a backstop of the server's timeout.
+//   - lim.MaxBytes bounds each protocol message before it is read (a row, or
+//     a value, larger than the cap is refused from its length, never
+//     buffered), and the result's rows and bytes (sqlexec.CellBytes of the
+//     converted cells) are counted as they arrive: at a cap the reading stops
+//     and the connection is closed, so the rest is never read.
+//   - ctx's deadline or cancellation cancels the running statement (a cancel
+//     request), and so does the client-side deadline, which also backs up
+//     the server's statement_timeout. A connection whose state is then
+//     unknown is closed.
+//   - temp_file_limit (a role setting: only a superuser may change it) bounds
+//     the temporary files of spilled sorts and hashes.
+//
+// Cells are converted as documented in convert.go. Failures are
+// *sqlexec.Error values (see classify for the kinds).
+func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	stmts, err := checkQuery(sqlText, d.readOnly)
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, canceled(ctx)
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, connectError(ctx, d.name, err)
+	}
+	q := &query{ctx: ctx, qctx: ctx, stmts: stmts, lim: lim}
+	if lim.Timeout > 0 {
+		// One statement: the server's statement_timeout stops it at the limit,
+		// and this deadline is only a backstop. Several: they share the limit
+		// through this deadline (a cancel request when it passes).
+		backstop := lim.Timeout + lim.Timeout/2 + backstopGrace
+		if len(stmts) > 1 {
+			backstop = lim.Timeout + multiGrace
+		}
+		var cancel context.CancelFunc
+		q.qctx, cancel = context.WithTimeout(ctx, backstop)
+		defer cancel()
+	}
+	res, err := q.run(conn.Conn().PgConn())
+	if q.discard {
+		discard(conn)
+	} else {
+		conn.Release()
+	}
+	return res, err
+}
+
+// query is one Query call on one connection.
+type query struct {
+	ctx     context.Context
+	qctx    context.Context // ctx with the client-side backstop deadline
+	stmts   []string
+	lim     sqlexec.Limits
+	discard bool // the connection must be closed, not returned
+}
+
+// Request kinds of a query's pipeline.
+const (
+	reqSet        = iota // SET or RESET of a limit
+	reqControl           // BEGIN, ROLLBACK
+	reqPrepare           // a statement prepared for the connection's cache
+	reqStmt              // a statement of the query
+	reqDeallocate        // an evicted prepared statement
+	reqSync
+)
+
+type request struct {
+	kind int
+	stmt int    // reqStmt, reqPrepare: the statement's index
+	text string // reqControl, reqPrepare, reqStmt: the SQL
+	name string // reqPrepare, reqDeallocate: the prepared statement
+}
+
+func (q *query) run(pc *pgconn.PgConn) (*sqlexec.Result, error) {
+	lim := q.lim
+	if lim.MaxBytes > 0 {
+		pc.Frontend().SetMaxBodyLen(int(min(max(lim.MaxBytes+1024, minMessageCap), 1<<30)))
+	} else {
+		pc.Frontend().SetMaxBodyLen(0)
+	}
+	cache := connStateOf(pc)
+
+	// The pipeline, one round trip: the settings that change, committed on
+	// their own (a sync point); then BEGIN READ ONLY, the statements,
+	// ROLLBACK, and the deallocation of prepared statements the cache
+	// evicted. Statements (BEGIN and ROLLBACK too) run as prepared statements
+	// of the connection's cache: prepared (parsed and analyzed, and planned
+	// on first execution) on first use, then only bound and executed.
+	var reqs []request
+	sets, newSettings := settingsSQL(cache.settings, lim)
+	for _, text := range sets {
+		reqs = append(reqs, request{kind: reqSet, stmt: -1, text: text})
+	}
+	if len(sets) > 0 {
+		reqs = append(reqs, request{kind: reqSync, stmt: -1})
+	}
+	main := []request{{kind: reqControl, stmt: -1, text: beginSQL}}
+	for i, text := range q.stmts {
+		main = append(main, request{kind: reqStmt, stmt: i, text: text})
+	}
+	main = append(main, request{kind: reqControl, stmt: -1, text: rollbackSQL})
+	reqs = append(reqs, cache.plan(main)...)
+	for _, name := range cache.evicted {
+		reqs = append(reqs, request{kind: reqDeallocate, stmt: -1, name: name})
+	}
+	reqs = append(reqs, request{kind: reqSync, stmt: -1})
+
+	p := pc.StartPipeline(q.qctx)
+	for i, r := range reqs {
+		switch r.kind {
+		case reqPrepare:
+			p.SendPrepare(r.name, r.text, nil)
+		case reqSet:
+			p.SendQueryParams(r.text, nil, nil, nil, nil)
+		case reqSync:
+			if i < len(reqs)-1 {
+				p.SendPipelineSync()
+			}
+		case reqControl, reqStmt:
+			if r.name != "" {
+				p.SendQueryPrepared(r.name, nil, nil, nil)
+			} else {
+				p.SendQueryParams(r.text, nil, nil, nil, nil)
+			}
+		case reqDeallocate:
+			p.SendDeallocate(r.name)
+		}
+	}
+	if err := p.Sync(); err != nil {
+		q.discard = true
+		return nil, q.classify(err, "the query")
+	}
+
+	last := len(q.stmts) - 1
+	var res *sqlexec.Result
+	var failed error
+	failedAt := -1
+	for i, r := range reqs {
+		out, err := p.GetResults()
+		if err == nil {
+			switch r.kind {
+			case reqSync:
+				if _, ok := out.(*pgconn.PipelineSync); !ok {
+					err = fmt.Errorf("postgres: expected the end of the pipeline, got %T", out)
+				} else if len(sets) > 0 && i < len(reqs)-1 {
+					cache.settings = newSettings
+				}
+			case reqPrepare:
+				if _, ok := out.(*pgconn.StatementDescription); ok {
+					cache.prepared(r.text, r.name)
+				} else {
+					err = fmt.Errorf("postgres: expected a statement description, got %T", out)
+				}
+			case reqDeallocate:
+				if _, ok := out.(*pgconn.CloseComplete); ok {
+					cache.deallocated(r.name)
+				} else {
+					err = fmt.Errorf("postgres: expected the end of a deallocation, got %T", out)
+				}
+			default:
+				rr, ok := out.(*pgconn.ResultReader)
+				if !ok {
+					err = fmt.Errorf("postgres: expected a result, got %T", out)
+					break
+				}
+				if r.kind == reqStmt && r.stmt == last {
+					var capErr error
+					res, capErr = collect(rr, lim)
+					if capErr != nil {
+						q.discard = true
+						return nil, capErr
+					}
+				} else {
+					for rr.NextRow() {
+					}
+				}
+				_, err = rr.Close()
+			}
+		}
+		if err != nil {
+			failed, failedAt = err, i
+			break
+		}
+	}
+	if failed != nil && reqs[failedAt].kind == reqSet {
+		// The limits could not be set: the rest must not be read.
+		q.discard = true
+		return nil, q.classify(failed, "setting the query's limits")
+	}
+	if failed != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(failed, &pgErr) && reqs[failedAt].kind != reqSync {
+			// The server skips to the end of the pipeline.
+			if out, err := p.GetResults(); err != nil {
+				q.discard = true
+			} else if _, ok := out.(*pgconn.PipelineSync); !ok {
+				q.discard = true
+			}
+		} else {
+			q.discard = true
+		}
+	}
+	if !q.discard {
+		if err := p.Close(); err != nil && failed == nil {
+			failed, failedAt = err, len(reqs)-1
+			q.discard = true
+		}
+	}
+	if failed != nil {
+		label := "the query"
+		if r := reqs[failedAt]; r.stmt >= 0 && (r.kind == reqStmt || r.kind == reqPrepare) {
+			label = stmtLabel(r.stmt, len(q.stmts), q.stmts[r.stmt])
+		}
+		return nil, q.fail(pc, failed, label)
+	}
+	if pc.TxStatus() != 'I' {
+		q.discard = true
+	}
+	return res, nil
+}
+
+// fail classifies a failure of the statement label names and decides what
+// happens to the connection: one that answered with an error is rolled back
+// and kept; one whose state is unknown (a canceled context, a broken
+// connection, a message over the cap) is closed.
+func (q *query) fail(pc *pgconn.PgConn, err error, label string) error {
+	var pgErr *pgconn.PgError
+	if q.ctx.Err() != nil || q.qctx.Err() != nil || !errors.As(err, &pgErr) || pc.IsClosed() {
+		q.discard = true
+	} else if !q.discard && pc.TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, rerr := pc.Exec(rctx, rollbackSQL).ReadAll()
+		cancel()
+		if rerr != nil || pc.TxStatus() != 'I' {
+			q.discard = true
+		}
+	}
+	return q.classify(err, label)
+}
+
+// discard closes a connection whose state is unknown: its socket first, so that
+// nothing more is read, then a cancel request so that the server stops too.
+func discard(conn *pgxpool.Conn) {
+	c := conn.Hijack()
+	pc := c.PgConn()
+	if !pc.IsClosed() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			pc.CancelRequest(ctx)
+		}()
+	}
+	pc.Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.Close(ctx)
+}
+
+// collect reads the last statement's rows under the caps. A row is counted
+// before its values are converted: the row cap first, then the byte cap from
+// the raw values (rawCost: exact for every type but JSON, whose canonical
+// text is at most its raw length), so that a row past a cap is never
+// converted. The bytes charged are sqlexec.CellBytes of the converted cells.
+func collect(rr *pgconn.ResultReader, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	fds := rr.FieldDescriptions()
+	res := &sqlexec.Result{Columns: make([]string, len(fds)), Rows: [][]any{}}
+	convs := make([]converter, len(fds))
+	kinds := make([]costKind, len(fds))
+	approx := false // a JSON column: the raw cost is an upper bound
+	for i, fd := range fds {
+		res.Columns[i] = fd.Name
+		convs[i], kinds[i] = converterFor(fd.DataTypeOID)
+		approx = approx || kinds[i] == costJSON
+	}
+	tooBig := func() error {
+		return sqlexec.Errorf(sqlexec.KindTooManyBytes, nil,
+			"the result is larger than %d bytes (the byte cap) after %d rows", lim.MaxBytes, len(res.Rows))
+	}
+	for rr.NextRow() {
+		if lim.MaxRows > 0 && len(res.Rows) >= lim.MaxRows {
+			return nil, sqlexec.Errorf(sqlexec.KindTooManyRows, nil,
+				"the result has more than %d rows (the row cap); add a LIMIT or aggregate", lim.MaxRows)
+		}
+		vals := rr.Values()
+		if lim.MaxBytes > 0 && !approx && res.Bytes+rawCost(vals, kinds) > lim.MaxBytes {
+			return nil, tooBig()
+		}
+		row := make([]any, len(vals))
+		var cost int64
+		for i, v := range vals {
+			c := convs[i](v)
+			row[i] = c
+			cost += sqlexec.CellBytes(c)
+		}
+		if lim.MaxBytes > 0 && res.Bytes+cost > lim.MaxBytes {
+			return nil, tooBig()
+		}
+		res.Rows = append(res.Rows, row)
+		res.Bytes += cost
+	}
+	return res, nil
+}
+
+// isMessageTooBig reports a protocol message refused by the frontend's cap.
+func isMessageTooBig(err error) (*pgproto3.ExceededMaxBodyLenErr, bool) {
+	var e *pgproto3.ExceededMaxBodyLenErr
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
