@@ -3,8 +3,9 @@
 # PyPI are fine), start `bin/avtgym serve` on a free loopback port and run the opt-in trainer
 # adapter tests (client/python/tests/trainers) against it.
 #
-# verl is pinned to 0.7.1: the last PyPI release that ships verl.interactions (BaseInteraction).
-# verl 0.7.1 needs numpy<2, and pyarrow>=22 needs numpy>=2, hence the pyarrow pin.
+# Pinned: the versions docs/trainers.md was checked against. verl 0.7.1 is the last PyPI release
+# that ships verl.interactions (BaseInteraction). verl 0.7.1 needs numpy<2, and pyarrow>=22 needs
+# numpy>=2, hence the pyarrow pin; its agent loop imports cachetools without declaring it.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$ROOT"
@@ -17,11 +18,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 printf '*\n' > "$VENV/.gitignore"   # the venv ignores itself
 "$VENV/bin/python" -m pip install -q -U pip
-"$VENV/bin/python" -m pip install -q -e client/python torch trl "verl==0.7.1" "pyarrow>=21,<22" tokenizers pytest
+"$VENV/bin/python" -m pip install -q -e client/python "torch==2.15.0" "trl==1.16.0" "transformers==5.24.0" \
+  "verl==0.7.1" "pyarrow>=21,<22" cachetools tokenizers pytest
 echo "trainer deps install: $(( $(date +%s) - start ))s"
 "$VENV/bin/python" - <<'PY'
 import importlib
-for m in ("torch", "transformers", "trl", "verl", "datasets", "numpy", "pyarrow", "grpc"):
+for m in ("torch", "transformers", "trl", "verl", "datasets", "numpy", "pyarrow", "grpc", "cachetools"):
     try:
         print(f"  {m} {importlib.import_module(m).__version__}")
     except Exception as e:  # noqa: BLE001

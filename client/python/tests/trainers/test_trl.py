@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from avtgym.trainers.trl import AvtgymRollout, AvtgymToolEnv, avtgym_reward, build_dataset, reset_spec, task_prompt
+from avtgym.trainers.trl import (
+    AvtgymRollout,
+    AvtgymToolEnv,
+    TransformersGenerate,
+    VLLMServerGenerate,
+    avtgym_reward,
+    build_dataset,
+    default_generate_fn,
+    reset_spec,
+    task_prompt,
+)
 
 QUESTION = "What do you mean by top customers?"
 
@@ -15,7 +25,8 @@ def scripted(tokenizer, turns):
     """A generate_fn that plays fixed assistant texts (one per turn) for every episode."""
     calls = {"n": 0}
 
-    def gen(prompt_ids):
+    def gen(prompt_ids, max_new_tokens):
+        assert max_new_tokens >= 1
         i = calls["n"]
         calls["n"] += 1
         text = turns[min(i, len(turns) - 1)] + tokenizer.eos_token
@@ -63,6 +74,19 @@ def test_rollout_masks_oracle_text(trainer_addr, tokenizer):
     assert rewards[0] == rewards[1] == 1.0
     assert all(isinstance(r, float) for r in rewards)
     assert out["avtgym_questions"] == [1, 1, 1, 1]
+
+
+def test_group_split_across_processes_stays_one_group(trainer_addr, tokenizer):
+    """TRL spreads a group's copies over processes: each process's share of a seedless prompt gets
+    the same derived seed (prompt + global step), hence the same task and interpretation."""
+    p = task_prompt(split="train")
+    ro = AvtgymRollout(trainer_addr)
+    gen = scripted(tokenizer, ["STOP"])
+    a = ro.rollout([p, p], tokenizer, gen, 64, seed_salt=7)  # "process 0"
+    b = ro.rollout([p, p], tokenizer, gen, 64, seed_salt=7)  # "process 1", same step
+    assert a["avtgym_episode_id"] == b["avtgym_episode_id"]
+    ids = {ro.rollout([p], tokenizer, gen, 64, seed_salt=s)["avtgym_episode_id"][0] for s in range(8)}
+    assert len(ids) > 1  # another step, another draw
 
 
 def test_oracle_reply_tokens_are_masked(trainer_addr, tokenizer):
@@ -115,8 +139,97 @@ def test_bad_task_gives_none_reward(trainer_addr, tokenizer):
     assert out["env_mask"] == [[0]]
 
 
+def test_error_episode_is_dropped(error_addr, tokenizer):
+    """An ERROR episode (the LLM oracle's endpoint is down) gets reward None: TRL drops it."""
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), json.dumps({"type": "done"})]
+    prompts = [task_prompt(task_id="shop-001", seed=1, oracle="llm"), task_prompt(task_id="shop-001", seed=2)]
+    out = AvtgymRollout(error_addr).rollout(prompts, tokenizer, scripted(tokenizer, turns), max_completion_length=4096)
+    assert out["avtgym_status"] == ["error", "terminated"]
+    assert out["avtgym_reward"] == [None, 1.0]
+    assert avtgym_reward(avtgym_reward=out["avtgym_reward"]) == [None, 1.0]
+    assert out["avtgym_error"] == ["", ""]  # no call failed: the episode itself ended in ERROR
+    assert set(out["env_mask"][0]) == {1}  # the episode ended at the question: nothing appended after it
+
+
+def test_tool_env_error_gives_none(error_addr):
+    env = AvtgymToolEnv(error_addr)
+    env.reset(task_id="shop-001", oracle="llm")
+    assert "cannot be scored" in env.ask_user(QUESTION)
+    assert env.get_reward() is None
+    env.reset(task_id="no-such-task")  # a failed reset does not crash the rollout
+    with pytest.raises(ValueError):
+        env.ask_user(QUESTION)
+    assert env.get_reward() is None
+
+
+def test_default_generate_fn_uses_public_config_only():
+    from types import SimpleNamespace
+
+    server = SimpleNamespace(args=SimpleNamespace(use_vllm=True, vllm_mode="server", vllm_server_base_url=None,
+                                                  vllm_server_host="10.0.0.5", vllm_server_port=8123,
+                                                  vllm_server_timeout=30.0, temperature=0.7, top_p=0.9, top_k=5,
+                                                  min_p=None, repetition_penalty=1.1, generation_kwargs='{"seed": 1}'))
+    g = default_generate_fn(server)
+    assert isinstance(g, VLLMServerGenerate) and g.base_url == "http://10.0.0.5:8123"
+    assert g.sampling == {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.0, "repetition_penalty": 1.1,
+                          "seed": 1}
+    colocate = SimpleNamespace(args=SimpleNamespace(use_vllm=True, vllm_mode="colocate"))
+    with pytest.raises(ValueError, match="colocate"):
+        default_generate_fn(colocate)
+    assert isinstance(default_generate_fn(SimpleNamespace(args=SimpleNamespace(use_vllm=False))), TransformersGenerate)
+
+
+def test_vllm_server_generate(trainer_addr, tokenizer):
+    """VLLMServerGenerate against a stand-in for vLLM's OpenAI-compatible /v1/completions, then as
+    the rollout's generate_fn: the server's logprobs are kept for the policy's tokens."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen = []
+    answer = tokenizer('{"type": "done"}' + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            self._send({"data": [{"id": "policy"}]})
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, req))
+            ids = answer[: req["max_tokens"]]
+            choices = [{"index": i, "token_ids": ids, "logprobs": {"token_logprobs": [-0.5] * len(ids)}}
+                       for i in range(len(req["prompt"]))]
+            self._send({"choices": choices[::-1]})  # out of order: the client sorts by index
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        gen = VLLMServerGenerate(f"http://127.0.0.1:{srv.server_port}/v1", temperature=0.5)
+        comps, lps = gen([[1, 2], [3]], 4)
+        assert comps == [answer[:4]] * 2 and lps == [[-0.5] * 4] * 2
+        path, req = seen[0]
+        assert path == "/v1/completions" and req["model"] == "policy" and req["prompt"] == [[1, 2], [3]]
+        assert req["max_tokens"] == 4 and req["temperature"] == 0.5 and req["return_token_ids"] is True
+
+        out = AvtgymRollout(trainer_addr).rollout([task_prompt(task_id="shop-001")], tokenizer, gen, 512)
+        assert out["avtgym_status"] == ["terminated"] and out["avtgym_reward"] == [0.0]
+        assert out["logprobs"] == [[-0.5] * len(answer)] and out["completion_ids"] == [answer]
+    finally:
+        srv.shutdown()
+
+
 def test_tool_env(trainer_addr):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from transformers.utils import get_json_schema
 
     env = AvtgymToolEnv(trainer_addr, reward="question_f1")
@@ -143,6 +256,11 @@ def test_grpo_trainer_one_step(trainer_addr, tokenizer, tmp_path, monkeypatch):
     from trl import GRPOConfig, GRPOTrainer
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+
+    def private(*a, **k):
+        raise AssertionError("the adapter called GRPOTrainer._generate_single_turn")
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", private)
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
@@ -158,7 +276,8 @@ def test_grpo_trainer_one_step(trainer_addr, tokenizer, tmp_path, monkeypatch):
             seen.append(out)
             return out
 
-    # 1) the trainer's own generation backend (transformers on CPU): random text, malformed -> retry -> STOP
+    # 1) the default generation (TransformersGenerate: the trainer's model, public API only):
+    #    random text, malformed -> retry -> STOP
     # 2) a scripted policy through the same trainer: a real question, oracle reply masked
     for gen in (None, "scripted"):
         ro = Recording(trainer_addr, on_malformed="retry",
@@ -176,3 +295,41 @@ def test_grpo_trainer_one_step(trainer_addr, tokenizer, tmp_path, monkeypatch):
     assert scripted_out["avtgym_reward"] == [1.0] * 4
     assert all(0 in m and 1 in m for m in scripted_out["env_mask"])
     assert all(r is not None for out in seen for r in out["avtgym_reward"])
+
+
+def test_grpo_trainer_step_drops_error_episodes(error_addr, tokenizer, tmp_path, monkeypatch):
+    """A real GRPOTrainer step where one GRPO group's episodes end in ERROR: their reward is None,
+    TRL leaves them out of the baseline (advantage 0) and the step still runs."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("trl", reason="trl is not installed")
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    seen = []
+
+    class Recording(AvtgymRollout):
+        def __call__(self, prompts, trainer):
+            out = super().__call__(prompts, trainer)
+            seen.append(out)
+            return out
+
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), json.dumps({"type": "done"})]
+    ro = Recording(error_addr, generate_fn=scripted(tokenizer, turns))
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=256, learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=True,
+                      bf16=False, save_strategy="no", seed=0, shuffle_dataset=False)
+    ds = Dataset.from_list(build_dataset([{"task_id": "shop-001", "seed": 1, "oracle": "llm"},
+                                          {"task_id": "shop-001", "seed": 2}]))
+    trainer = GRPOTrainer(model=LlamaForCausalLM(cfg), reward_funcs=[avtgym_reward], args=args, train_dataset=ds,
+                          processing_class=tokenizer, rollout_func=ro)
+    assert trainer.train().global_step == 1
+    out = seen[-1]
+    assert sorted(out["avtgym_status"]) == ["error", "error", "terminated", "terminated"]
+    assert sorted(out["avtgym_reward"], key=lambda r: (r is not None, r)) == [None, None, 1.0, 1.0]

@@ -1,21 +1,32 @@
-"""TRL adapter: multi-turn asking episodes for ``trl.GRPOTrainer``.
+"""TRL adapter: multi-turn asking episodes for ``trl.GRPOTrainer`` (checked against trl 1.16.0).
 
-Two hooks of the installed TRL (checked against trl 1.16) are supported:
+Two hooks of TRL are supported, each used only through its documented contract:
 
 1. ``rollout_func`` (the main path). ``GRPOTrainer(rollout_func=AvtgymRollout(...),
-   reward_funcs=[avtgym_reward], ...)``. TRL calls ``rollout(prompts, trainer)`` with the
-   per-process prompts (each dataset row already repeated ``num_generations`` times, consecutive).
-   Each run of identical prompts becomes one GRPO group (``reset_group``: same task, same hidden
-   interpretation). For every episode the adapter generates a turn with the trainer's own
-   generation backend (vLLM or transformers, via ``trainer._generate_single_turn``), maps the text
-   to an action with ``avtgym.parse_action``, steps all live episodes in one ``StepBatch``, appends
-   the oracle's reply as a user turn, and repeats until the episodes are done. It returns
-   ``prompt_ids``, ``completion_ids``, ``logprobs`` and ``env_mask``; TRL multiplies its completion
-   mask by ``env_mask``, which is 1 exactly on the tokens the policy generated and 0 on the oracle's
-   and environment's tokens (and on chat-template glue around them), so oracle text is never
-   trained on. ``avtgym_reward`` (and the other ``avtgym_*`` fields) are forwarded by TRL to the
-   reward functions; ``avtgym_reward`` returns the episode's reward, or ``None`` (ignored by TRL)
-   for an episode that ended in an environment error or never finished.
+   reward_funcs=[avtgym_reward], ...)``. The contract (``GRPOTrainer``'s docstring and its
+   ``_generate``, trl 1.16.0): TRL calls ``rollout_func(prompts, trainer)`` with this process's
+   slice of prompts and reads back a dict with ``prompt_ids``, ``completion_ids`` and ``logprobs``
+   (one entry per prompt entry), an optional ``env_mask`` (used as its ``tool_mask``: the loss
+   mask is ``completion_mask * env_mask``), and forwards every other key to the reward functions.
+   TRL's sampler repeats each dataset row ``num_generations`` times in a row; each run of identical
+   prompts becomes one GRPO group (``reset_group``: same task, same hidden interpretation). For
+   every episode the adapter generates a turn, maps the text to an action with
+   ``avtgym.parse_action``, steps all live episodes in one ``StepBatch``, appends the oracle's reply
+   as a user turn, and repeats until the episodes are done. ``env_mask`` is 1 exactly on the
+   tokens the policy generated and 0 on the oracle's and environment's tokens (and on chat-template
+   glue around them), so oracle text is never trained on. ``avtgym_reward`` (and the other
+   ``avtgym_*`` fields) reach the reward functions; ``avtgym_reward`` returns the episode's reward,
+   or ``None`` for an episode that ended in ``ERROR``, whose reset or step failed, or that never
+   finished: TRL 1.16 leaves a completion for which every reward function returned None out of
+   its group's baseline and gives it advantage 0 (dropped, not scored 0).
+
+   Generation uses no private TRL API. ``generate_fn(prompt_ids, max_new_tokens) ->
+   (completion_ids, logprobs or None)`` is called once per turn for all live episodes. By default
+   it is ``VLLMServerGenerate`` when the trainer is configured for vLLM server mode
+   (``use_vllm=True, vllm_mode="server"``: TRL syncs the weights to the server before it calls
+   ``rollout_func``), and ``TransformersGenerate`` otherwise (the trainer's model, unwrapped with
+   ``trl.models.unwrap_model_for_generation``, sampling with the ``GRPOConfig`` settings). vLLM
+   colocate mode has no public generation API: pass ``generate_fn``.
 
    The dataset's ``prompt`` column names the episode, not the text the model sees: a JSON object
    of reset arguments (``task_prompt(task_id="shop-001", seed=3)``), or a bare task id. The model's
@@ -31,6 +42,7 @@ Nothing here imports torch or trl at module import time.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -45,17 +57,23 @@ __all__ = [
     "task_prompt",
     "build_dataset",
     "RESET_KEYS",
+    "TransformersGenerate",
+    "VLLMServerGenerate",
+    "default_generate_fn",
 ]
 
 # Reset arguments a prompt spec (or a dataset row, for AvtgymToolEnv) may carry.
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget")
+              "zero_ambiguity_budget", "oracle")
 
-GenerateFn = Callable[[list[list[int]]], "tuple[list[list[int]], list[list[float]] | None]"]
+# generate_fn(prompt_ids, max_new_tokens) -> (completion_ids, per-token logprobs or None): one
+# completion per prompt, each at most max_new_tokens long (longer ones are cut).
+GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[float]] | None]"]
 
 MALFORMED_NOTICE = ("Your last message was not a valid action ({error}). Answer with exactly one "
                     'JSON object: {{"type": "clarification", "question": "..."}} or {{"type": "done"}}.')
 NO_REPLY = "(no reply)"
+DEFAULT_TURN_TOKENS = 512  # a turn's cap when neither max_completion_length nor max_turn_tokens is set
 
 
 def _prompt_text(prompt: Any) -> str:
@@ -162,8 +180,9 @@ class AvtgymRollout:
         earlier).
     max_completion_length: cap on completion tokens (policy + environment); default: the
         trainer's. An episode that reaches it is stopped (STOP) and its completion cut.
-    generate_fn: list of token-id prompts -> (completions, logprobs or None); default: the
-        trainer's own backend (``trainer._generate_single_turn``).
+    generate_fn: (token-id prompts, max_new_tokens) -> (completions, logprobs or None); default:
+        ``default_generate_fn(trainer)`` (vLLM server mode, else transformers generate()).
+    max_turn_tokens: cap on the tokens of one policy turn (default: the completion budget left).
     """
 
     def __init__(self, target: str = "127.0.0.1:50051", *, client: Client | None = None,
@@ -171,7 +190,8 @@ class AvtgymRollout:
                  reset_kwargs: Mapping[str, Any] | None = None, on_malformed: str = "stop",
                  max_decisions: int = 32, max_completion_length: int | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
-                 generate_fn: GenerateFn | None = None, timeout: float = 30.0):
+                 generate_fn: GenerateFn | None = None, timeout: float = 30.0,
+                 max_turn_tokens: int | None = None):
         if on_malformed not in ("stop", "retry"):
             raise ValueError(f"on_malformed {on_malformed!r}: want stop or retry")
         self.target = target
@@ -185,7 +205,9 @@ class AvtgymRollout:
         self.max_completion_length = max_completion_length
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.generate_fn = generate_fn
+        self.max_turn_tokens = max_turn_tokens
         self.__name__ = "avtgym_rollout"
+        self._default_gen: tuple[Any, GenerateFn] | None = None
 
     @property
     def client(self) -> Client:
@@ -196,34 +218,43 @@ class AvtgymRollout:
     # TRL entry point -------------------------------------------------------------------------
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        tokenizer = getattr(trainer, "_tokenizer", None) or trainer.processing_class
+        """The rollout_func entry point: TRL passes its per-process prompts and the trainer, of
+        which only public attributes are read (processing_class, args, and for the default
+        generation model_wrapped, accelerator)."""
         gen = self.generate_fn
         if gen is None:
-            def gen(ids: list[list[int]]) -> tuple[list[list[int]], list[list[float]] | None]:
-                out, lps = trainer._generate_single_turn(ids, None, {}, 1)
-                return [list(map(int, o)) for o in out], lps
-        maxlen = self.max_completion_length or getattr(trainer, "max_completion_length", None)
-        return self.rollout(prompts, tokenizer, gen, maxlen)
+            if self._default_gen is None or self._default_gen[0] is not trainer:
+                self._default_gen = (trainer, default_generate_fn(trainer))
+            gen = self._default_gen[1]
+        args = getattr(trainer, "args", None)
+        maxlen = self.max_completion_length or getattr(args, "max_completion_length", None)
+        step = getattr(getattr(trainer, "state", None), "global_step", None)
+        return self.rollout(prompts, trainer.processing_class, gen, maxlen, seed_salt=step)
 
     # The loop, usable without a trainer ------------------------------------------------------
 
     def rollout(self, prompts: list[Any], tokenizer: Any, generate_fn: GenerateFn,
-                max_completion_length: int | None = None) -> dict[str, Any]:
+                max_completion_length: int | None = None, seed_salt: Any = None) -> dict[str, Any]:
+        """Play one episode per prompt entry and return TRL's rollout dict. seed_salt: when set, a
+        prompt without a seed gets one derived from the prompt and the salt (the trainer passes
+        its global step), so that every process that holds part of a GRPO group resets the same
+        task and interpretation (TRL spreads a group's copies over processes)."""
         chat = _Chat(tokenizer, self.chat_template_kwargs)
-        trajs = self._reset_all(prompts, chat)
+        trajs = self._reset_all(prompts, chat, seed_salt)
         while True:
             live = [t for t in trajs if t.active]
             if not live:
                 break
             gen_live = [t for t in live if not t.force_stop]
             if gen_live:
-                outs, lps = generate_fn([t.prompt_ids + t.completion_ids for t in gen_live])
+                budget = [self._turn_budget(t, max_completion_length) for t in gen_live]
+                outs, lps = generate_fn([t.prompt_ids + t.completion_ids for t in gen_live], max(budget))
                 for i, t in enumerate(gen_live):
-                    ids = [int(x) for x in outs[i]]
+                    ids = [int(x) for x in outs[i]][:budget[i]]
                     t.completion_ids += ids
                     t.env_mask += [1] * len(ids)
                     if t.logprobs is not None and lps is not None:
-                        t.logprobs += [float(x) for x in lps[i]]
+                        t.logprobs += [float(x) for x in lps[i]][:len(ids)]
                     else:
                         t.logprobs = None
             items: list[tuple[_Traj, Action]] = []
@@ -264,7 +295,7 @@ class AvtgymRollout:
 
     # helpers ---------------------------------------------------------------------------------
 
-    def _reset_all(self, prompts: list[Any], chat: _Chat) -> list[_Traj]:
+    def _reset_all(self, prompts: list[Any], chat: _Chat, seed_salt: Any = None) -> list[_Traj]:
         trajs: list[_Traj] = []
         i = 0
         while i < len(prompts):
@@ -272,6 +303,8 @@ class AvtgymRollout:
             while j < len(prompts) and prompts[j] == prompts[i]:
                 j += 1
             kwargs = {**self.reset_kwargs, **reset_spec(prompts[i])}
+            if kwargs.get("seed") is None and seed_salt is not None:
+                kwargs["seed"] = zlib.crc32(f"{_prompt_text(prompts[i])}\x00{seed_salt}".encode()) & 0x7FFFFFFF
             try:
                 eps: list[Any] = (self.client.reset_group(j - i, **kwargs) if j - i > 1
                                   else [self.client.reset(**kwargs)])
@@ -291,6 +324,11 @@ class AvtgymRollout:
         if ep.done:
             t.active = False
         return t
+
+    def _turn_budget(self, t: _Traj, maxlen: int | None) -> int:
+        caps = [c for c in (self.max_turn_tokens,
+                            None if maxlen is None else maxlen - len(t.completion_ids)) if c is not None]
+        return max(1, min(caps)) if caps else DEFAULT_TURN_TOKENS
 
     @staticmethod
     def _full(t: _Traj, maxlen: int | None) -> bool:
@@ -352,6 +390,160 @@ class AvtgymRollout:
         return out
 
 
+def _sampling(args: Any) -> dict[str, Any]:
+    """The sampling settings of a GRPOConfig (public fields), with TRL's defaults for absent ones."""
+    kw = getattr(args, "generation_kwargs", None)
+    if isinstance(kw, str):  # GRPOConfig accepts a JSON string from the command line
+        kw = json.loads(kw)
+    return {
+        "temperature": float(getattr(args, "temperature", 1.0)),
+        "top_p": float(getattr(args, "top_p", 1.0)),
+        "top_k": int(getattr(args, "top_k", None) or 0),
+        "min_p": float(getattr(args, "min_p", None) or 0.0),
+        "repetition_penalty": float(getattr(args, "repetition_penalty", 1.0)),
+        "generation_kwargs": dict(kw or {}),
+    }
+
+
+def _cut_at_eos(ids: Sequence[int], eos: set[int], pad: int | None) -> list[int]:
+    out: list[int] = []
+    for t in ids:
+        t = int(t)
+        out.append(t)
+        if t in eos:
+            return out
+    while out and pad is not None and out[-1] == pad and pad not in eos:
+        out.pop()
+    return out
+
+
+class TransformersGenerate:
+    """generate_fn with the trainer's own model and transformers' ``generate()``: the default when
+    the trainer does not use vLLM. Reads only public trainer attributes (``model_wrapped``,
+    ``accelerator``, ``processing_class``, ``args``) and unwraps the model with
+    ``trl.models.unwrap_model_for_generation`` (DDP, DeepSpeed ZeRO-3 gather), falling back to
+    ``accelerator.unwrap_model``. Sampling follows the GRPOConfig (temperature, top_p, top_k, min_p,
+    repetition_penalty, generation_kwargs); logprobs are not returned (TRL then recomputes them)."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def __call__(self, prompt_ids: list[list[int]], max_new_tokens: int
+                 ) -> tuple[list[list[int]], list[list[float]] | None]:
+        import contextlib
+
+        import torch
+        from transformers import GenerationConfig
+
+        tr = self.trainer
+        args = tr.args
+        tok = getattr(tr.processing_class, "tokenizer", tr.processing_class)
+        eos = {tok.eos_token_id} if isinstance(tok.eos_token_id, int) else set()
+        model = getattr(tr, "model_wrapped", None) or tr.model
+        base_cfg = getattr(getattr(tr, "model", None), "generation_config", None)
+        cfg_eos = getattr(base_cfg, "eos_token_id", None)
+        eos |= set(cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos] if isinstance(cfg_eos, int) else [])
+        pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
+        sp = _sampling(args)
+        gen_cfg = GenerationConfig(
+            max_new_tokens=int(max_new_tokens), do_sample=True, pad_token_id=pad, eos_token_id=sorted(eos) or None,
+            temperature=sp["temperature"], top_p=sp["top_p"], top_k=sp["top_k"], min_p=sp["min_p"] or None,
+            repetition_penalty=sp["repetition_penalty"],
+            cache_implementation=getattr(args, "cache_implementation", None), **sp["generation_kwargs"])
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            if p:
+                ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+                mask[i, width - len(p):] = 1
+        device = tr.accelerator.device
+        try:
+            from trl.models import unwrap_model_for_generation
+
+            unwrap = unwrap_model_for_generation(
+                model, tr.accelerator, gather_deepspeed3_params=getattr(args, "ds3_gather_for_generation", True))
+        except ImportError:  # pragma: no cover - older or newer trl
+            unwrap = contextlib.nullcontext(tr.accelerator.unwrap_model(model))
+        with unwrap as m, torch.no_grad():
+            out = m.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen_cfg)
+        return [_cut_at_eos(row, eos, pad) for row in out[:, width:].tolist()], None
+
+
+class VLLMServerGenerate:
+    """generate_fn on a vLLM server's OpenAI-compatible ``/v1/completions`` (``trl vllm-serve`` or
+    ``vllm serve``), with token-id prompts (``return_token_ids``, as TRL's own VLLMClient asks) and
+    the sampled tokens' logprobs. With ``GRPOConfig(use_vllm=True, vllm_mode="server")`` TRL pushes
+    the current weights to that server before each ``rollout_func`` call, so it samples from the
+    policy being trained; several trainer processes can share one server."""
+
+    def __init__(self, base_url: str, *, model: str | None = None, timeout: float = 600.0,
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+                 repetition_penalty: float = 1.0, generation_kwargs: Mapping[str, Any] | None = None):
+        self.base_url = base_url.rstrip("/")
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[:-3]
+        self.timeout = timeout
+        self._model = model
+        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+                         "repetition_penalty": repetition_penalty, **dict(generation_kwargs or {})}
+
+    @classmethod
+    def from_args(cls, args: Any) -> "VLLMServerGenerate":
+        """From a GRPOConfig in vLLM server mode (vllm_server_base_url, or host and port)."""
+        base = getattr(args, "vllm_server_base_url", None) or \
+            f"http://{getattr(args, 'vllm_server_host', '127.0.0.1')}:{getattr(args, 'vllm_server_port', 8000)}"
+        sp = _sampling(args)
+        kw = sp.pop("generation_kwargs")
+        return cls(base, generation_kwargs=kw, timeout=float(getattr(args, "vllm_server_timeout", 600.0) or 600.0),
+                   **sp)
+
+    def _http(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data,
+                                     headers={"Content-Type": "application/json"} if data else {})
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            return json.loads(resp.read())
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            self._model = self._http("/v1/models")["data"][0]["id"]
+        return self._model
+
+    def __call__(self, prompt_ids: list[list[int]], max_new_tokens: int
+                 ) -> tuple[list[list[int]], list[list[float]] | None]:
+        body = {"model": self.model, "prompt": [list(map(int, p)) for p in prompt_ids], "n": 1,
+                "max_tokens": int(max_new_tokens), "logprobs": 0, "return_token_ids": True,
+                "return_tokens_as_token_ids": True, **self.sampling}
+        choices = sorted(self._http("/v1/completions", body)["choices"], key=lambda c: c.get("index", 0))
+        if len(choices) != len(prompt_ids):
+            raise RuntimeError(f"vLLM answered {len(choices)} choices for {len(prompt_ids)} prompts")
+        comps = [list(map(int, c["token_ids"])) for c in choices]
+        lps: list[list[float]] | None = []
+        for c, ids in zip(choices, comps):
+            lp = (c.get("logprobs") or {}).get("token_logprobs")
+            if lp is None or len(lp) != len(ids):
+                lps = None
+                break
+            lps.append([float(x) for x in lp])
+        return comps, lps
+
+
+def default_generate_fn(trainer: Any) -> GenerateFn:
+    """The generate_fn AvtgymRollout uses when none is given: VLLMServerGenerate in vLLM server
+    mode, TransformersGenerate without vLLM; vLLM colocate mode needs an explicit generate_fn."""
+    args = getattr(trainer, "args", None)
+    if getattr(args, "use_vllm", False):
+        if getattr(args, "vllm_mode", "server") != "server":
+            raise ValueError("AvtgymRollout: TRL's vLLM colocate mode has no public generation API; use "
+                             "vllm_mode='server' (VLLMServerGenerate) or pass generate_fn")
+        return VLLMServerGenerate.from_args(args)
+    return TransformersGenerate(trainer)
+
+
 def _task_text(ep: Episode) -> str:
     messages, _ = render_chat(ep, None, merge_user=True)
     text = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
@@ -370,18 +562,28 @@ class AvtgymToolEnv:
         self._client = client or Client(target)
         self._defaults = dict(reset_kwargs)
         self._episode: Episode | None = None
+        self._error: str | None = None
 
     def reset(self, **row: Any) -> str:
         kwargs = {**self._defaults, **{k: row[k] for k in RESET_KEYS if row.get(k) is not None}}
-        self._episode = self._client.reset(**kwargs)
+        self._episode, self._error = None, None
+        try:
+            self._episode = self._client.reset(**kwargs)
+        except AvtgymError as e:  # the rollout goes on, unscored (get_reward: None)
+            self._error = f"reset {kwargs}: {e}"
+            return "\n\n(The environment is unavailable for this task.)"
         return "\n\n" + _task_text(self._episode)
 
     def _step(self, action: Action) -> str:
         if self._episode is None:
-            raise ValueError("no episode: reset first")
-        if self._episode.done:
+            raise ValueError(self._error or "no episode: reset first")
+        if self._episode.done or self._error:
             raise ValueError("the episode is over")
-        res = self._client.step(self._episode, action)
+        try:
+            res = self._client.step(self._episode, action)
+        except AvtgymError as e:  # failed after the client's retries: the episode is dropped
+            self._error = str(e)
+            raise
         self._episode = res.episode
         text = "\n".join(t.text for t in res.new_turns if t.role != "policy" and t.text)
         if res.done:
@@ -407,13 +609,16 @@ class AvtgymToolEnv:
         """
         return self._step(Action.stop())
 
-    def get_reward(self) -> float:
+    def get_reward(self) -> float | None:
+        """The episode's reward; None (TRL leaves the rollout out of its group's baseline, with
+        advantage 0) when the episode ended in ERROR or a call failed."""
         ep = self._episode
-        if ep is None:
-            return 0.0
+        if ep is None or self._error:
+            return None
         if not ep.done:  # the model never stopped: end asking now so the episode is scored
             try:
                 self._episode = ep = self._client.step(ep, Action.stop()).episode
-            except AvtgymError:
-                return 0.0
-        return float(ep.reward.value) if ep.reward is not None and ep.status != "error" else 0.0
+            except AvtgymError as e:
+                self._error = str(e)
+                return None
+        return float(ep.reward.value) if ep.reward is not None and ep.status != "error" else None
