@@ -1,0 +1,119 @@
+package sqlexec
+
+import (
+	"context"
+	"time"
+)
+
+// This file is the contract of stateful verification (PROTOCOL.md §4, the
+// last paragraph): tasks whose SQL changes the database (BIRD-Interact's
+// "Management" tasks) are verified on a private copy of the pristine
+// database, never on the shared one. The engines implement it
+// (sqlexec/postgres, sqlexec/sqlite); BIRD-Interact's Python tests run in a
+// PyRunner (sqlexec/pytests).
+
+// Job is one stateful verification. On a private copy of the pristine
+// database it runs Setup, then Prior, then Predicted; then it decides by
+// Tests (Python, through a PyRunner) when there are any, else by Checks,
+// else by the last statement's result as Check does; then it runs Cleanup;
+// and it leaves nothing behind: the next Job on the same database sees the
+// pristine database again, whatever this one did.
+type Job struct {
+	// Key identifies the reference side of the job (the record and the
+	// prior statements): results computed from the reference, such as the
+	// expected rows of Checks, may be cached under it.
+	Key string
+	// Setup are statements the environment runs first (BIRD-Interact's
+	// preprocess_sql). They belong to the corpus: if one fails the job
+	// fails with an error, not a verdict.
+	Setup []string
+	// Prior are statements accepted in an earlier phase of the same
+	// episode (a follow-up is verified on the state its phase 1 left).
+	// They succeeded when they were accepted, on the same pristine state,
+	// so a failure here is the environment's (an error).
+	Prior []string
+	// Predicted is the policy's SQL: one or more statements, run in order.
+	// Any failure is the policy's (a failed verdict with Err set).
+	Predicted string
+	// Reference are the reference statements: Python tests receive them as
+	// sol_sqls; Checks compare with the state they leave.
+	Reference []string
+	// Checks are test queries (read-only): after Predicted, each one's rows
+	// must equal, under Policy, its rows after Reference (computed on
+	// another private copy, and cacheable under Key).
+	Checks []string
+	// Tests are BIRD-Interact test_case(pred_sqls, sol_sqls, db_name, conn)
+	// functions, Python source; a job with Tests needs a PyRunner.
+	Tests []string
+	// Cleanup are statements the environment runs last (BIRD-Interact's
+	// clean_up_sqls); like Setup, their failure is an error.
+	Cleanup []string
+	// Policy compares results (Checks', or the last statements').
+	Policy Policy
+	// Limits bound each statement (time, rows, bytes, memory); the whole
+	// job is bounded by Deadline too.
+	Limits Limits
+	// Deadline bounds the whole job, tests included (0: no bound beyond
+	// ctx and the per-statement limits).
+	Deadline time.Duration
+}
+
+// Stateful is an engine that can verify Jobs. Verify returns a Verdict for
+// whatever the policy's SQL did (wrong state, failed statement, a failed
+// test) and an error only when the environment failed: the database or a
+// test worker unavailable, Setup, Prior or Cleanup failing, a test worker
+// that crashed or hung outside SQL, no private copy within the wait bound
+// (KindBusy), ctx ended. Concurrent Verify calls never see each other's
+// changes and never wait on each other's locks.
+type Stateful interface {
+	Verify(ctx context.Context, j Job) (Verdict, error)
+}
+
+// PyJob is a Job's Python part, as a PyRunner gets it: the whole
+// verification runs in the worker on one connection, as BIRD-Interact's
+// harness runs it (Setup, Prior, then the predicted statements, then each
+// test, then Cleanup), inside one transaction the worker always rolls back.
+type PyJob struct {
+	// DSN connects to the private copy (a libpq connection string or URL).
+	DSN string
+	// DBName is the database's name as the tests see it (db_name).
+	DBName string
+	// Setup, Prior and Cleanup are as in Job (their failure is an error).
+	Setup, Prior, Cleanup []string
+	// Predicted are the policy's statements (pred_sqls); Reference the
+	// reference statements (sol_sqls).
+	Predicted, Reference []string
+	// Tests are the test_case functions' source.
+	Tests []string
+	// StatementTimeout bounds each statement the job runs (the tests'
+	// included); Deadline the whole job.
+	StatementTimeout, Deadline time.Duration
+	// MaxRows bounds the rows a test's query may return.
+	MaxRows int
+}
+
+// PyResult is what a PyRunner reports for a job that ran.
+type PyResult struct {
+	// Passed is true when the predicted statements ran and every test
+	// passed.
+	Passed bool
+	// Reason explains a failure: the predicted statement's error, or the
+	// failing test's assertion message or exception, as feedback.
+	Reason string
+	// Kind classifies a failure of the predicted statements (KindSyntax,
+	// KindTimeout, KindExecution, ...); 0 for a failed test.
+	Kind ErrorKind
+	// Broken, when set, says that a test itself is broken, whatever the
+	// policy did (its source does not compile, it uses a name that is
+	// neither a helper nor a builtin): a corpus problem, which corpus check
+	// reports; the verification has no verdict (an ERROR when serving).
+	Broken string
+}
+
+// PyRunner runs BIRD-Interact's Python tests. Run returns an error only
+// when the environment failed (no worker, a worker that crashed or hung
+// outside SQL and was replaced, the database unreachable, Setup, Prior or
+// Cleanup failing); what the policy's SQL did is in the PyResult.
+type PyRunner interface {
+	Run(ctx context.Context, j PyJob) (PyResult, error)
+}
