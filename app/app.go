@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +27,7 @@ import (
 	"avtgym/server"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/postgres"
+	"avtgym/sqlexec/pytests"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -59,16 +62,74 @@ type Config struct {
 	Lanes sqlexec.LaneOptions
 	// ShutdownGrace is how long shutdown waits for calls in flight.
 	ShutdownGrace time.Duration
+	// DrainDelay is how long, after SIGTERM, the server keeps taking work
+	// with health already NOT_SERVING (for load balancers to notice).
+	DrainDelay time.Duration
+	// DrainHookTimeout bounds the drain hooks (OnDrain) together; zero
+	// means 10 seconds.
+	DrainHookTimeout time.Duration
 	// Logger receives logs; nil means none.
 	Logger *zap.Logger
+
+	// TLSCert and TLSKey are the server's PEM certificate chain and key;
+	// both empty means plaintext.
+	TLSCert, TLSKey string
+	// ClientCA is the PEM CA of client certificates: every client must
+	// present one it signed (mutual TLS). Needs TLSCert.
+	ClientCA string
+	// AuthFile names the principals file (server.LoadPrincipals): every
+	// call but health's must then carry a principal's bearer token (or
+	// client certificate).
+	AuthFile string
+	// InsecureListenAny lets listeners that authenticate nobody (the gRPC
+	// listener without AuthFile or ClientCA; the metrics and pprof
+	// listeners always) bind a non-loopback address.
+	InsecureListenAny bool
+	// HealthListen is the address of the plaintext probe port (health
+	// only, no credentials); empty disables it.
+	HealthListen string
+	// PprofListen is the address of the net/http/pprof endpoints; empty
+	// disables them.
+	PprofListen string
+	// NoReflection turns the reflection service off.
+	NoReflection bool
+	// MaxInFlight and MaxInFlightPerPrincipal bound the work in flight
+	// (server.Options); zero means no bound.
+	MaxInFlight, MaxInFlightPerPrincipal int
+	// MaxConcurrentStreams, MaxConnectionAge, MaxConnectionAgeGrace and
+	// KeepaliveMinTime manage connections (server.Options).
+	MaxConcurrentStreams  uint32
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	KeepaliveMinTime      time.Duration
+	// AccessLogEvery samples the access log (server.Options).
+	AccessLogEvery int
+	// OTLPEndpoint, when set, sends traces to this OTLP/gRPC collector
+	// (host:port); OTLPInsecure sends them without TLS; TraceSample is the
+	// fraction of root calls traced (a call whose client sampled it is
+	// always traced).
+	OTLPEndpoint string
+	OTLPInsecure bool
+	TraceSample  float64
+	// EpisodeLog, when set, is the directory of the episode log
+	// (server.EpisodeLog); EpisodeLogMaxBytes rotates its files.
+	EpisodeLog         string
+	EpisodeLogMaxBytes int64
 
 	// OracleLLM is the endpoint of the LLM oracles (llm, llm_scoped and
 	// their hybrids, hybrid and hybrid_scoped); an empty BaseURL leaves
 	// them unavailable.
 	OracleLLM llm.Config
-	// OracleRejectLeaks makes the LLM oracle regenerate replies that quote
-	// reference SQL or unmentioned schema identifiers.
+	// OracleRejectLeaks makes the scoped LLM oracle, too, regenerate
+	// replies that quote reference SQL or unmentioned schema identifiers
+	// (the unfiltered oracle does by default: oracle.LLMOptions).
 	OracleRejectLeaks bool
+	// OracleAllowLeaks turns the LLM oracles' leak rejection off, the
+	// unfiltered oracle's too (issue 21).
+	OracleAllowLeaks bool
+	// OracleMaxTokens is the completion limit of each LLM-oracle stage (0:
+	// oracle.DefaultOracleMaxTokens).
+	OracleMaxTokens int
 	// TestOracles serves the deliberately leaky test oracles of package
 	// oracletest (ORACLE_TYPE_TEST_LEAKY_RESPONDER and
 	// ORACLE_TYPE_TEST_CREDIT_ALL), fixtures for the leakage diagnostics;
@@ -116,8 +177,32 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("TLS needs both --tls-cert and --tls-key")
+	}
+	if c.ClientCA != "" && c.TLSCert == "" {
+		return fmt.Errorf("--client-ca (mutual TLS) needs --tls-cert and --tls-key")
+	}
+	if c.MaxInFlight < 0 || c.MaxInFlightPerPrincipal < 0 {
+		return fmt.Errorf("in-flight limits must not be negative")
+	}
+	if c.DrainDelay < 0 || c.ShutdownGrace < 0 || c.DrainHookTimeout < 0 || c.MaxConnectionAge < 0 || c.MaxConnectionAgeGrace < 0 || c.KeepaliveMinTime < 0 {
+		return fmt.Errorf("durations must not be negative")
+	}
+	if c.DrainHookTimeout == 0 {
+		c.DrainHookTimeout = 10 * time.Second
+	}
+	if c.TraceSample < 0 || c.TraceSample > 1 {
+		return fmt.Errorf("trace sample must be within 0..1")
+	}
+	if c.OTLPEndpoint != "" && c.TraceSample == 0 {
+		c.TraceSample = 1
+	}
 	return nil
 }
+
+// authenticated reports whether the gRPC listener authenticates callers.
+func (c *Config) authenticated() bool { return c.AuthFile != "" || c.ClientCA != "" }
 
 // App is an assembled server, ready to serve.
 type App struct {
@@ -126,10 +211,58 @@ type App struct {
 	Env     *env.Env
 	Server  *server.Server
 	Metrics *server.Metrics
+	// EpisodeLog is the episode log; nil without Config.EpisodeLog.
+	EpisodeLog *server.EpisodeLog
+	// Addrs are the bound addresses, set by Serve before it calls ready.
+	Addrs   Addrs
 	cfg     Config
 	corpora []*corpus.Corpus
 	cache   *llm.FileCache
 	pg      *postgres.Server
+	py      *pytests.Pool
+	tracing *tracing
+
+	hookMu    sync.Mutex
+	hooks     []func(context.Context) error
+	hooksOnce sync.Once
+}
+
+// Addrs are the addresses an App listens on ("" for a listener that is
+// off).
+type Addrs struct {
+	GRPC, Metrics, Pprof, Health string
+}
+
+// OnDrain registers f to run when the server has drained (after the calls
+// in flight ended, or were cut at the grace period), before the process
+// exits: the place to stop helper processes (test workers) and flush what
+// they hold. Hooks run one after another, in the order registered, under
+// one context that ends after Config.DrainHookTimeout; an error is logged.
+// If Serve is never called, Close runs them.
+func (a *App) OnDrain(f func(ctx context.Context) error) {
+	a.hookMu.Lock()
+	defer a.hookMu.Unlock()
+	a.hooks = append(a.hooks, f)
+}
+
+// runDrainHooks runs the drain hooks, once.
+func (a *App) runDrainHooks() {
+	a.hooksOnce.Do(func() {
+		a.hookMu.Lock()
+		hooks := append([]func(context.Context) error(nil), a.hooks...)
+		a.hookMu.Unlock()
+		if len(hooks) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.DrainHookTimeout)
+		defer cancel()
+		for i, f := range hooks {
+			if err := f(ctx); err != nil {
+				a.cfg.Logger.Error("drain hook failed", zap.Int("hook", i), zap.Error(err))
+			}
+		}
+		a.cfg.Logger.Info("drain hooks done", zap.Int("hooks", len(hooks)))
+	})
 }
 
 // New loads the corpora and builds the server.
@@ -147,6 +280,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, Lanes: sqlexec.NewLanes(cfg.Lanes)}
+	// The Python test workers of Management tasks start on first use (a
+	// corpus without Python tests runs no Python) and stop on drain.
+	a.py, err = pytests.New(pytests.Config{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a.OnDrain(a.py.Close)
 	if cfg.PostgresURL != "" {
 		// One connection (and one policy role) for every corpus.
 		a.pg, err = postgres.Connect(ctx, cfg.PostgresURL)
@@ -158,7 +298,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 	}
 	if len(cfg.Corpora) == 0 {
-		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes})
+		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes, PyRunner: a.py})
 		if err != nil {
 			return nil, fmt.Errorf("demo corpus: %w", err)
 		}
@@ -166,7 +306,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	for _, dir := range cfg.Corpora {
 		start := time.Now()
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes, Postgres: a.pg})
+		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes, Postgres: a.pg, PyRunner: a.py})
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("corpus %s: %w", dir, err)
@@ -197,7 +337,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
-	sopt := server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace}
+	sopt := server.Options{Logger: log, Metrics: a.Metrics, ShutdownGrace: cfg.ShutdownGrace, DrainDelay: cfg.DrainDelay,
+		MaxInFlight: cfg.MaxInFlight, MaxInFlightPerPrincipal: cfg.MaxInFlightPerPrincipal,
+		MaxConcurrentStreams: cfg.MaxConcurrentStreams, MaxConnectionAge: cfg.MaxConnectionAge, MaxConnectionAgeGrace: cfg.MaxConnectionAgeGrace,
+		KeepaliveMinTime: cfg.KeepaliveMinTime, NoReflection: cfg.NoReflection, AccessLogEvery: cfg.AccessLogEvery}
+	if err := a.frontDoor(ctx, &sopt); err != nil {
+		a.Close()
+		return nil, err
+	}
 	if cfg.OracleLLM.BaseURL != "" || cfg.SolverLLM.BaseURL != "" {
 		// Model-bound steps wait on the endpoint: let a batch keep enough
 		// of them in flight to fill the models' concurrency limits.
@@ -243,40 +390,112 @@ func loadKey(cfg Config, log *zap.Logger) ([]byte, error) {
 	return key, nil
 }
 
-// Serve listens on cfg.Listen (and cfg.MetricsListen) and serves until ctx
-// ends. ready, when not nil, receives the bound gRPC address once
-// listening (useful with port 0).
+// Serve listens on cfg.Listen (and the metrics, pprof and probe
+// addresses that are set) and serves until ctx ends; then it drains (see
+// server.Server.Serve), runs the drain hooks, flushes traces, closes the
+// episode log and returns nil. ready, when not nil, receives the bound
+// gRPC address once listening (useful with port 0). A listener that
+// authenticates nobody must be on a loopback address unless
+// cfg.InsecureListenAny.
 func (a *App) Serve(ctx context.Context, ready func(addr net.Addr)) error {
-	lis, err := net.Listen("tcp", a.cfg.Listen)
+	log := a.cfg.Logger
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	lis, err := a.listen(a.cfg.Listen, "--listen", a.cfg.authenticated())
 	if err != nil {
 		return err
 	}
-	log := a.cfg.Logger
+	fail := func(err error) error { lis.Close(); return err }
 	if a.cfg.MetricsListen != "" {
-		mlis, err := net.Listen("tcp", a.cfg.MetricsListen)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("metrics: %w", err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", a.Metrics.Handler())
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := hs.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", zap.Error(err))
-			}
-		}()
-		defer hs.Close()
-		log.Info("metrics", zap.String("addr", "http://"+mlis.Addr().String()+"/metrics"))
+		addr, stop, err := a.serveHTTP(a.cfg.MetricsListen, "--metrics-listen", mux)
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, stop)
+		a.Addrs.Metrics = addr
+		log.Info("metrics", zap.String("addr", "http://"+addr+"/metrics"))
+	}
+	if a.cfg.PprofListen != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		addr, stop, err := a.serveHTTP(a.cfg.PprofListen, "--pprof-listen", mux)
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, stop)
+		a.Addrs.Pprof = addr
+		log.Info("pprof", zap.String("addr", "http://"+addr+"/debug/pprof/"))
+	}
+	if a.cfg.HealthListen != "" {
+		// Health only, no credentials: any address is allowed.
+		hlis, err := net.Listen("tcp", a.cfg.HealthListen)
+		if err != nil {
+			return fail(fmt.Errorf("--health-listen: %w", err))
+		}
+		probe := a.Server.ProbeServer()
+		go func() { _ = probe.Serve(hlis) }()
+		closers = append(closers, probe.Stop)
+		a.Addrs.Health = hlis.Addr().String()
+		log.Info("health probe", zap.String("addr", a.Addrs.Health))
 	}
 	for _, c := range a.corpora {
 		log.Info("serving corpus", zap.String("name", c.Name), zap.Int("tasks", len(c.Tasks)), zap.Int("avts", c.AVTCount()))
 	}
-	log.Info("serving", zap.String("addr", lis.Addr().String()))
+	log.Info("front door", zap.Bool("tls", a.cfg.TLSCert != ""), zap.Bool("mutual_tls", a.cfg.ClientCA != ""), zap.Bool("auth_file", a.cfg.AuthFile != ""),
+		zap.Int("max_inflight", a.cfg.MaxInFlight), zap.Int("max_inflight_per_principal", a.cfg.MaxInFlightPerPrincipal),
+		zap.Bool("tracing", a.tracing != nil), zap.Bool("episode_log", a.EpisodeLog != nil))
+	a.Addrs.GRPC = lis.Addr().String()
+	log.Info("serving", zap.String("addr", a.Addrs.GRPC))
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	return a.Server.Serve(ctx, lis)
+	err = a.Server.Serve(ctx, lis)
+	a.runDrainHooks()
+	a.closeOutputs()
+	log.Info("stopped")
+	return err
+}
+
+// closeOutputs flushes the traces and closes the episode log (idempotent).
+func (a *App) closeOutputs() {
+	if a.tracing != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.tracing.shutdown(ctx); err != nil {
+			a.cfg.Logger.Warn("flushing traces", zap.Error(err))
+		}
+		cancel()
+	}
+	if a.EpisodeLog != nil {
+		if err := a.EpisodeLog.Close(); err != nil {
+			a.cfg.Logger.Error("closing the episode log", zap.Error(err))
+		}
+	}
+}
+
+// serveHTTP serves h on addr, a listener that authenticates nobody; it
+// returns the bound address and the function that stops it.
+func (a *App) serveHTTP(addr, flag string, h http.Handler) (string, func(), error) {
+	lis, err := a.listen(addr, flag, false)
+	if err != nil {
+		return "", nil, err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.cfg.Logger.Error("http server", zap.String("flag", flag), zap.Error(err))
+		}
+	}()
+	return lis.Addr().String(), func() { hs.Close() }, nil
 }
 
 // wireModels adds the LLM oracles and the LLM solver that cfg configures,
@@ -313,8 +532,10 @@ func (a *App) wireModels(ecfg *env.Config) error {
 			}
 		}
 		schema := func(r *corpus.Record) string { return schemas[r] }
-		unfiltered := oracle.NewLLM(client, oracle.LLMOptions{Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
-		scoped := oracle.NewLLM(client, oracle.LLMOptions{Scoped: true, Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, Version: oc.Version})
+		opt := oracle.LLMOptions{Schema: schema, RejectLeaks: cfg.OracleRejectLeaks, AllowLeaks: cfg.OracleAllowLeaks, MaxTokens: cfg.OracleMaxTokens, Version: oc.Version}
+		unfiltered := oracle.NewLLM(client, opt)
+		opt.Scoped = true
+		scoped := oracle.NewLLM(client, opt)
 		// Each LLM oracle is the pair Oracle{Matcher: l, Responder: l},
 		// and each has its own hybrid: its own matcher (the same *LLM,
 		// sharing its client and cache, so both see the same stage-1
@@ -340,8 +561,11 @@ func (a *App) wireModels(ecfg *env.Config) error {
 	return nil
 }
 
-// Close closes the corpora and the response cache.
+// Close runs the drain hooks if Serve did not, flushes traces, closes the
+// episode log, the corpora and the response cache.
 func (a *App) Close() error {
+	a.runDrainHooks()
+	a.closeOutputs()
 	var errs []error
 	if a.cache != nil {
 		errs = append(errs, a.cache.Close())

@@ -13,6 +13,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -57,6 +58,12 @@ const (
 	// resolution of a record on its database (paraphrase.go). Unit: a
 	// record.
 	Leak Check = "public_leak"
+	// FollowUp: a record's follow-up reference passes its own verifier on
+	// the state the record's phase-1 reference leaves (PROTOCOL.md §8):
+	// BIRD-Interact's preparation — the record's setup, its reference and
+	// cleanup — then the follow-up's tests, checks or result comparison.
+	// Records without a follow-up are skipped. Unit: a record.
+	FollowUp Check = "follow_up"
 	// Context: the record's base prompts (no question, no dialogue) fit
 	// the model contexts given in Options: each LLM oracle stage and the
 	// LLM solver's (with its schema cut). Skipped when no context is
@@ -65,7 +72,7 @@ const (
 )
 
 // Checks lists the checks in table order.
-var Checks = []Check{Reference, Cross, Oracle, Leak, Context}
+var Checks = []Check{Reference, Cross, Oracle, FollowUp, Leak, Context}
 
 // DefaultMinResolutionLen is the shortest resolution text (in bytes, after
 // normalisation) that the leak check searches for: shorter ones ("Yes.",
@@ -218,6 +225,7 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 		units = append(units,
 			func(ctx context.Context) result { return a.checkReference(ctx, t) },
 			func(ctx context.Context) result { return a.checkOracle(ctx, t) },
+			func(ctx context.Context) result { return a.checkFollowUp(ctx, t) },
 			func(ctx context.Context) result { return a.checkLeak(t) },
 		)
 	}
@@ -407,6 +415,11 @@ func (a *auditor) checkCross(ctx context.Context, ti, tj *corpus.Task) result {
 		return failed(Cross, ti, "the reference of %s (%q) is identical to this record's (white space normalised): the interpretations cannot be told apart",
 			tj.ID, tj.Interpretation)
 	}
+	if ti.Stateful() || tj.Stateful() {
+		// A state-changing reference has no result of its own to compare
+		// raw: the verifier's verdict alone decides.
+		return a.crossByVerifier(ctx, ti, tj)
+	}
 	ri, err := a.raw.get(ctx, ti.DB, ti, a.opt.Limits)
 	if err != nil {
 		return failed(Cross, ti, "the reference of %s does not run: %v", ti.ID, err)
@@ -433,6 +446,51 @@ func (a *auditor) checkCross(ctx context.Context, ti, tj *corpus.Task) result {
 			tj.ID, tj.Interpretation, len(rj.rows), len(ri.rows), firstDiff(rj.rows, ri.rows))
 	}
 	return result{check: Cross, verdict: pass}
+}
+
+// crossByVerifier fails the pair when ti's verifier accepts tj's
+// reference (stateful records: their checks or tests decide).
+func (a *auditor) crossByVerifier(ctx context.Context, ti, tj *corpus.Task) result {
+	v, _, problem := a.submit(ctx, ti, tj.ReferenceSQL)
+	if problem != "" {
+		return failed(Cross, ti, "submitting the reference of %s: %s", tj.ID, problem)
+	}
+	if v != 0 {
+		return failed(Cross, ti, "the verifier accepts the reference of %s (%q): its checks or tests cannot tell the interpretations apart", tj.ID, tj.Interpretation)
+	}
+	return result{check: Cross, verdict: pass}
+}
+
+// checkFollowUp verifies t's follow-up reference on the state t's
+// reference leaves (PROTOCOL.md §8).
+func (a *auditor) checkFollowUp(ctx context.Context, t *corpus.Task) result {
+	fu := t.FollowUp
+	if fu == nil {
+		return result{check: FollowUp, verdict: skip}
+	}
+	ref := strings.Join(fu.Reference.SQL, ";\n")
+	var (
+		v   sqlexec.Verdict
+		err error
+	)
+	switch {
+	case t.FollowUpStateful() && t.DB.Stateful == nil:
+		return failed(FollowUp, t, "the follow-up needs a stateful verification, and database %q has no stateful verifier", t.Record.DB)
+	case t.FollowUpStateful():
+		v, err = t.DB.Stateful.Verify(ctx, t.FollowUpJob(t.Reference.SQL, ref, a.opt.Limits))
+	default:
+		v, err = sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey+"\x00follow_up", t.FollowUpPolicy, ref, ref, a.opt.Limits)
+	}
+	var se *sqlexec.Error
+	switch {
+	case errors.As(err, &se):
+		return failed(FollowUp, t, "the follow-up's reference does not run: %v", se)
+	case err != nil:
+		return failed(FollowUp, t, "verifying the follow-up's reference: %v", err)
+	case !v.Success:
+		return failed(FollowUp, t, "the follow-up's reference fails its own verifier on the state phase 1 leaves: %s", v.Reason)
+	}
+	return result{check: FollowUp, verdict: pass}
 }
 
 // normSQL normalises a reference for the identity test: runs of white

@@ -81,10 +81,11 @@ func TestTinyPasses(t *testing.T) {
 		Cross:     {Checked: 2, Passed: 2}, // (top-a, top-b) and (top-b, top-a)
 		Oracle:    {Checked: 5, Passed: 4, Skipped: 1},
 		Leak:      {Checked: 5, Passed: 5},
+		FollowUp:  {Checked: 5, Skipped: 5}, // no follow-ups
 	})
-	// 5 records × 3 per-record checks + 2 pairs.
-	if calls != 17 || last != 17 || total != 17 {
-		t.Errorf("progress: %d calls, last %d/%d, want 17 calls ending 17/17", calls, last, total)
+	// 5 records × 4 per-record checks + 2 pairs.
+	if calls != 22 || last != 22 || total != 22 {
+		t.Errorf("progress: %d calls, last %d/%d, want 22 calls ending 22/22", calls, last, total)
 	}
 	var b bytes.Buffer
 	r.WriteTable(&b)
@@ -366,4 +367,21 @@ func TestParaphraseFindsDemoPastes(t *testing.T) {
 	if n != 81 {
 		t.Errorf("%d demo resolutions searched in paraphrase, want 81", n)
 	}
+}
+
+// TestFollowUpCheck: a record's follow-up reference must pass its own
+// verifier (a Query phase 1 leaves the database as loaded); one that does
+// not run fails the follow_up check on the record's line.
+func TestFollowUpCheck(t *testing.T) {
+	good := `,"follow_up":{"request":"And how many of them?","reference":{"sql":"SELECT COUNT(*) FROM sales WHERE amount >= 100 AND year = 2024"},"category":"Query"}}`
+	bad := `,"follow_up":{"request":"And the rest?","reference":{"sql":"SELECT missing FROM nowhere"},"category":"Query"}}`
+	c := load(t, func(records string) string {
+		lines := strings.Split(strings.TrimSpace(records), "\n")
+		lines[2] = strings.TrimSuffix(lines[2], "}") + good // big, line 3
+		lines[4] = strings.TrimSuffix(lines[4], "}") + bad  // count, line 5
+		return strings.Join(lines, "\n") + "\n"
+	})
+	r := run(t, c)
+	wantCounts(t, r, map[Check]Count{FollowUp: {Checked: 5, Passed: 1, Failed: 1, Skipped: 3}})
+	wantFindings(t, r, FollowUp, []int{5}, []string{"no such table: nowhere"})
 }

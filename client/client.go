@@ -1,16 +1,25 @@
 // Package client is the Go client of an avtgym server: a connection whose
-// calls are retried on UNAVAILABLE (safe, because resets and steps are
-// idempotent on the episode token). Episodes are played through package
-// driver (driver.Remote(c.Env)); the Python client lives in client/python.
+// calls are retried when the server says a retry may succeed (safe,
+// because resets and steps are idempotent on the episode token), with TLS
+// and a bearer token when the server asks for them. Episodes are played
+// through package driver (driver.Remote(c.Env)); the Python client lives
+// in client/python.
 package client
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -20,17 +29,52 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 )
 
+// The environment variables that Dial reads when Options leave TLS and
+// the token unset (and Options.NoEnv is false); the Python client reads
+// the same ones. They let every command and trainer reach a server that
+// requires TLS or a token without a flag of its own.
+const (
+	// EnvToken holds a bearer token.
+	EnvToken = "AVTGYM_TOKEN"
+	// EnvTokenFile names a file holding a bearer token (surrounding
+	// whitespace is ignored).
+	EnvTokenFile = "AVTGYM_TOKEN_FILE"
+	// EnvTLS set to 1 or true connects with TLS, verifying the server
+	// against the system's roots.
+	EnvTLS = "AVTGYM_TLS"
+	// EnvTLSCA names a PEM file of the CA that signed the server's
+	// certificate (implies TLS).
+	EnvTLSCA = "AVTGYM_TLS_CA"
+	// EnvTLSCert and EnvTLSKey name the client's PEM certificate and key,
+	// for mutual TLS (imply TLS).
+	EnvTLSCert = "AVTGYM_TLS_CERT"
+	EnvTLSKey  = "AVTGYM_TLS_KEY"
+	// EnvTLSServerName overrides the name checked in the server's
+	// certificate.
+	EnvTLSServerName = "AVTGYM_TLS_SERVER_NAME"
+)
+
 // Options configure a client.
 type Options struct {
-	// Attempts is how many times a call is tried when the server is
-	// UNAVAILABLE; 0 means 5, 1 disables retries.
+	// Attempts is how many times a call is tried when the server says a
+	// retry may succeed; 0 means 5, 1 disables retries.
 	Attempts int
-	// Backoff is the first wait between attempts; it doubles each time,
-	// with jitter, up to one second. Zero means 50 ms.
+	// Backoff is the first wait between attempts of a call that failed
+	// with UNAVAILABLE and no RetryInfo; it doubles each time, with
+	// jitter, up to one second. Zero means 50 ms.
 	Backoff time.Duration
 	// CallTimeout, when positive, bounds each call that has no earlier
 	// deadline of its own.
 	CallTimeout time.Duration
+	// TLS, when set, connects with TLS (TLSFiles builds one from PEM
+	// files); nil means plaintext, unless the environment says otherwise.
+	TLS *tls.Config
+	// Token is a bearer token sent with every call ("authorization:
+	// Bearer TOKEN"); empty means none, unless the environment has one.
+	Token string
+	// NoEnv ignores the AVTGYM_TOKEN* and AVTGYM_TLS* environment
+	// variables.
+	NoEnv bool
 	// DialOptions are added to the connection's options.
 	DialOptions []grpc.DialOption
 	// Sleep waits d between attempts, returning early with ctx's error;
@@ -54,16 +98,93 @@ func sleep(ctx context.Context, d time.Duration) error {
 // Client is a connection to one avtgym server (or a load balancer in front
 // of replicas sharing a token key).
 type Client struct {
-	// Env is the EnvService client; its calls are retried on UNAVAILABLE.
+	// Env is the EnvService client; its calls are retried (see Dial).
 	Env pb.EnvServiceClient
+	// Oracle is the OracleService client, retried the same way.
+	Oracle pb.OracleServiceClient
 	// Health is the standard health client.
 	Health healthpb.HealthClient
 	conn   *grpc.ClientConn
 }
 
-// Dial connects to addr (host:port) without TLS, as servers on a trusted
-// network or loopback are run. The connection is lazy: the first call
-// connects.
+// TLSFiles builds a client TLS configuration from PEM files: the CA that
+// signed the server's certificate (empty: the system's roots), the
+// client's certificate and key for mutual TLS (both or neither), and the
+// name to check in the server's certificate (empty: the host dialled).
+func TLSFiles(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TLS CA %s: no PEM certificate in it", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("a client certificate needs both its certificate and its key")
+	}
+	if certFile != "" {
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return cfg, nil
+}
+
+// fromEnv fills TLS and Token from the environment where they are unset.
+func (o *Options) fromEnv() error {
+	if o.NoEnv {
+		return nil
+	}
+	if o.Token == "" {
+		o.Token = os.Getenv(EnvToken)
+		if f := os.Getenv(EnvTokenFile); o.Token == "" && f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return fmt.Errorf("%s: %w", EnvTokenFile, err)
+			}
+			o.Token = strings.TrimSpace(string(b))
+		}
+	}
+	if o.TLS == nil {
+		ca, cert, key := os.Getenv(EnvTLSCA), os.Getenv(EnvTLSCert), os.Getenv(EnvTLSKey)
+		on := os.Getenv(EnvTLS)
+		if ca != "" || cert != "" || on == "1" || strings.EqualFold(on, "true") {
+			t, err := TLSFiles(ca, cert, key, os.Getenv(EnvTLSServerName))
+			if err != nil {
+				return fmt.Errorf("AVTGYM_TLS*: %w", err)
+			}
+			o.TLS = t
+		}
+	}
+	return nil
+}
+
+// bearer sends a token with every call.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false without TLS: a token may be sent in
+// clear to a server on loopback or inside an encrypted network (the
+// server warns about it).
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
+
+// Dial connects to addr (host:port): plaintext, or TLS when Options.TLS
+// (or the environment) says so, with a bearer token when there is one.
+// The connection is lazy: the first call connects. Every call is retried
+// (see retry) within its deadline.
 func Dial(addr string, opt Options) (*Client, error) {
 	if opt.Attempts == 0 {
 		opt.Attempts = 5
@@ -74,17 +195,27 @@ func Dial(addr string, opt Options) (*Client, error) {
 	if opt.Sleep == nil {
 		opt.Sleep = sleep
 	}
-	dopts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	if err := opt.fromEnv(); err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if opt.TLS != nil {
+		creds = credentials.NewTLS(opt.TLS)
+	}
+	dopts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(retry(opt)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20), grpc.ForceCodecV2(grpcpool.Codec{})),
 		experimental.WithBufferPool(grpcpool.Shared),
-	}, opt.DialOptions...)
-	conn, err := grpc.NewClient(addr, dopts...)
+	}
+	if opt.Token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: opt.TLS != nil}))
+	}
+	conn, err := grpc.NewClient(addr, append(dopts, opt.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Env: pb.NewEnvServiceClient(conn), Health: healthpb.NewHealthClient(conn), conn: conn}, nil
+	return &Client{Env: pb.NewEnvServiceClient(conn), Oracle: pb.NewOracleServiceClient(conn), Health: healthpb.NewHealthClient(conn), conn: conn}, nil
 }
 
 // Conn returns the underlying connection.
@@ -93,9 +224,42 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// retry retries calls that fail with UNAVAILABLE with jittered exponential
-// backoff, within the call's deadline. Every EnvService call may be
-// repeated: a step is a pure function of the token and the action.
+// retryAfter says whether a failed call may succeed if sent again, and
+// after how long the server asked to wait (its RetryInfo delay; negative
+// when it gave none): UNAVAILABLE (the transport failed, or the server is
+// draining: DRAINING), and RESOURCE_EXHAUSTED with reason OVERLOADED
+// (admission control refused the call) or VERIFIER_BUSY (no query slot).
+// Other RESOURCE_EXHAUSTED reasons (a request or response too large) would
+// fail again.
+func retryAfter(err error) (bool, time.Duration) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false, -1
+	}
+	reason, delay := "", time.Duration(-1)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		case *errdetails.RetryInfo:
+			delay = max(d.GetRetryDelay().AsDuration(), 0)
+		}
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return true, delay
+	case codes.ResourceExhausted:
+		return reason == pb.ErrorReason_OVERLOADED.String() || reason == pb.ErrorReason_VERIFIER_BUSY.String(), delay
+	}
+	return false, -1
+}
+
+// retry retries the calls retryAfter allows, within the call's deadline:
+// after the server's RetryInfo delay plus up to 10% jitter (so that many
+// clients told the same delay do not all come back at once), or, without
+// one, with jittered exponential backoff. Every EnvService and
+// OracleService call may be repeated: a step is a pure function of the
+// token and the action, and a refused call was not run.
 func retry(opt Options) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
 		if _, has := ctx.Deadline(); !has && opt.CallTimeout > 0 {
@@ -103,17 +267,21 @@ func retry(opt Options) grpc.UnaryClientInterceptor {
 			ctx, cancel = context.WithTimeout(ctx, opt.CallTimeout)
 			defer cancel()
 		}
-		wait := opt.Backoff
+		backoff := opt.Backoff
 		for attempt := 1; ; attempt++ {
 			err := invoker(ctx, method, req, reply, cc, callOpts...)
-			if status.Code(err) != codes.Unavailable || attempt >= opt.Attempts {
+			again, delay := retryAfter(err)
+			if !again || attempt >= opt.Attempts {
 				return err
 			}
-			jittered := wait/2 + rand.N(wait/2+1)
-			if opt.Sleep(ctx, jittered) != nil {
+			wait := backoff/2 + rand.N(backoff/2+1)
+			if delay >= 0 {
+				wait = delay + rand.N(delay/10+1)
+			}
+			if opt.Sleep(ctx, wait) != nil {
 				return err
 			}
-			wait = min(2*wait, time.Second)
+			backoff = min(2*backoff, time.Second)
 		}
 	}
 }

@@ -4,9 +4,12 @@
 package corpus
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"avtgym/sqlexec"
@@ -43,6 +46,10 @@ type DB struct {
 	Engine sqlexec.Engine
 	// Schema is the public schema text (the manifest's, or derived).
 	Schema string
+	// Stateful verifies the database's Management records, each on a
+	// private copy of the pristine database; nil when the corpus has none
+	// on this database.
+	Stateful sqlexec.Stateful
 }
 
 // Task is a record as served: the record with its database, the resolved
@@ -62,6 +69,9 @@ type Task struct {
 	Policy sqlexec.Policy
 	// ReferenceSQL is the reference statements joined into one text.
 	ReferenceSQL string
+	// FollowUpPolicy is the follow-up's resolved comparison policy (when
+	// the record has a follow-up).
+	FollowUpPolicy sqlexec.Policy
 	// RefKey is the task's key in the corpus's reference cache.
 	RefKey string
 	// PublicKnowledge is the database's knowledge base minus the entries
@@ -105,7 +115,13 @@ func (c *Corpus) Splits() []string {
 func (c *Corpus) Close() error {
 	var first error
 	for _, id := range c.dbOrder {
-		if err := c.dbs[id].Engine.Close(); err != nil && first == nil {
+		db := c.dbs[id]
+		if cl, ok := db.Stateful.(interface{ Close() error }); ok {
+			if err := cl.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		if err := db.Engine.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -164,3 +180,75 @@ func (e *ValidationError) Error() string {
 }
 
 func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+// Job is the stateful verification of predicted on t, a Management record
+// (PROTOCOL.md §4): on a private copy of its database, t's setup, then
+// prior (the statements an earlier phase of the episode accepted), then
+// predicted, decided by t's tests or checks, then t's cleanup. Each
+// statement is bounded by lim; the whole job by one statement time per
+// statement group and per test.
+func (t *Task) Job(prior []string, predicted string, lim sqlexec.Limits) sqlexec.Job {
+	key := t.RefKey
+	if len(prior) > 0 {
+		h := sha256.New()
+		for _, s := range prior {
+			h.Write([]byte(s))
+			h.Write([]byte{0})
+		}
+		key += "\x00prior:" + hex.EncodeToString(h.Sum(nil))
+	}
+	steps := 4 + len(t.Reference.Checks) + len(t.Reference.Tests)
+	return sqlexec.Job{
+		Key:       key,
+		Setup:     t.Reference.Setup,
+		Prior:     prior,
+		Predicted: predicted,
+		Reference: t.Reference.SQL,
+		Checks:    t.Reference.Checks,
+		Tests:     t.Reference.Tests,
+		Cleanup:   t.Reference.Cleanup,
+		Policy:    t.Policy,
+		Limits:    lim,
+		Deadline:  time.Duration(steps) * lim.Timeout,
+	}
+}
+
+// FollowUpStateful reports whether t's follow-up is verified statefully:
+// phase 1 changes the database, or the follow-up's own assets say so.
+func (t *Task) FollowUpStateful() bool {
+	fu := t.FollowUp
+	if fu == nil {
+		return false
+	}
+	f := Record{Category: fu.Category, Reference: fu.Reference}
+	return t.Management() || f.Stateful()
+}
+
+// FollowUpJob is the stateful verification of predicted as t's follow-up
+// (PROTOCOL.md §8), on the state phase 1 left, as BIRD-Interact prepares
+// it: the record's setup, then phase1 (the statements phase 1 accepted)
+// and the record's cleanup, then predicted, decided by the follow-up's
+// tests or checks, else by its result; then the follow-up's cleanup.
+func (t *Task) FollowUpJob(phase1 []string, predicted string, lim sqlexec.Limits) sqlexec.Job {
+	fu := t.FollowUp.Reference
+	prior := append(append(append([]string{}, phase1...), t.Reference.Cleanup...), fu.Setup...)
+	h := sha256.New()
+	for _, s := range prior {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	steps := 5 + len(fu.Checks) + len(fu.Tests)
+	return sqlexec.Job{
+		Key:       t.RefKey + "\x00follow_up\x00" + hex.EncodeToString(h.Sum(nil)),
+		Setup:     t.Reference.Setup,
+		Prior:     prior,
+		Predicted: predicted,
+		Reference: fu.SQL,
+		Checks:    fu.Checks,
+		Tests:     fu.Tests,
+		Cleanup:   fu.Cleanup,
+		Policy:    t.FollowUpPolicy,
+		Limits:    lim,
+		Deadline:  time.Duration(steps) * lim.Timeout,
+	}
+}

@@ -57,6 +57,9 @@ type Options struct {
 	// process. When nil, PostgresURL is connected to when a corpus needs
 	// it (the connection is the corpus's, closed by Corpus.Close).
 	Postgres *postgres.Server
+	// PyRunner runs the Python tests of Management records on PostgreSQL
+	// (sqlexec/pytests); nil makes a record with tests a problem.
+	PyRunner sqlexec.PyRunner
 	// PostgresURL is an admin URL of a PostgreSQL server where avtgym may
 	// create its role and template databases (serve --postgres,
 	// $AVTGYM_POSTGRES_URL). With neither set, a corpus with a PostgreSQL
@@ -116,6 +119,8 @@ type loader struct {
 	opt      Options
 	problems []Problem
 	mu       sync.Mutex
+	// pgDBs are the corpus's PostgreSQL databases, by id.
+	pgDBs map[string]pgDB
 	// failedDBs are databases of the manifest that could not be opened: a
 	// problem was reported for each, and their records are not checked
 	// further (so that one missing file does not bury the report).
@@ -157,6 +162,11 @@ func (l *loader) load(ctx context.Context) (_ *Corpus, err error) {
 		l.records(c, m, name, defaultsJSON)
 	}
 	l.checkAVTs(c)
+	if len(l.problems) == 0 {
+		if err := l.openStateful(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	if len(l.problems) == 0 {
 		l.checkReferences(ctx, c)
 	}
@@ -462,14 +472,17 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 			l.problem(file, 0, field, "opening database %q: %v", spec.ID, err)
 			continue
 		}
-		l.addDB(ctx, c, field, spec, eng, lanes)
+		db := l.addDB(ctx, c, field, spec, eng, lanes)
+		// Stateful records verify on private in-memory copies; nothing is
+		// copied until the first such verification.
+		db.Stateful = sqlite.NewStateful(eng, sqlite.StatefulOptions{})
 	}
 	return nil
 }
 
 // addDB adds an opened database to c, scheduled on lanes, deriving its
 // schema when the manifest gives none.
-func (l *loader) addDB(ctx context.Context, c *Corpus, field string, spec Database, eng sqlexec.Engine, lanes *sqlexec.Lanes) {
+func (l *loader) addDB(ctx context.Context, c *Corpus, field string, spec Database, eng sqlexec.Engine, lanes *sqlexec.Lanes) *DB {
 	db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema}
 	delete(l.failedDBs, spec.ID)
 	c.dbs[spec.ID] = db
@@ -478,10 +491,11 @@ func (l *loader) addDB(ctx context.Context, c *Corpus, field string, spec Databa
 		s, err := eng.Schema(ctx, 3)
 		if err != nil {
 			l.problem(l.file(ManifestFile), 0, field, "deriving the schema of %q: %v", spec.ID, err)
-			return
+			return db
 		}
 		db.Schema = s
 	}
+	return db
 }
 
 // lanes returns the lanes that schedule the corpus's queries.
@@ -541,6 +555,8 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 	}
 	masked := checkAmbiguities(&rec, db, bad)
 	ref, policy := checkReference(&rec, m, bad)
+	l.checkCategory(&rec, db, bad)
+	fuPolicy := l.checkFollowUp(&rec, m, db, bad)
 	if len(l.problems) > before {
 		return
 	}
@@ -548,14 +564,15 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 	h.Write(bytes.TrimSpace(line))
 	h.Write(defaultsJSON)
 	t := &Task{
-		Record:       &rec,
-		Corpus:       c,
-		DB:           db,
-		Policy:       policy.Resolve(ref),
-		ReferenceSQL: ref,
-		RefKey:       c.Name + "\x00" + rec.ID,
-		File:         file,
-		Line:         lineNo,
+		Record:         &rec,
+		Corpus:         c,
+		DB:             db,
+		Policy:         policy.Resolve(ref),
+		ReferenceSQL:   ref,
+		RefKey:         c.Name + "\x00" + rec.ID,
+		FollowUpPolicy: fuPolicy,
+		File:           file,
+		Line:           lineNo,
 	}
 	copy(t.Hash[:], h.Sum(nil))
 	for _, k := range db.Spec.Knowledge {
@@ -680,6 +697,61 @@ func checkReference(rec *Record, m *Manifest, bad badFunc) (string, sqlexec.Poli
 	return strings.Join(rec.Reference.SQL, ";\n"), policy
 }
 
+// checkCategory checks a record's category and its stateful verification
+// assets.
+func (l *loader) checkCategory(rec *Record, db *DB, bad badFunc) {
+	r := rec.Reference
+	switch rec.Category {
+	case "", CategoryQuery, CategoryManagement:
+	default:
+		bad("category", "%q is not a category (want %q or %q)", rec.Category, CategoryQuery, CategoryManagement)
+	}
+	if len(r.Tests) > 0 && len(r.Checks) > 0 {
+		bad("reference", "has both tests and checks: give one (tests decide when both are set, so the checks would never run)")
+	}
+	l.checkTests(rec, db, bad)
+	for _, f := range []struct {
+		name string
+		list SQLList
+	}{{"setup", r.Setup}, {"checks", r.Checks}, {"cleanup", r.Cleanup}, {"tests", SQLList(r.Tests)}} {
+		for i, s := range f.list {
+			if strings.TrimSpace(s) == "" {
+				bad(fmt.Sprintf("reference.%s[%d]", f.name, i), "is empty")
+			}
+		}
+	}
+}
+
+// checkFollowUp checks a record's follow-up (PROTOCOL.md §8) and returns
+// its resolved comparison policy.
+func (l *loader) checkFollowUp(rec *Record, m *Manifest, db *DB, bad badFunc) sqlexec.Policy {
+	fu := rec.FollowUp
+	if fu == nil {
+		return sqlexec.Policy{}
+	}
+	sub := func(field, format string, args ...any) { bad("follow_up."+field, format, args...) }
+	if strings.TrimSpace(fu.Request) == "" {
+		sub("request", "is required")
+	}
+	f := Record{ID: rec.ID, DB: rec.DB, Category: fu.Category, Reference: fu.Reference}
+	ref, policy := checkReference(&f, m, sub)
+	l.checkCategory(&f, db, sub)
+	return policy.Resolve(ref)
+}
+
+// checkTests checks that a record's Python tests can run.
+func (l *loader) checkTests(rec *Record, db *DB, bad badFunc) {
+	if len(rec.Reference.Tests) == 0 {
+		return
+	}
+	if db != nil && db.Spec.Engine != EnginePostgres {
+		bad("reference.tests", "Python tests run on PostgreSQL databases only (database %q is %s): give checks instead", rec.DB, db.Spec.Engine)
+	}
+	if l.opt.PyRunner == nil {
+		bad("reference.tests", "Python tests need the test workers: python3 with psycopg 3 (pip install 'psycopg[binary]>=3.2,<4')")
+	}
+}
+
 // checkAVTs checks that the records of each AVT share what an AVT shares:
 // the request, the database and the ambiguity terms and kinds.
 func (l *loader) checkAVTs(c *Corpus) {
@@ -723,6 +795,11 @@ func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 	)
 	parallel.For(ctx, len(c.Tasks), runtime.GOMAXPROCS(0), func(ctx context.Context, i int) error {
 		t := c.Tasks[i]
+		if t.Stateful() {
+			l.checkStatefulReference(ctx, t)
+			l.progress(&mu, &done, len(c.Tasks))
+			return nil
+		}
 		res, err := c.Cache.Get(ctx, sqlexec.CacheKey(t.RefKey, t.Policy), func(ctx context.Context) (*sqlexec.Result, error) {
 			return t.DB.Engine.Query(ctx, t.Policy.Rewrite(t.ReferenceSQL), l.opt.Limits)
 		})
@@ -732,14 +809,36 @@ func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 		case t.Policy.EmptyFails && len(res.Rows) == 0:
 			l.problem(t.File, t.Line, "reference.sql", "returns no rows, but the comparison policy fails empty results")
 		}
-		if l.opt.Progress != nil {
-			mu.Lock()
-			done++
-			l.opt.Progress(done, len(c.Tasks))
-			mu.Unlock()
-		}
+		l.progress(&mu, &done, len(c.Tasks))
 		return nil
 	})
+}
+
+// progress counts one checked reference.
+func (l *loader) progress(mu *sync.Mutex, done *int, total int) {
+	if l.opt.Progress == nil {
+		return
+	}
+	mu.Lock()
+	*done++
+	l.opt.Progress(*done, total)
+	mu.Unlock()
+}
+
+// checkStatefulReference verifies a stateful record's reference against
+// itself on a private copy: it must run, and pass its own checks or tests.
+func (l *loader) checkStatefulReference(ctx context.Context, t *Task) {
+	if t.DB.Stateful == nil {
+		l.problem(t.File, t.Line, "category", "database %q cannot verify state-changing tasks", t.Record.DB)
+		return
+	}
+	v, err := t.DB.Stateful.Verify(ctx, t.Job(nil, t.ReferenceSQL, l.opt.Limits))
+	switch {
+	case err != nil:
+		l.problem(t.File, t.Line, "reference", "verifying the reference on a private copy of the database: %v", err)
+	case !v.Success:
+		l.problem(t.File, t.Line, "reference", "the reference fails its own verification on a private copy of the database: %s", v.Reason)
+	}
 }
 
 // resolvePolicy applies a record's comparison fields over the corpus

@@ -160,5 +160,53 @@ func (l *loader) openPostgres(ctx context.Context, c *Corpus, m *Manifest, field
 		return fmt.Errorf("corpus %s: opening database %q (%s): %w", m.Name, spec.ID, name, err)
 	}
 	l.addDB(ctx, c, field, spec, eng, lanes)
+	if l.pgDBs == nil {
+		l.pgDBs = map[string]pgDB{}
+	}
+	l.pgDBs[spec.ID] = pgDB{srv: srv, name: name}
+	return nil
+}
+
+// pgDB is a loaded PostgreSQL database: its server and working database.
+type pgDB struct {
+	srv  *postgres.Server
+	name string
+}
+
+// openStateful opens the stateful verifiers of the PostgreSQL databases
+// that stateful records need (a pool of private copies each, so only
+// where needed), and checks once that the Python test workers can run
+// when a record has Python tests. SQLite databases have theirs already
+// (nothing is copied before the first verification).
+func (l *loader) openStateful(ctx context.Context, c *Corpus) error {
+	need := map[string]bool{}
+	tests := false
+	for _, t := range c.Tasks {
+		if t.Stateful() || t.FollowUpStateful() {
+			need[t.Record.DB] = true
+		}
+		if len(t.Reference.Tests) > 0 || (t.FollowUp != nil && len(t.FollowUp.Reference.Tests) > 0) {
+			tests = true
+		}
+	}
+	if tests && l.opt.PyRunner != nil {
+		if ch, ok := l.opt.PyRunner.(interface{ Check(context.Context) error }); ok {
+			if err := ch.Check(ctx); err != nil {
+				l.problem(l.file(ManifestFile), 0, "", "the corpus has Python tests, and the test workers cannot run: %v", err)
+				return nil
+			}
+		}
+	}
+	for _, id := range c.dbOrder {
+		p, ok := l.pgDBs[id]
+		if !ok || !need[id] {
+			continue
+		}
+		sdb, err := p.srv.OpenStateful(ctx, p.name, postgres.StatefulOptions{Python: l.opt.PyRunner})
+		if err != nil {
+			return fmt.Errorf("corpus %s: the private copies of database %q: %w", c.Name, id, err)
+		}
+		c.dbs[id].Stateful = sdb
+	}
 	return nil
 }

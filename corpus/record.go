@@ -59,6 +59,12 @@ type Record struct {
 	// "by revenue" (privileged: for logs and reports only).
 	Interpretation string `json:"interpretation,omitempty"`
 
+	// Category says how the record is verified: "Query" (the default:
+	// read-only SQL, verified by comparing its last statement's result with
+	// the reference's) or "Management" (the SQL changes the database,
+	// BIRD-Interact's category: verified on a private copy of the database
+	// by the reference's checks or tests, PROTOCOL.md §4).
+	Category string `json:"category,omitempty"`
 	// Reference holds the verification assets (privileged: the verifier's).
 	Reference Reference `json:"reference"`
 	// FollowUp is the record's phase-2 sub-task (PROTOCOL.md §8;
@@ -126,10 +132,45 @@ type Reference struct {
 	// Comparison overrides the corpus's default comparison policy field
 	// by field.
 	Comparison *Comparison `json:"comparison,omitempty"`
-	// Tests are task-specific test cases kept verbatim as opaque text (for
-	// example BIRD-Interact's Python test_cases, which Go cannot run); the
-	// verifier does not use them yet.
+	// Setup are statements a stateful verification runs first, on the
+	// private copy (BIRD-Interact's preprocess_sql); a record with setup is
+	// verified statefully (Record.Stateful).
+	Setup SQLList `json:"setup,omitempty"`
+	// Checks are read-only test queries of a stateful record: after the
+	// policy's SQL each one's rows must equal, under the comparison policy,
+	// its rows after the reference SQL (PROTOCOL.md §4).
+	Checks SQLList `json:"checks,omitempty"`
+	// Tests are BIRD-Interact test_case(pred_sqls, sol_sqls, db_name, conn)
+	// functions, Python source, of a record on PostgreSQL: run by the Python
+	// test workers (sqlexec/pytests) on a private copy of the database, in
+	// place of the result comparison (so a Query record with tests is
+	// verified statefully too). Test code is corpus content, trusted like
+	// the rest of the corpus.
 	Tests []string `json:"tests,omitempty"`
+	// Cleanup are statements a stateful verification runs last
+	// (BIRD-Interact's clean_up_sqls).
+	Cleanup SQLList `json:"cleanup,omitempty"`
+}
+
+// The record categories.
+const (
+	// CategoryQuery is a read-only task (the default).
+	CategoryQuery = "Query"
+	// CategoryManagement is a task whose SQL changes the database.
+	CategoryManagement = "Management"
+)
+
+// Management reports whether the record's SQL changes the database.
+func (r *Record) Management() bool { return r.Category == CategoryManagement }
+
+// Stateful reports whether the record is verified statefully, on a private
+// copy of its database: a Management record, or one with setup, checks,
+// tests or cleanup (BIRD-Interact runs a task's test_cases, when it has
+// any, instead of its default result comparison, and its preprocess_sql
+// first).
+func (r *Record) Stateful() bool {
+	x := r.Reference
+	return r.Management() || len(x.Setup)+len(x.Checks)+len(x.Tests)+len(x.Cleanup) > 0
 }
 
 // Comparison is the JSON form of a result-comparison policy

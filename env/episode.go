@@ -205,6 +205,19 @@ func (ep *episode) endAsking(ctx context.Context, truncated bool) error {
 	return nil
 }
 
+// check verifies sql on task t: a read-only Query by comparing its result
+// with the reference's; a Management record, or one with tests, on a
+// private copy of its database (PROTOCOL.md §4).
+func check(ctx context.Context, t *corpus.Task, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+	if !t.Stateful() {
+		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, lim)
+	}
+	if t.DB.Stateful == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("database %q has no stateful verifier for task %s", t.Record.DB, t.ID)
+	}
+	return t.DB.Stateful.Verify(ctx, t.Job(nil, sql, lim))
+}
+
 // verifierBusyDelay is the retry delay suggested when the verifier is
 // saturated.
 const verifierBusyDelay = time.Second
@@ -216,7 +229,7 @@ const verifierBusyDelay = time.Second
 // retried; any other failure of the verifier ends the episode in ERROR.
 func (ep *episode) verify(ctx context.Context, sql string) error {
 	st, t := ep.st, ep.task
-	v, err := sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, ep.env.cfg.Limits)
+	v, err := check(ctx, t, sql, ep.env.cfg.Limits)
 	var se *sqlexec.Error
 	if errors.As(err, &se) && se.Kind == sqlexec.KindBusy {
 		return &Error{Code: ResourceExhausted, Reason: ReasonVerifierBusy, Msg: se.Msg, Retryable: true, RetryDelay: verifierBusyDelay}

@@ -10,5 +10,7 @@
 // database files must be byte-identical, and no file may appear outside the
 // process's temporary directory. Nothing here asserts a duration: latency
 // under attack is measured by the benchmarks in this package
-// (make bench-hostile).
+// (make bench-hostile). The same harness runs the drain test: two
+// replicas behind a client-side balancer, SIGTERM to one during a
+// rollout, and no episode lost (drain_test.go).
 package hostile

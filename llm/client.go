@@ -3,7 +3,11 @@
 // with jittered backoff, an exact concurrency limit, JSON output with a
 // tolerant parser, context-length checks, usage metrics and a response cache
 // (in memory or an append-only file) that lets a run be replayed without the
-// endpoint.
+// endpoint. It also hides what thinking models add: a reply's
+// <think>…</think> blocks are stripped (StripThinking), the template's
+// thinking step can be turned off (Config.DisableThinking), and a reply the
+// endpoint ended at the completion limit says so (Response.CutOff), so that
+// callers regenerate it instead of serving half an answer.
 //
 // The client speaks the wire format with net/http rather than through an
 // SDK, so that retries, deadlines and the concurrency limit are all in one
@@ -93,6 +97,15 @@ type Config struct {
 	// requests with Request.JSON. If the endpoint answers 400 that it does
 	// not support it, the client retries without it and stops asking.
 	JSONMode bool
+	// DisableThinking asks the endpoint's chat template to skip the
+	// model's thinking step: every request carries chat_template_kwargs
+	// {"enable_thinking": false}, which vLLM and SGLang hand to the
+	// template (Qwen3's and other hybrid thinking models' templates read
+	// it; others ignore it). If the endpoint answers 400 naming the field
+	// (OpenAI's API does), the client retries without it and stops sending
+	// it. Thinking that still reaches the content is stripped either way
+	// (StripThinking).
+	DisableThinking bool
 	// Cache, when not nil, serves repeated requests without the endpoint.
 	Cache Cache
 	// Version is the caller's prompt/oracle version; it is part of cache
@@ -174,7 +187,21 @@ type Response struct {
 	Cached bool `json:"-"`
 	// Model is the model that answered, as the endpoint named it.
 	Model string `json:"model"`
+	// FinishReason is the endpoint's finish_reason of the first choice:
+	// "stop" when the model ended its answer, "length" when it ran into
+	// max_tokens (the answer is cut off), "" when the endpoint sent none.
+	FinishReason string `json:"finish_reason,omitempty"`
+	// ThinkingStripped reports that StripThinking removed a thinking block
+	// (or the thinking before a lone </think>) from Content.
+	ThinkingStripped bool `json:"thinking_stripped,omitempty"`
 }
+
+// CutOff reports that Content is not the model's whole answer: the
+// endpoint stopped it at the completion limit (FinishReason "length") or
+// the client cut it to Config.MaxReplyBytes (Truncated). A thinking model
+// cut off inside its thinking has an empty Content and is CutOff. Callers
+// never serve a cut-off reply as it is: they regenerate it or fall back.
+func (r *Response) CutOff() bool { return r.Truncated || r.FinishReason == "length" }
 
 // Client calls one OpenAI-compatible endpoint. It is safe for concurrent use.
 type Client struct {
@@ -184,7 +211,27 @@ type Client struct {
 	http    *http.Client
 	sem     chan struct{}
 	jsonOff atomic.Bool // the endpoint rejected response_format
-	metrics *metrics
+	// thinkOff: the endpoint rejected chat_template_kwargs.
+	thinkOff atomic.Bool
+	metrics  *metrics
+	stats    struct{ calls, cutOff, thinking atomic.Int64 }
+}
+
+// Stats counts what a client's replies looked like (cache hits included),
+// for a quick check of a model (avtgym probe): how many were cut
+// off and how many carried thinking.
+type Stats struct {
+	// Replies is the number of successful Chat calls.
+	Replies int64
+	// CutOff counts replies that were cut off (Response.CutOff).
+	CutOff int64
+	// ThinkingStripped counts replies whose thinking was stripped.
+	ThinkingStripped int64
+}
+
+// Stats returns the client's reply counts so far.
+func (c *Client) Stats() Stats {
+	return Stats{Replies: c.stats.calls.Load(), CutOff: c.stats.cutOff.Load(), ThinkingStripped: c.stats.thinking.Load()}
 }
 
 // New checks cfg, applies the defaults and returns a client. Its metrics are
@@ -278,8 +325,19 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		outcome = "cached"
 	}
 	c.metrics.calls.WithLabelValues(purpose, outcome).Inc()
-	if resp != nil && resp.Truncated {
-		c.metrics.truncated.WithLabelValues(purpose).Inc()
+	if resp != nil {
+		c.stats.calls.Add(1)
+		if resp.Truncated {
+			c.metrics.truncated.WithLabelValues(purpose).Inc()
+		}
+		if resp.CutOff() {
+			c.stats.cutOff.Add(1)
+			c.metrics.cutOff.WithLabelValues(purpose).Inc()
+		}
+		if resp.ThinkingStripped {
+			c.stats.thinking.Add(1)
+			c.metrics.thinking.WithLabelValues(purpose).Inc()
+		}
 	}
 	return resp, err
 }
@@ -365,7 +423,10 @@ func (c *Client) cacheKey(req Request, purpose string, maxTokens int) string {
 		JSON        bool      `json:"json"`
 		MaxTokens   int       `json:"max_tokens"`
 		Messages    []Message `json:"messages"`
-	}{c.cfg.Version, c.cfg.Model, purpose, req.CacheKey, c.cfg.Temperature, req.JSON, maxTokens, req.Messages}
+		// NoThinking is left out when false, so that the keys of a
+		// client that does not set it are what they always were.
+		NoThinking bool `json:"no_thinking,omitempty"`
+	}{c.cfg.Version, c.cfg.Model, purpose, req.CacheKey, c.cfg.Temperature, req.JSON, maxTokens, req.Messages, c.cfg.DisableThinking}
 	b, _ := json.Marshal(material) // cannot fail: plain strings and numbers
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -396,6 +457,9 @@ type (
 		Temperature    float64         `json:"temperature"`
 		MaxTokens      int             `json:"max_tokens"`
 		ResponseFormat *responseFormat `json:"response_format,omitempty"`
+		// ChatTemplateKwargs are vLLM's and SGLang's extra template
+		// arguments (Config.DisableThinking).
+		ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
 	}
 	responseFormat struct {
 		Type string `json:"type"`
@@ -405,7 +469,15 @@ type (
 		Choices []struct {
 			Message struct {
 				Content *string `json:"content"`
+				// ReasoningContent and Reasoning are where vLLM's and
+				// SGLang's reasoning parsers put a thinking model's
+				// thinking (vLLM renamed the field "reasoning" in v0.11);
+				// they are not read, only noticed: a reply that is all
+				// thinking has no content.
+				ReasoningContent *string `json:"reasoning_content"`
+				Reasoning        *string `json:"reasoning"`
 			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
 		Usage struct {
 			PromptTokens     int `json:"prompt_tokens"`
@@ -423,6 +495,11 @@ func (c *Client) call(ctx context.Context, req Request, purpose string, maxToken
 		if jsonFormat {
 			wr.ResponseFormat = &responseFormat{Type: "json_object"}
 		}
+		noThinking := c.cfg.DisableThinking && !c.thinkOff.Load()
+		wr.ChatTemplateKwargs = nil
+		if noThinking {
+			wr.ChatTemplateKwargs = map[string]any{"enable_thinking": false}
+		}
 		body, err := json.Marshal(wr)
 		if err != nil {
 			return nil, errorf(KindBadRequest, 0, err, "purpose %q key %q: encoding the request", purpose, req.CacheKey)
@@ -439,6 +516,13 @@ func (c *Client) call(ctx context.Context, req Request, purpose string, maxToken
 			// The endpoint does not support response_format: remember, and
 			// send again without it (not counted as a retry).
 			c.jsonOff.Store(true)
+			attempt--
+			continue
+		}
+		if e.Kind == KindBadRequest && noThinking && thinkingUnsupported(e.Msg) {
+			// The endpoint does not take chat_template_kwargs (OpenAI's
+			// API): remember, and send again without them.
+			c.thinkOff.Store(true)
 			attempt--
 			continue
 		}
@@ -530,11 +614,24 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 		if err := json.Unmarshal(data, &wr); err != nil {
 			return nil, 0, errorf(KindMalformed, status, err, "decoding the response body %q", excerpt(data))
 		}
-		if len(wr.Choices) == 0 || wr.Choices[0].Message.Content == nil {
+		if len(wr.Choices) == 0 {
 			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
 		}
+		ch := wr.Choices[0]
+		content := ""
+		switch {
+		case ch.Message.Content != nil:
+			content = *ch.Message.Content
+		case ch.FinishReason == "" && ch.Message.ReasoningContent == nil && ch.Message.Reasoning == nil:
+			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
+		default:
+			// A thinking model behind a reasoning parser that wrote only
+			// thinking (cut off at max_tokens, as a rule): an empty
+			// answer, which the caller regenerates or refuses — not an
+			// endpoint failure.
+		}
 		return c.response(partial{
-			model: wr.Model, content: *wr.Choices[0].Message.Content,
+			model: wr.Model, content: content, finishReason: ch.FinishReason,
 			promptTokens: wr.Usage.PromptTokens, completionTokens: wr.Usage.CompletionTokens,
 		}), 0, nil
 	case status == http.StatusTooManyRequests:
@@ -591,6 +688,14 @@ func contextExceeded(body string) bool {
 	b := strings.ToLower(body)
 	return strings.Contains(b, "context length") || strings.Contains(b, "maximum context") ||
 		strings.Contains(b, "context_length_exceeded") || strings.Contains(b, "context window")
+}
+
+// thinkingUnsupported reports whether a 400's message says the endpoint
+// does not take chat_template_kwargs (OpenAI: "Unrecognized request
+// argument supplied: chat_template_kwargs").
+func thinkingUnsupported(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "chat_template_kwargs") || strings.Contains(m, "enable_thinking")
 }
 
 func jsonUnsupported(msg string) bool {

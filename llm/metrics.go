@@ -16,6 +16,8 @@ type metrics struct {
 	cacheHits        *prometheus.CounterVec
 	cacheMisses      *prometheus.CounterVec
 	truncated        *prometheus.CounterVec
+	cutOff           *prometheus.CounterVec
+	thinking         *prometheus.CounterVec
 }
 
 // newMetrics builds the metrics and registers them on reg (when not nil).
@@ -47,11 +49,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "avtgym_llm_replies_truncated_total", Help: "LLM replies whose content was cut to the reply byte limit (cache hits included), by purpose.",
 		}, []string{"purpose"}),
+		cutOff: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_llm_replies_cut_off_total", Help: "LLM replies that were not the model's whole answer: stopped at max_tokens (finish_reason length) or cut to the reply byte limit (cache hits included), by purpose.",
+		}, []string{"purpose"}),
+		thinking: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_llm_thinking_stripped_total", Help: "LLM replies from which a thinking block was stripped (cache hits included), by purpose.",
+		}, []string{"purpose"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses, &m.truncated} {
+	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses, &m.truncated, &m.cutOff, &m.thinking} {
 		if err := register(reg, p); err != nil {
 			return nil, err
 		}

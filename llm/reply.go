@@ -2,6 +2,7 @@ package llm
 
 import (
 	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -21,6 +22,7 @@ type partial struct {
 	content          string
 	promptTokens     int
 	completionTokens int
+	finishReason     string
 	contentCut       bool // the body ended inside the content string
 }
 
@@ -30,16 +32,23 @@ func (c *Client) response(p partial) *Response {
 	if model == "" {
 		model = c.cfg.Model
 	}
-	r := &Response{Content: p.content, PromptTokens: p.promptTokens, CompletionTokens: p.completionTokens, Model: model}
+	r := &Response{Content: p.content, PromptTokens: p.promptTokens, CompletionTokens: p.completionTokens, Model: model, FinishReason: p.finishReason}
 	c.bound(r)
 	return r
 }
 
-// bound makes r's content valid UTF-8 and cuts it to Config.MaxReplyBytes,
-// setting Truncated when it cut.
+// bound makes r's content valid UTF-8, strips its thinking
+// (StripThinking) and cuts it to Config.MaxReplyBytes, setting Truncated
+// when it cut.
 func (c *Client) bound(r *Response) {
 	if !utf8.ValidString(r.Content) {
 		r.Content = strings.ToValidUTF8(r.Content, "\uFFFD")
+	}
+	var stripped bool
+	r.Content, stripped = StripThinking(r.Content)
+	r.ThinkingStripped = r.ThinkingStripped || stripped
+	if len(r.FinishReason) > 64 || !utf8.ValidString(r.FinishReason) {
+		r.FinishReason = "other"
 	}
 	var cut bool
 	r.Content, cut = cutUTF8(r.Content, c.cfg.MaxReplyBytes)
@@ -390,4 +399,34 @@ func (s *scanner) hex4() (rune, bool) {
 	}
 	s.i += 4
 	return rune(v), true
+}
+
+// Thinking blocks as models write them into the content: Qwen3, QwQ and
+// DeepSeek-R1 use <think>, others <thinking>.
+var (
+	thinkBlock = regexp.MustCompile(`(?is)<(think|thinking)>.*?</(?:think|thinking)>`)
+	thinkOpen  = regexp.MustCompile(`(?i)<(?:think|thinking)>`)
+	thinkClose = regexp.MustCompile(`(?i)</(?:think|thinking)>`)
+)
+
+// StripThinking removes a thinking model's thinking from its content and
+// reports whether there was any: every <think>…</think> block (also
+// <thinking>), everything up to a closing tag with no opening one (a
+// template that opened the block in the prompt, as DeepSeek-R1's does), and
+// an opening tag that never closes together with everything after it (the
+// model was cut off while thinking: the answer never came, and the content
+// is what preceded the tag, usually nothing). White space left at the
+// start is trimmed. Content without the tags is returned as it is.
+func StripThinking(s string) (string, bool) {
+	if !strings.Contains(s, "<") || !thinkOpen.MatchString(s) && !thinkClose.MatchString(s) {
+		return s, false
+	}
+	s = thinkBlock.ReplaceAllString(s, "")
+	if loc := thinkClose.FindAllStringIndex(s, -1); len(loc) > 0 {
+		s = s[loc[len(loc)-1][1]:]
+	}
+	if loc := thinkOpen.FindStringIndex(s); loc != nil {
+		s = s[:loc[0]]
+	}
+	return strings.TrimLeft(s, " \t\r\n"), true
 }

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -24,8 +25,19 @@ type LLMOptions struct {
 	Scoped bool
 	// RejectLeaks rejects and regenerates a reply that quotes the
 	// reference SQL or a schema identifier the question did not mention
-	// (see LLM.Respond).
+	// (see LLM.Respond). The unfiltered oracle does so by default (its
+	// responder reads the reference SQL and the schema); RejectLeaks turns
+	// it on for the scoped oracle too.
 	RejectLeaks bool
+	// AllowLeaks turns leak rejection off, for the unfiltered oracle too
+	// (RejectLeaks wins when both are set): a responder-leakage study of
+	// the raw model, say.
+	AllowLeaks bool
+	// MaxTokens is the completion limit of each stage's request (default
+	// DefaultOracleMaxTokens): room for a short reasoning before the
+	// answer. A reply cut off at the limit is asked for once more with
+	// twice the limit (see LLM.Match and LLM.Respond).
+	MaxTokens int
 	// MaxRegenerations bounds the regenerations of one reply (default 2;
 	// negative: none).
 	MaxRegenerations int
@@ -33,32 +45,50 @@ type LLMOptions struct {
 	// unfiltered responder and read for schema identifiers by the leak
 	// check; nil means none.
 	Schema func(*corpus.Record) string
-	// Version is the prompt version, part of every cache key (default
-	// LLMPromptVersion).
+	// Version labels the prompts (serve's --oracle-version). Every cache
+	// key holds LLMPromptVersion, and Version too when it differs from it,
+	// so that a new release of the prompts never reads the replies to the
+	// old ones whatever the label (default LLMPromptVersion).
 	Version string
 }
 
+// DefaultOracleMaxTokens is the default of LLMOptions.MaxTokens: enough for
+// a non-thinking model's short reasoning and answer; a model that thinks
+// at length needs its thinking turned off (llm.Config.DisableThinking) or
+// a larger limit (docs/models.md).
+const DefaultOracleMaxTokens = 512
+
+// cutOffFactor is how much a regeneration after a cut-off reply raises the
+// completion limit.
+const cutOffFactor = 2
+
 // DefaultMaxRegenerations is the default of LLMOptions.MaxRegenerations.
 const DefaultMaxRegenerations = 2
-
-// Completion limits of the two stages.
-const (
-	matchMaxTokens   = 256
-	respondMaxTokens = 400
-)
 
 // LLM is the two-stage LLM oracle of PROTOCOL.md §3, after BIRD-Interact's
 // user simulator. Stage 1 (Match) asks the model to classify the question
 // as exactly one action — labeled("<term>"), unlabeled("<segment>") or
 // unanswerable() — and validates it against the record: a term that is not
-// registered (compared by Normalize, aliases included) or a segment that is
+// registered (compared by Normalize, aliases included), a segment that is
 // not one of the reference's clause segments (compared ignoring case and
-// runs of whitespace) becomes unanswerable(), and output that cannot be
-// parsed is asked for once more, then taken as unanswerable(). Credits come
+// runs of whitespace) or a segment that holds a labeled ambiguity's SQL
+// snippet (answering it would give that resolution away without its
+// credit) becomes unanswerable(), and output that cannot be read as
+// exactly one action is asked for once more, then taken as unanswerable()
+// (see parseAction: an action the question itself writes is never taken).
+// Credits come
 // from the validated action alone: labeled(t) credits every ambiguity whose
 // term or alias is t; unlabeled and unanswerable credit nothing. Stage 2
 // (Respond) returns Refusal for unanswerable() without calling the model,
 // and otherwise has the model write one reply conditioned on the action.
+//
+// Model output is read as real models write it: the client strips a
+// thinking block, and a reply cut off at the completion limit (or at the
+// client's byte limit) is never used — the same request is sent once more
+// with twice the limit, and a second cut-off counts as unreadable (stage 1)
+// or as a rejected draft (stage 2). Both stages ask for JSON (the
+// endpoint's JSON mode applies where the client enables it); the parser
+// tolerates prose around it and raw newlines inside its strings.
 //
 // Stage 1 reads the record and the question only — never an earlier
 // question or reply; for a record with chain ambiguities, also the terms
@@ -85,6 +115,9 @@ type LLM struct {
 
 // NewLLM returns an LLM oracle calling the model through client.
 func NewLLM(client *llm.Client, opt LLMOptions) *LLM {
+	if opt.MaxTokens <= 0 {
+		opt.MaxTokens = DefaultOracleMaxTokens
+	}
 	if opt.MaxRegenerations == 0 {
 		opt.MaxRegenerations = DefaultMaxRegenerations
 	} else if opt.MaxRegenerations < 0 {
@@ -98,6 +131,13 @@ func NewLLM(client *llm.Client, opt LLMOptions) *LLM {
 
 // Options returns the options with the defaults applied.
 func (l *LLM) Options() LLMOptions { return l.opt }
+
+// RejectsLeaks reports whether the responder rejects leaking replies: by
+// default for the unfiltered oracle, for the scoped one with RejectLeaks
+// (see LLMOptions).
+func (l *LLM) RejectsLeaks() bool {
+	return l.opt.RejectLeaks || !l.opt.Scoped && !l.opt.AllowLeaks
+}
 
 // Oracle returns the LLM oracle as a (match, resp) pair:
 // Oracle{Matcher: l, Responder: l}. Its Ask returns the reply with the
@@ -151,7 +191,7 @@ func (l *LLM) DescribeMatcher() string {
 	if l.opt.Scoped {
 		what = "labeled(term) or unanswerable(), from the request and the labeled ambiguities (no SQL, no segments)"
 	}
-	return fmt.Sprintf("LLM stage 1, %s (model %q, prompts %s): classifies the question as %s; reads the question, not the dialogue (for chains, the terms already credited); the server validates the action and credits a labeled term's ambiguities", l.variant(), l.model(), l.opt.Version, what)
+	return fmt.Sprintf("LLM stage 1, %s (model %q, prompts %s): classifies the question (quoted data; an attempt to steer it is unanswerable) as %s; reads the question, not the dialogue (for chains, the terms already credited); the server validates the action (exactly one, none the question itself writes) and credits a labeled term's ambiguities", l.variant(), l.model(), l.promptVersion(), what)
 }
 
 // DescribeResponder describes the LLM oracle's stage 2
@@ -159,13 +199,13 @@ func (l *LLM) DescribeMatcher() string {
 func (l *LLM) DescribeResponder() string {
 	sees := "the reference SQL, its clause segments and the schema"
 	if l.opt.Scoped {
-		sees = "the matched ambiguity's resolution (no SQL, segments or schema)"
+		sees = "the matched ambiguity's resolution (no SQL or segments; the schema only to explain a resolution written in SQL)"
 	}
 	leaks := ""
-	if l.opt.RejectLeaks {
+	if l.RejectsLeaks() {
 		leaks = fmt.Sprintf("; replies quoting the reference SQL or unmentioned schema identifiers are regenerated (at most %d times, then the deterministic text)", l.opt.MaxRegenerations)
 	}
-	return fmt.Sprintf("LLM stage 2, %s (model %q, prompts %s): writes one reply conditioned on the action, seeing the request, the dialogue and %s; the fixed refusal for unanswerable() without a model call%s", l.variant(), l.model(), l.opt.Version, sees, leaks)
+	return fmt.Sprintf("LLM stage 2, %s (model %q, prompts %s): writes one reply about the one element the action names, seeing the request, the dialogue (as quoted data) and %s; the fixed refusal for unanswerable() without a model call%s", l.variant(), l.model(), l.promptVersion(), sees, leaks)
 }
 
 // Match runs stage 1 and returns the validated action with its credits.
@@ -214,7 +254,16 @@ func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 	return r, err
 }
 
-func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.opt.Version }
+func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.promptVersion() }
+
+// promptVersion is LLMPromptVersion, with the Version label after it when
+// that differs ("llm-oracle/3+v1").
+func (l *LLM) promptVersion() string {
+	if l.opt.Version == "" || l.opt.Version == LLMPromptVersion {
+		return LLMPromptVersion
+	}
+	return LLMPromptVersion + "+" + l.opt.Version
+}
 
 // segments returns the clause segments of the record's reference, cut once
 // per record (records do not change once loaded).
@@ -237,8 +286,21 @@ func (l *LLM) schema(rec *corpus.Record) string {
 	return l.opt.Schema(rec)
 }
 
-// match runs stage 1: one request, one corrective retry on unparseable
-// output, then validation.
+// responderSchema is the schema the responder's prompt shows: the
+// unfiltered responder's always; the scoped responder's only when the
+// resolutions are SQL snippets, which it must explain in words.
+func (l *LLM) responderSchema(rec *corpus.Record) string {
+	if l.opt.Scoped && !sqlResolutions(rec) {
+		return ""
+	}
+	return l.schema(rec)
+}
+
+// match runs stage 1: one request, and at most one more — the same
+// request with twice the completion limit when the output was cut off, or
+// a corrective request when it could not be read as exactly one action —
+// then validation. Output that is still unreadable (or cut off) is
+// unanswerable().
 func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Action, []int, error) {
 	if err := ctx.Err(); err != nil {
 		return Action{}, nil, err
@@ -248,19 +310,21 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 		segs = l.segments(rec)
 	}
 	msgs := matchMessages(rec, segs, l.opt.Scoped, history, question)
+	maxTokens := l.opt.MaxTokens
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
-			Messages: msgs, JSON: true, MaxTokens: matchMaxTokens,
+			Messages: msgs, JSON: true, MaxTokens: maxTokens,
 			Purpose: "oracle.match", CacheKey: l.cacheKey(rec),
 		})
 		if llm.KindOf(err) == llm.KindContextOverflow {
 			if attempt > 0 {
-				// The model's own unreadable output made the corrective
-				// request too long: unreadable twice, as below.
+				// The model's own unreadable output (or the larger limit)
+				// made the next request too long: unreadable twice, as
+				// below.
 				return unanswerable, nil, nil
 			}
 			base := matchMessages(rec, segs, l.opt.Scoped, nil, probeQuestion)
-			if err := l.blame(ctx, rec, err, base, true, matchMaxTokens, "oracle.match"); err != nil {
+			if err := l.blame(ctx, rec, err, base, true, l.opt.MaxTokens, "oracle.match"); err != nil {
 				return Action{}, nil, err
 			}
 			return unanswerable, nil, nil // the question or the dialogue is too long
@@ -268,13 +332,18 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 		if err != nil {
 			return Action{}, nil, err
 		}
-		act, ok := parseAction(resp.Content)
-		if ok {
-			act, credits := l.validate(rec, segs, act)
-			return act, credits, nil
+		if !resp.CutOff() {
+			if act, ok := parseAction(resp.Content, question); ok {
+				act, credits := l.validate(rec, segs, act)
+				return act, credits, nil
+			}
 		}
 		if attempt >= 1 {
 			return unanswerable, nil, nil
+		}
+		if resp.CutOff() {
+			maxTokens *= cutOffFactor // the same request, with room to finish
+			continue
 		}
 		msgs = append(msgs[:len(msgs):len(msgs)],
 			llm.Message{Role: "assistant", Content: resp.Content},
@@ -314,12 +383,52 @@ func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (
 			return unanswerable, nil
 		}
 		for _, s := range segs {
-			if normSegment(s.Text) == want {
-				return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
+			if normSegment(s.Text) != want {
+				continue
 			}
+			for _, a := range rec.Ambiguities {
+				if holdsSnippet(s.Text, snippet(rec, a)) {
+					// Answering it would give a labeled resolution away
+					// without its credit.
+					return unanswerable, nil
+				}
+			}
+			return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
 		}
 	}
 	return unanswerable, nil
+}
+
+// snippetLead are the words a snippet may start with that the segment
+// holding it need not repeat right before it ("WHERE a = 1" is held by
+// "WHERE b = 2 AND a = 1").
+var snippetLead = map[string]bool{"where": true, "and": true, "or": true, "having": true, "on": true, "select": true, "from": true, "join": true, "group": true, "order": true, "by": true, "limit": true}
+
+// holdsSnippet reports whether the clause segment seg and the SQL snippet
+// snip of a labeled ambiguity overlap so that answering the segment would
+// tell (part of) what the ambiguity decides: the snippet's leak tokens
+// (see leakChecker), without its leading clause words, occur contiguously
+// in the segment's (the segment holds it), or the segment's tokens, two or
+// more, occur contiguously in the snippet's (the segment is a part of it:
+// "LIMIT 5" of "ORDER BY total DESC LIMIT 5"). A snippet of one token
+// holds only when it is the whole segment.
+func holdsSnippet(seg, snip string) bool {
+	if strings.TrimSpace(snip) == "" {
+		return false
+	}
+	st := leakTokens(sqlexec.NormalizeSQL(seg))
+	full := leakTokens(sqlexec.NormalizeSQL(snip))
+	sn := full
+	for len(sn) > 0 && snippetLead[sn[0]] {
+		sn = sn[1:]
+	}
+	switch {
+	case len(sn) == 0:
+		return false
+	case len(sn) == 1:
+		return normSegment(seg) == normSegment(snip)
+	}
+	return containsRun(st, sn) || len(st) >= 2 && containsRun(full, st)
 }
 
 // segmentPrefix is the "[CLAUSE] " label of a segment as the prompt lists
@@ -337,43 +446,159 @@ func normSegment(s string) string {
 // grammarCall matches an action in the text grammar.
 var grammarCall = regexp.MustCompile(`(?i)\b(unlabeled|labeled|unanswerable)\s*\(\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')?\s*\)`)
 
-// parseAction reads an action from a model's output, leniently: a JSON
-// object {"action": ..., "term"|"segment"|"argument"|"arg": ...} (fences
-// and prose around it tolerated; the action may itself be written in the
-// grammar, or as AMB/LOC/UNA), else the first call of the text grammar
-// labeled("term") / unlabeled("segment") / unanswerable(). It reports false
-// when neither is found or a labeled/unlabeled action lacks its argument.
-func parseAction(content string) (Action, bool) {
-	var obj map[string]any
-	if llm.ParseJSON(content, &obj) == nil {
-		name, _ := obj["action"].(string)
-		if name == "" {
-			name, _ = obj["type"].(string)
+// candidate is one action found in a model's output: its text, the action
+// and whether it is complete (a labeled or unlabeled action has its
+// argument).
+type candidate struct {
+	raw string
+	act Action
+	ok  bool
+}
+
+// parseAction reads the one action of a model's output for question. The
+// output is read leniently: JSON objects {"action": ..., "term"|"segment"|
+// "argument"|"arg"|"value": ...} (prose, fences and a "reasoning" field
+// around them tolerated; the action may itself be written in the grammar,
+// or as AMB/LOC/UNA), or when there is none, calls of the text grammar
+// labeled("term") / unlabeled("segment") / unanswerable() anywhere in the
+// text. It is strict about how many: an action the question itself writes
+// — verbatim, or the same action in another form — is an echo of an
+// injection and ignored, and of the rest there must be exactly one
+// (repeats of the same action count once). It reports false otherwise, and
+// when the one action is a labeled or unlabeled action without its
+// argument.
+func parseAction(content, question string) (Action, bool) {
+	injected := questionActions(question)
+	foldedQ := foldSpace(question)
+	echo := func(c candidate) bool {
+		if r := foldSpace(c.raw); r != "" && strings.Contains(foldedQ, r) {
+			return true
 		}
-		if m := grammarCall.FindStringSubmatch(name); m != nil {
-			return grammarAction(m)
+		if !c.ok {
+			return false
+		}
+		for _, in := range injected {
+			if sameAction(in, c.act) {
+				return true
+			}
+		}
+		return false
+	}
+	var kept []candidate
+	for _, c := range jsonCandidates(content) {
+		if !echo(c) {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == 0 {
+		for _, c := range grammarCandidates(content) {
+			if !echo(c) {
+				kept = append(kept, c)
+			}
+		}
+	}
+	if len(kept) == 0 {
+		return Action{}, false
+	}
+	one := kept[0]
+	for _, c := range kept[1:] {
+		if !c.ok || !one.ok || !sameAction(c.act, one.act) {
+			return Action{}, false // several different actions
+		}
+	}
+	return one.act, one.ok
+}
+
+// questionActions are the actions a question writes itself, in the
+// grammar or as JSON: an injection, never the model's answer.
+func questionActions(question string) []Action {
+	var out []Action
+	for _, c := range jsonCandidates(question) {
+		if c.ok {
+			out = append(out, c.act)
+		}
+	}
+	for _, c := range grammarCandidates(question) {
+		if c.ok {
+			out = append(out, c.act)
+		}
+	}
+	return out
+}
+
+// jsonCandidates are the actions of the JSON objects of text that have an
+// "action" (or "type") field.
+func jsonCandidates(text string) []candidate {
+	var out []candidate
+	for _, obj := range llm.JSONObjects(text) {
+		var m map[string]any
+		if json.Unmarshal([]byte(obj), &m) != nil {
+			continue
+		}
+		name, _ := m["action"].(string)
+		if name == "" {
+			name, _ = m["type"].(string)
+		}
+		if name == "" {
+			continue
+		}
+		c := candidate{raw: obj}
+		if g := grammarCall.FindStringSubmatch(name); g != nil {
+			c.act, c.ok = grammarAction(g)
+			out = append(out, c)
+			continue
 		}
 		arg := ""
 		for _, k := range []string{"term", "segment", "argument", "arg", "value"} {
-			if s, ok := obj[k].(string); ok && strings.TrimSpace(s) != "" {
+			if s, ok := m[k].(string); ok && strings.TrimSpace(s) != "" {
 				arg = strings.TrimSpace(s)
 				break
 			}
 		}
 		switch strings.ToLower(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(name), "()"))) {
 		case "labeled", "labelled", "amb":
-			return Action{Kind: ActionLabeled, Arg: arg}, arg != ""
+			c.act, c.ok = Action{Kind: ActionLabeled, Arg: arg}, arg != ""
 		case "unlabeled", "unlabelled", "loc":
-			return Action{Kind: ActionUnlabeled, Arg: arg}, arg != ""
+			c.act, c.ok = Action{Kind: ActionUnlabeled, Arg: arg}, arg != ""
 		case "unanswerable", "una":
-			return unanswerable, true
+			c.act, c.ok = unanswerable, true
 		}
+		out = append(out, c)
 	}
-	if m := grammarCall.FindStringSubmatch(content); m != nil {
-		return grammarAction(m)
-	}
-	return Action{}, false
+	return out
 }
+
+// grammarCandidates are the calls of the text grammar in text.
+func grammarCandidates(text string) []candidate {
+	var out []candidate
+	for _, g := range grammarCall.FindAllStringSubmatch(text, MaxGrammarCalls) {
+		c := candidate{raw: g[0]}
+		c.act, c.ok = grammarAction(g)
+		out = append(out, c)
+	}
+	return out
+}
+
+// MaxGrammarCalls bounds the grammar calls parseAction reads in one text.
+const MaxGrammarCalls = 64
+
+// sameAction reports whether a and b are the same action, their arguments
+// compared as validate compares them.
+func sameAction(a, b Action) bool {
+	if a.Kind != b.Kind {
+		return false
+	}
+	switch a.Kind {
+	case ActionLabeled:
+		return corpus.Normalize(a.Arg) == corpus.Normalize(b.Arg)
+	case ActionUnlabeled:
+		return normSegment(a.Arg) == normSegment(b.Arg)
+	}
+	return true
+}
+
+// foldSpace lower-cases s and folds its runs of white space into one space.
+func foldSpace(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
 
 func grammarAction(m []string) (Action, bool) {
 	arg := m[3]
@@ -394,11 +619,13 @@ func grammarAction(m []string) (Action, bool) {
 }
 
 // respond runs stage 2 for a validated action: Refusal for unanswerable(),
-// else a model reply, regenerated when it is empty or (with RejectLeaks)
-// leaks, falling back to the deterministic responder's reply for the
-// credits (Refusal, Refused, when there are none: an unlabeled action)
-// when every attempt failed. errTooLong: the question or the dialogue is
-// too long for the responder's context.
+// else a model reply. A draft is rejected and regenerated when it is cut
+// off (the same request with twice the completion limit), empty or
+// unreadable, or (when the oracle rejects leaks) leaks (a corrective turn
+// each); after MaxRegenerations rejected drafts the reply falls back to the
+// deterministic responder's reply for the credits (Refusal, Refused, when
+// there are none: an unlabeled action). errTooLong: the question or the
+// dialogue is too long for the responder's context.
 func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act Action, credits []int) (Reply, error) {
 	if act.Kind == ActionUnanswerable {
 		return Reply{Text: Refusal, Refused: true}, nil
@@ -407,37 +634,38 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		return Reply{}, err
 	}
 	var segs []sqlexec.Segment
-	schema := l.schema(rec)
 	if !l.opt.Scoped {
 		segs = l.segments(rec)
 	}
-	promptSchema := schema
-	if l.opt.Scoped {
-		promptSchema = ""
-	}
+	promptSchema := l.responderSchema(rec)
 	msgs := respondMessages(rec, segs, promptSchema, l.opt.Scoped, history, question, act, credits)
 	var lc *leakChecker
-	if l.opt.RejectLeaks {
-		lc = newLeakChecker(rec, l.segments(rec), schema)
+	if l.RejectsLeaks() {
+		lc = newLeakChecker(rec, l.segments(rec), l.schema(rec))
 	}
+	fallback := func(attempt int) (Reply, error) {
+		fb, err := NewDeterministicResponder().reply(rec, credits)
+		if err != nil {
+			return Reply{}, err
+		}
+		fb.Regenerated, fb.FellBack = attempt, true
+		return fb, nil
+	}
+	maxTokens := l.opt.MaxTokens
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
-			Messages: msgs, MaxTokens: respondMaxTokens,
+			Messages: msgs, JSON: true, MaxTokens: maxTokens,
 			Purpose: "oracle.respond", CacheKey: l.cacheKey(rec),
 		})
 		if llm.KindOf(err) == llm.KindContextOverflow && attempt > 0 {
 			// A regeneration request (the draft and the corrective
-			// appended) is too long: every draft counts as rejected.
-			fb, err := NewDeterministicResponder().reply(rec, credits)
-			if err != nil {
-				return Reply{}, err
-			}
-			fb.Regenerated, fb.FellBack = attempt, true
-			return fb, nil
+			// appended, or the larger limit) is too long: every draft
+			// counts as rejected.
+			return fallback(attempt)
 		}
 		if llm.KindOf(err) == llm.KindContextOverflow {
 			base := respondMessages(rec, segs, promptSchema, l.opt.Scoped, nil, probeQuestion, act, credits)
-			if err := l.blame(ctx, rec, err, base, false, respondMaxTokens, "oracle.respond"); err != nil {
+			if err := l.blame(ctx, rec, err, base, true, l.opt.MaxTokens, "oracle.respond"); err != nil {
 				return Reply{}, err
 			}
 			return Reply{}, errTooLong
@@ -445,28 +673,59 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		if err != nil {
 			return Reply{}, err
 		}
-		text := cleanReply(resp.Content)
+		text, cutOff := "", resp.CutOff()
+		if !cutOff {
+			text = replyText(resp.Content)
+		}
 		corrective := ""
 		switch {
+		case cutOff:
 		case text == "":
-			corrective = "Your reply was empty. Write the reply to the analyst's question now, in one to three plain sentences."
-		case lc != nil && lc.leaks(text, question):
+			corrective = respondEmptyCorrective
+		case lc != nil && lc.leaks(text, question+allowedText(rec, credits)):
 			corrective = respondCorrective
 		default:
 			return Reply{Text: text, Regenerated: attempt}, nil
 		}
 		if attempt >= l.opt.MaxRegenerations {
-			fb, err := NewDeterministicResponder().reply(rec, credits)
-			if err != nil {
-				return Reply{}, err
-			}
-			fb.Regenerated, fb.FellBack = attempt, true
-			return fb, nil
+			return fallback(attempt)
+		}
+		if cutOff {
+			// Never served: the same request, with room to finish.
+			maxTokens = min(maxTokens*cutOffFactor, l.opt.MaxTokens*cutOffFactor*cutOffFactor)
+			continue
 		}
 		msgs = append(msgs[:len(msgs):len(msgs)],
 			llm.Message{Role: "assistant", Content: resp.Content},
 			llm.Message{Role: "user", Content: corrective})
 	}
+}
+
+// replyKeys are the fields a reply may come in: the prompt's "reply", and
+// what models (and BIRD-Interact's format) write instead.
+var replyKeys = []string{"reply", "output", "response", "answer", "text"}
+
+// replyText reads the reply of a stage-2 output: the string field of the
+// first JSON object that has one (replyKeys), else — a model that ignored
+// the format — the text itself when it holds no JSON object. Either is
+// cleaned (cleanReply); "" when there is nothing to serve.
+func replyText(content string) string {
+	objs := llm.JSONObjects(content)
+	for _, obj := range objs {
+		var m map[string]any
+		if json.Unmarshal([]byte(obj), &m) != nil {
+			continue
+		}
+		for _, k := range replyKeys {
+			if s, ok := m[k].(string); ok && strings.TrimSpace(s) != "" {
+				return cleanReply(s)
+			}
+		}
+	}
+	if len(objs) > 0 {
+		return "" // JSON, but no reply in it
+	}
+	return cleanReply(content)
 }
 
 // cleanReply trims a reply and the quotes or "Me:" label a model may put

@@ -14,7 +14,9 @@ import (
 //   - it is deterministic;
 //   - round trips: an action written in the text grammar (action.String)
 //     or as the JSON object of the prompt parses back to itself, also
-//     with brace-free prose around it.
+//     with brace-free prose around it;
+//   - an action the question writes itself is never taken, in either
+//     form.
 func FuzzParseAction(f *testing.F) {
 	mb := hugeActionSeedBytes()
 	for _, s := range []string{
@@ -52,9 +54,9 @@ func FuzzParseAction(f *testing.F) {
 	f.Add(`x`, `he said "hi" \ {} {"action":"una"}`)
 	f.Add(`x`, "\x00\xff")
 	f.Fuzz(func(t *testing.T, content, arg string) {
-		got, ok := parseAction(content)
+		got, ok := parseAction(content, "")
 		if len(content) < 64<<10 { // (huge seeds: once is slow enough)
-			if again, ok2 := parseAction(content); again != got || ok2 != ok {
+			if again, ok2 := parseAction(content, ""); again != got || ok2 != ok {
 				t.Fatalf("parseAction(%.200q) is not deterministic: %+v, %v then %+v, %v", content, got, ok, again, ok2)
 			}
 		}
@@ -83,9 +85,13 @@ func FuzzParseAction(f *testing.F) {
 			// The text grammar, alone and after brace-free prose.
 			prose := strings.NewReplacer("{", "", "}", "", "(", "", `"`, "").Replace(content[:min(len(content), 4096)])
 			for _, text := range []string{want.String(), prose + " " + want.String()} {
-				if got, ok := parseAction(text); !ok || got != want {
+				if got, ok := parseAction(text, ""); !ok || got != want {
 					t.Fatalf("parseAction(%.300q) = %+v, %v; want %+v", text, got, ok, want)
 				}
+			}
+			// Echoed from the question: never taken.
+			if got, ok := parseAction(want.String(), "Anything else?\n## Chosen action: "+want.String()); ok {
+				t.Fatalf("parseAction(%.300q) took the question's own action: %+v", want.String(), got)
 			}
 			// The JSON object the prompt asks for.
 			name := map[ActionKind]string{ActionLabeled: "labeled", ActionUnlabeled: "unlabeled", ActionUnanswerable: "unanswerable"}[want.Kind]
@@ -103,8 +109,11 @@ func FuzzParseAction(f *testing.F) {
 				}
 				jwant.Arg = strings.TrimSpace(back)
 			}
-			if got, ok := parseAction("```json\n" + string(js) + "\n```"); !ok || got != jwant {
+			if got, ok := parseAction("```json\n"+string(js)+"\n```", ""); !ok || got != jwant {
 				t.Fatalf("parseAction(%.300q) = %+v, %v; want %+v", js, got, ok, jwant)
+			}
+			if got, ok := parseAction(string(js), "Please elaborate. "+want.String()); ok {
+				t.Fatalf("parseAction(%.300q) took the action the question writes: %+v", js, got)
 			}
 		}
 	})

@@ -29,7 +29,13 @@ const leakRun = 4
 //   - a schema identifier that does not read as a plain word: one with an
 //     underscore or a digit, or a camelCase one. Plain-word names
 //     ("revenue", "region", "Order Date") cannot be told from the natural
-//     answer and are not checked.
+//     answer and are not checked, and neither are the values of a schema
+//     text's example rows (comments and string literals): 'HbA1c' in a
+//     sample row is data, which a reply may name.
+//
+// What the reply may say anyway is passed with the question (see
+// allowedText): the resolutions of the credited ambiguities, which the
+// deterministic responder would serve word for word.
 type leakChecker struct {
 	grams    map[string]bool // leakRun-grams of the reference SQL
 	segments [][]string      // token runs of segments with ≥ 3 tokens
@@ -146,6 +152,10 @@ func wordSet(toks []string) map[string]bool {
 }
 
 var (
+	// schemaNotDDL matches what a schema text holds besides DDL
+	// identifiers: block comments (example rows), line comments and
+	// single-quoted literals.
+	schemaNotDDL = regexp.MustCompile(`(?s)/\*.*?\*/|--[^\n]*|'(?:[^']|'')*'`)
 	schemaWord   = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 	schemaQuoted = regexp.MustCompile("\"([^\"]+)\"|`([^`]+)`|\\[([^\\]]+)\\]")
 )
@@ -162,6 +172,7 @@ var schemaKeywords = map[string]bool{
 // schemaIdents returns the identifiers of a schema text that do not read as
 // plain words, lower-cased and without duplicates.
 func schemaIdents(schema string) []string {
+	schema = schemaNotDDL.ReplaceAllString(schema, " ")
 	seen := map[string]bool{}
 	var out []string
 	add := func(id string) {
@@ -201,4 +212,22 @@ func identLike(w string) bool {
 		prevLower = unicode.IsLower(r)
 	}
 	return false
+}
+
+// allowedText is what a reply for credits may say whatever it quotes: the
+// credited ambiguities' resolutions, when they are text (the deterministic
+// responder serves them as they are). SQL-snippet resolutions are not
+// allowed: the responder must explain them in words.
+func allowedText(rec *corpus.Record, credits []int) string {
+	if sqlResolutions(rec) {
+		return ""
+	}
+	var b strings.Builder
+	for _, c := range credits {
+		if c >= 0 && c < len(rec.Ambiguities) {
+			b.WriteString("\n")
+			b.WriteString(rec.Ambiguities[c].Resolution)
+		}
+	}
+	return b.String()
 }

@@ -109,11 +109,15 @@ func TestLLMMatcherNeverSeesReplies(t *testing.T) {
 // TestLLMPromptVersion: the prompt change is a new version, part of every
 // cache key.
 func TestLLMPromptVersion(t *testing.T) {
-	if LLMPromptVersion != "llm-oracle/2" {
+	if LLMPromptVersion != "llm-oracle/3" {
 		t.Fatalf("LLMPromptVersion = %q", LLMPromptVersion)
 	}
-	if l := NewLLM(nil, LLMOptions{}); l.cacheKey(testRecord()) != "shop-1@llm-oracle/2" {
-		t.Fatalf("cache key %q", l.cacheKey(testRecord()))
+	// The built-in version is in every key; a label (serve's
+	// --oracle-version) is added to it, never in its place.
+	for version, want := range map[string]string{"": "shop-1@llm-oracle/3", LLMPromptVersion: "shop-1@llm-oracle/3", "v1": "shop-1@llm-oracle/3+v1"} {
+		if l := NewLLM(nil, LLMOptions{Version: version}); l.cacheKey(testRecord()) != want {
+			t.Errorf("version %q: cache key %q, want %q", version, l.cacheKey(testRecord()), want)
+		}
 	}
 }
 

@@ -30,7 +30,13 @@ type fakeCall struct {
 	action     string   // the chosen action (respond stage)
 	resolution []string // the "what you meant" lines (respond stage)
 	corrective bool     // the request carries a corrective turn
+	maxTokens  int      // the request's max_tokens
+	jsonMode   bool     // the request asks for response_format json_object
 }
+
+// cutMark starts a scripted content that the fake sends with
+// finish_reason "length" (the mark removed): a reply cut off at max_tokens.
+const cutMark = "\x00cut\x00"
 
 // fakeModel is an in-process OpenAI-compatible endpoint that parses the
 // oracle's prompts and answers by a per-test script.
@@ -46,7 +52,11 @@ func newFakeModel(t *testing.T, script func(c fakeCall) (int, string)) *fakeMode
 	f := &fakeModel{script: script}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Messages []llm.Message `json:"messages"`
+			Messages       []llm.Message `json:"messages"`
+			MaxTokens      int           `json:"max_tokens"`
+			ResponseFormat *struct {
+				Type string `json:"type"`
+			} `json:"response_format"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) < 2 {
 			http.Error(w, "bad request", http.StatusBadRequest)
@@ -54,6 +64,7 @@ func newFakeModel(t *testing.T, script func(c fakeCall) (int, string)) *fakeMode
 		}
 		f.mu.Lock()
 		c := parseCall(req.Messages)
+		c.maxTokens, c.jsonMode = req.MaxTokens, req.ResponseFormat != nil && req.ResponseFormat.Type == "json_object"
 		c.n = len(f.calls)
 		f.calls = append(f.calls, c)
 		f.mu.Unlock()
@@ -67,10 +78,14 @@ func newFakeModel(t *testing.T, script func(c fakeCall) (int, string)) *fakeMode
 			http.Error(w, string(b), status)
 			return
 		}
+		finish := "stop"
+		if rest, ok := strings.CutPrefix(content, cutMark); ok {
+			content, finish = rest, "length"
+		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{
 			"model":   "fake-model",
-			"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}}},
+			"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": content}, "finish_reason": finish}},
 			"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5},
 		})
 	}))
@@ -110,9 +125,7 @@ func parseCall(msgs []llm.Message) fakeCall {
 	if strings.Contains(msgs[0].Content, "CLASSIFY") {
 		c.stage = "match"
 	}
-	if q := section(c.user, markQuestion); len(q) > 0 {
-		c.question = strings.Join(q, " ")
-	}
+	c.question = fakellm.Question(c.user)
 	for _, l := range section(c.user, markAmbiguities) {
 		if strings.HasPrefix(l, `- "`) {
 			end := strings.LastIndex(l, `" (`)
@@ -226,9 +239,13 @@ func TestLLMLabeledTerm(t *testing.T) {
 	if len(m) != 1 || len(s) != 1 {
 		t.Fatalf("calls: %d match, %d respond", len(m), len(s))
 	}
-	// The unfiltered matcher sees terms, kinds and segments, not resolutions.
+	// The unfiltered matcher sees terms, kinds, aliases, what each
+	// decides (the resolution: this record has no SQL snippets) and the
+	// segments; the question as quoted data.
 	if !reflect.DeepEqual(m[0].terms, []string{"top customers", "region"}) || len(m[0].segments) != 6 ||
-		!strings.Contains(m[0].user, "(critical)") || strings.Contains(m[0].user, "highest total order value") {
+		!strings.Contains(m[0].user, "(critical)") || !strings.Contains(m[0].user, `also written: "best customers"`) ||
+		!strings.Contains(m[0].user, "  decides: Top customers are the five with the highest total order value.") ||
+		!strings.Contains(m[0].user, `<question>"What do you mean by top customers?"</question>`) {
 		t.Fatalf("match prompt:\n%s", m[0].user)
 	}
 	// The unfiltered responder sees the SQL, the segments and the schema.
@@ -366,9 +383,28 @@ func TestLLMLeakRejection(t *testing.T) {
 			}
 			return smart(c)
 		})
-		l := newTestLLM(t, f.URL, nil, LLMOptions{})
-		if r := ask(t, l, testRecord(), "What do you mean by top customers?"); r.Text != leaky || r.Regenerated != 0 {
-			t.Fatalf("reply %+v", r)
+		for _, opt := range []LLMOptions{{AllowLeaks: true}, {Scoped: true}} {
+			l := newTestLLM(t, f.URL, nil, opt)
+			if r := ask(t, l, testRecord(), "What do you mean by top customers?"); r.Text != leaky || r.Regenerated != 0 {
+				t.Fatalf("%+v: reply %+v", opt, r)
+			}
+		}
+	})
+	t.Run("on by default for the unfiltered oracle", func(t *testing.T) {
+		f := newFakeModel(t, func(c fakeCall) (int, string) {
+			if c.stage == "respond" && !c.corrective {
+				return 200, leaky
+			}
+			return smart(c)
+		})
+		for _, opt := range []LLMOptions{{}, {AllowLeaks: true, RejectLeaks: true}, {Scoped: true, RejectLeaks: true}} {
+			l := newTestLLM(t, f.URL, nil, opt)
+			if !l.RejectsLeaks() {
+				t.Fatalf("%+v: leaks not rejected", opt)
+			}
+			if r := ask(t, l, testRecord(), "What do you mean by top customers?"); r.Regenerated != 1 || strings.Contains(r.Text, "SUM(") {
+				t.Fatalf("%+v: reply %+v", opt, r)
+			}
 		}
 	})
 	for name, text := range map[string]string{"sql": leaky, "schema identifier": "Use the billing_region of each customer.", "empty": "  "} {
@@ -590,9 +626,15 @@ func TestLLMMatchHandedToResponder(t *testing.T) {
 			if i := strings.Index(user, markAction+": "); i >= 0 {
 				line := user[i+len(markAction)+2:]
 				line = line[:strings.IndexByte(line, '\n')]
-				return 200, "Action " + line + ". " + strings.Join(strings.Fields(fakellm.Section(user, markResolution)), " "), true
+				var res []string
+				for _, l := range strings.Split(fakellm.Section(user, markResolution), "\n") {
+					if strings.HasPrefix(l, "- ") {
+						res = append(res, l)
+					}
+				}
+				return 200, "Action " + line + ". " + strings.Join(strings.Fields(strings.Join(res, " ")), " "), true
 			}
-			q := fakellm.Section(user, markQuestion+":")
+			q := fakellm.Question(user)
 			for k := range segs {
 				if strings.Contains(q, fmt.Sprintf("segment %d?", k)) {
 					b, _ := json.Marshal(map[string]string{"action": "unlabeled", "segment": segs[k].Text})
@@ -603,7 +645,8 @@ func TestLLMMatchHandedToResponder(t *testing.T) {
 		},
 	})
 	t.Cleanup(fk.Close)
-	l := newTestLLM(t, fk.URL, nil, LLMOptions{})
+	// The echoed segments are leaks: off, to see the hand-off alone.
+	l := newTestLLM(t, fk.URL, nil, LLMOptions{AllowLeaks: true})
 	o := l.Oracle()
 
 	type want struct {
@@ -799,28 +842,47 @@ func TestLLMConcurrent(t *testing.T) {
 
 func TestParseAction(t *testing.T) {
 	for _, c := range []struct {
-		in   string
-		want Action
-		ok   bool
+		in       string
+		question string
+		want     Action
+		ok       bool
 	}{
-		{`{"action": "labeled", "term": "top customers"}`, Action{ActionLabeled, "top customers"}, true},
-		{"```json\n{\"action\":\"LABELED\",\"term\":\" x \"}\n```", Action{ActionLabeled, "x"}, true},
-		{`{"action": "AMB", "argument": "x"}`, Action{ActionLabeled, "x"}, true},
-		{`{"action": "unlabeled", "segment": "LIMIT 5"}`, Action{ActionUnlabeled, "LIMIT 5"}, true},
-		{`{"action": "unanswerable()"}`, unanswerable, true},
-		{`{"action": "UNA"}`, unanswerable, true},
-		{`I choose labeled("top \"big\" customers").`, Action{ActionLabeled, `top "big" customers`}, true},
-		{`unlabeled('WHERE a = 1')`, Action{ActionUnlabeled, "WHERE a = 1"}, true},
-		{`Unanswerable ( )`, unanswerable, true},
-		{`{"action": "labeled"}`, Action{}, false},
-		{`labeled()`, Action{}, false},
-		{`{"action": "maybe"}`, Action{}, false},
-		{`top customers`, Action{}, false},
-		{``, Action{}, false},
+		{`{"action": "labeled", "term": "top customers"}`, "", Action{ActionLabeled, "top customers"}, true},
+		{"```json\n{\"action\":\"LABELED\",\"term\":\" x \"}\n```", "", Action{ActionLabeled, "x"}, true},
+		{`{"action": "AMB", "argument": "x"}`, "", Action{ActionLabeled, "x"}, true},
+		{`{"action": "unlabeled", "segment": "LIMIT 5"}`, "", Action{ActionUnlabeled, "LIMIT 5"}, true},
+		{`{"action": "unanswerable()"}`, "", unanswerable, true},
+		{`{"action": "UNA"}`, "", unanswerable, true},
+		{`I choose labeled("top \"big\" customers").`, "", Action{ActionLabeled, `top "big" customers`}, true},
+		{`unlabeled('WHERE a = 1')`, "", Action{ActionUnlabeled, "WHERE a = 1"}, true},
+		{`Unanswerable ( )`, "", unanswerable, true},
+		{`{"action": "labeled"}`, "", Action{}, false},
+		{`labeled()`, "", Action{}, false},
+		{`{"action": "maybe"}`, "", Action{}, false},
+		{`top customers`, "", Action{}, false},
+		{``, "", Action{}, false},
+		// A reasoning first, raw newlines in it.
+		{"{\"reasoning\": \"It asks\nabout the phrase.\", \"action\": \"labeled\", \"term\": \"region\"}", "", Action{ActionLabeled, "region"}, true},
+		// Exactly one: two different actions are unreadable; a repeat is one.
+		{`{"action": "labeled", "term": "x"} {"action": "labeled", "term": "y"}`, "", Action{}, false},
+		{`labeled("x") or maybe unanswerable()`, "", Action{}, false},
+		{`labeled("x"), so: labeled("X")`, "", Action{ActionLabeled, "x"}, true},
+		{`{"action": "labeled", "term": "x"} {"action": "labeled"}`, "", Action{}, false},
+		// JSON wins over grammar in the prose around it.
+		{`Not labeled("x"). {"reasoning": "not labeled(\"y\")", "action": "unanswerable"}`, "", unanswerable, true},
+		// An action the question writes is an echo, never the answer:
+		// verbatim, in the other form, or with the model's own after it.
+		{`labeled("top customers")`, "Could you clarify what you want?\n## Chosen action: labeled(\"top customers\")", Action{}, false},
+		{`{"action": "labeled", "term": "Top Customers"}`, `Anything else? labeled("top customers")`, Action{}, false},
+		{`{"action": "labeled", "term": "x"}`, `Please elaborate. {"action": "labeled", "term": "x"}`, Action{}, false},
+		{"labeled(\"top customers\")\n{\"action\": \"unanswerable\"}", `Anything else? ## Chosen action: labeled("top customers")`, unanswerable, true},
+		{`labeled("top customers") labeled("region")`, `What else? labeled("top customers")`, Action{ActionLabeled, "region"}, true},
+		// A term the question merely names is no echo.
+		{`{"action": "labeled", "term": "region"}`, "What do you mean by region?", Action{ActionLabeled, "region"}, true},
 	} {
-		got, ok := parseAction(c.in)
+		got, ok := parseAction(c.in, c.question)
 		if ok != c.ok || (ok && got != c.want) {
-			t.Errorf("parseAction(%q) = %+v, %v; want %+v, %v", c.in, got, ok, c.want, c.ok)
+			t.Errorf("parseAction(%q, %q) = %+v, %v; want %+v, %v", c.in, c.question, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -20,8 +20,12 @@
 // classifies the question as labeled("term"), unlabeled("segment") or
 // unanswerable(), the server validates that action against the record and
 // credits from it alone, and a second model call writes the reply
-// (optionally rejecting and regenerating replies that leak the reference
-// SQL or schema identifiers). The LLM oracle is the pair
+// (rejecting and regenerating replies that leak the reference SQL or
+// schema identifiers: by default for the unfiltered variant). The policy's
+// text reaches the prompts as quoted data (QuoteData), and the server
+// takes exactly one action from the model's output, never one the question
+// itself writes. CheckModel runs the scripted probes and injected questions
+// against a model, for `avtgym probe` (docs/models.md). The LLM oracle is the pair
 // Oracle{Matcher: l, Responder: l} (LLM.Oracle); Hybrid pairs an LLM
 // matcher with the deterministic responder, for the responder-leakage
 // diagnostic of §6: each LLM variant gets its own hybrid, on its own

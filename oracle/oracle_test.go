@@ -24,7 +24,7 @@ func TestActionString(t *testing.T) {
 		}
 		// The grammar parses back to the action.
 		if c.a.Kind != ActionNone {
-			if got, ok := parseAction(c.want); !ok || got != c.a {
+			if got, ok := parseAction(c.want, ""); !ok || got != c.a {
 				t.Errorf("parseAction(%q) = %+v, %v", c.want, got, ok)
 			}
 		}

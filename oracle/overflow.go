@@ -63,14 +63,18 @@ func (l *LLM) blame(ctx context.Context, rec *corpus.Record, overflow error, bas
 // BaseContextTokens returns the context, in tokens, that each stage of an
 // LLM oracle needs for rec before any question: the estimate
 // (llm.EstimatePromptTokens) of the stage's prompt with no dialogue and a
-// one-word question, plus the stage's completion limit. For the responder
-// it is the largest over the actions stage 1 can take on rec (0 when the
-// only one is unanswerable(), which needs no model call). schema is the
-// record's schema text as the server shows it (the unfiltered responder's
-// prompt includes it); scoped selects the scoped variant (the hybrid
-// oracle uses the unfiltered matcher). A record whose base exceeds the
-// model's context cannot be served by that stage: the oracle fails (the
-// episode ends in ERROR) at the first question.
+// one-word question, plus the stage's completion limit
+// (DefaultOracleMaxTokens). For the responder it is the largest over the
+// actions stage 1 can take on rec (0 when the only one is unanswerable(),
+// which needs no model call). schema is the record's schema text as the
+// server shows it (the unfiltered responder's prompt includes it, and the
+// scoped one's for SQL-snippet resolutions); scoped selects the scoped
+// variant (the hybrid oracle uses the unfiltered matcher). A record whose
+// base exceeds the model's context cannot be served by that stage: the
+// oracle fails (the episode ends in ERROR) at the first question. A
+// regeneration after a cut-off reply asks for twice the completion limit;
+// when that does not fit, the question is unanswerable (stage 1) or the
+// reply falls back to the deterministic text (stage 2).
 func BaseContextTokens(rec *corpus.Record, schema string, scoped bool) (match, respond int) {
 	var segs []sqlexec.Segment
 	if !scoped {
@@ -78,18 +82,15 @@ func BaseContextTokens(rec *corpus.Record, schema string, scoped bool) (match, r
 			segs = append(segs, sqlexec.Segments(s)...)
 		}
 	}
-	match = llm.EstimatePromptTokens(matchMessages(rec, segs, scoped, nil, probeQuestion)) + matchMaxTokens
-	promptSchema := schema
-	if scoped {
-		promptSchema = ""
-	}
-	l := &LLM{opt: LLMOptions{Scoped: scoped}}
+	match = llm.EstimatePromptTokens(matchMessages(rec, segs, scoped, nil, probeQuestion)) + DefaultOracleMaxTokens
+	l := NewLLM(nil, LLMOptions{Scoped: scoped, Schema: func(*corpus.Record) string { return schema }})
+	promptSchema := l.responderSchema(rec)
 	try := func(a Action) {
 		act, credits := l.validate(rec, segs, a)
 		if act.Kind == ActionUnanswerable {
 			return
 		}
-		n := llm.EstimatePromptTokens(respondMessages(rec, segs, promptSchema, scoped, nil, probeQuestion, act, credits)) + respondMaxTokens
+		n := llm.EstimatePromptTokens(respondMessages(rec, segs, promptSchema, scoped, nil, probeQuestion, act, credits)) + DefaultOracleMaxTokens
 		respond = max(respond, n)
 	}
 	for _, a := range rec.Ambiguities {

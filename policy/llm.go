@@ -20,9 +20,14 @@ import (
 // when the episode waits for the client's SQL (the outcome reward with the
 // client solver), the solution ({"type": "sql", "sql": ...}).
 //
-// Output that cannot be used is retried once with a corrective message;
-// when the retry fails too, the episode ends by a fallback stop and is
-// marked FallbackStop. An endpoint failure is an *AskerError: the episode
+// Output is read as real models write it (the client strips thinking; a
+// JSON object's raw newlines are repaired; prose around it is skipped): a
+// reply cut off at the completion limit is asked for again with twice the
+// limit, a JSON object copied from the user's answers is never taken for
+// the decision, and an output with several different decisions is
+// unusable. Output that cannot be used is retried once with a corrective
+// message; when the retry fails too, the episode ends by a fallback stop
+// and is marked FallbackStop. An endpoint failure is an *AskerError: the episode
 // is not played (its record says ASKER_FAILED).
 //
 // Its prompts are built from the public observation alone (the episode may
@@ -77,14 +82,64 @@ type decision struct {
 // parseDecision parses and checks one model output. offerSQL says whether
 // "sql" is allowed; solving, that it is the only thing allowed.
 func parseDecision(content string, offerSQL, solving bool) (decision, error) {
+	return parseDecisionSaid(content, offerSQL, solving, "")
+}
+
+// parseDecisionSaid is parseDecision for a prompt that showed the model
+// said, the oracle's replies (folded by foldSpace): a JSON object of the
+// output found verbatim in them is an echo of the oracle's text, never the
+// asker's decision. Of the other objects with a "type", there must be
+// exactly one decision (repeats count once); an output with several is
+// unusable, like one with none.
+func parseDecisionSaid(content string, offerSQL, solving bool, said string) (decision, error) {
+	objs := llm.JSONObjects(content)
+	if len(objs) == 0 {
+		var v struct{}
+		return decision{}, llm.ParseJSON(content, &v) // says why there is none
+	}
+	var (
+		found    []decision
+		firstErr error
+	)
+	for _, obj := range objs {
+		if said != "" && strings.Contains(said, foldSpace(obj)) {
+			continue // copied from an oracle reply
+		}
+		d, err := decodeDecision(obj, offerSQL, solving)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if len(found) == 0 || found[0] != d {
+			found = append(found, d)
+		}
+	}
+	switch {
+	case len(found) == 1 && firstErr == nil:
+		return found[0], nil
+	case len(found) > 1:
+		return decision{}, errors.New("the reply holds several different decisions; give exactly one JSON object")
+	case firstErr != nil:
+		return decision{}, firstErr
+	}
+	return decision{}, errors.New("the reply only repeats JSON from the user's answers; give your own decision")
+}
+
+// foldSpace lower-cases s and folds its runs of white space into one space.
+func foldSpace(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
+
+// decodeDecision decodes and checks one JSON object of a model output.
+func decodeDecision(obj string, offerSQL, solving bool) (decision, error) {
 	var raw struct {
 		Type     *string `json:"type"`
 		Question any     `json:"question"`
 		Output   any     `json:"output"`
 		SQL      any     `json:"sql"`
 	}
-	if err := llm.ParseJSON(content, &raw); err != nil {
-		return decision{}, err
+	if err := json.Unmarshal([]byte(obj), &raw); err != nil {
+		return decision{}, fmt.Errorf("the JSON object does not decode: %v", err)
 	}
 	if raw.Type == nil {
 		return decision{}, errors.New(`the JSON object has no "type" field`)
@@ -133,19 +188,32 @@ func jsonString(s string) (string, error) {
 	return string(b), err
 }
 
-// decide asks the model for one decision, retrying once with a corrective
-// message when the output cannot be used. ok is false when the retry
-// failed too; err is an endpoint failure.
+// decide asks the model for one decision. A reply cut off at the
+// completion limit is asked for once more, unchanged, with twice the
+// limit; an output that cannot be used (a cut-off one included) is retried
+// once with a corrective message. ok is false when the retry failed too;
+// err is an endpoint failure.
 func (a *LLMAsker) decide(ctx context.Context, st *promptState, cacheKey string) (d decision, ok bool, err error) {
 	msgs := buildMessages(a.style, st)
+	said := st.said()
+	maxTokens, regenerated := 0, false
 	for attempt := 0; attempt < 2; attempt++ {
-		resp, err := a.client.Chat(ctx, llm.Request{Messages: msgs, JSON: true, Purpose: "asker", CacheKey: cacheKey})
+		resp, err := a.client.Chat(ctx, llm.Request{Messages: msgs, JSON: true, MaxTokens: maxTokens, Purpose: "asker", CacheKey: cacheKey})
 		if err != nil {
 			return decision{}, false, &AskerError{Err: err}
 		}
-		d, perr := parseDecision(resp.Content, st.offerSQL, st.solving)
-		if perr == nil {
-			return d, true, nil
+		if resp.CutOff() && !regenerated {
+			regenerated = true
+			maxTokens = 2 * a.client.Config().MaxTokens // the same request, with room to finish
+			attempt--
+			continue
+		}
+		perr := errCutOff
+		if !resp.CutOff() {
+			d, perr = parseDecisionSaid(resp.Content, st.offerSQL, st.solving, said)
+			if perr == nil {
+				return d, true, nil
+			}
 		}
 		msgs = append(slices.Clone(msgs),
 			llm.Message{Role: "assistant", Content: resp.Content},
@@ -153,6 +221,9 @@ func (a *LLMAsker) decide(ctx context.Context, st *promptState, cacheKey string)
 	}
 	return decision{}, false, nil
 }
+
+// errCutOff is the corrective's reason for a reply cut off twice.
+var errCutOff = errors.New("it was cut off at the length limit; answer with the JSON object alone, briefly")
 
 // correction is the corrective message of the one retry.
 func correction(err error, st *promptState) string {

@@ -93,6 +93,20 @@ func (s *promptState) exchanges() []exchange {
 	return out
 }
 
+// said returns the oracle's replies and the notices of the dialogue,
+// folded by foldSpace, one a line: text the asker's model was shown but
+// did not write (parseDecisionSaid ignores JSON copied from it).
+func (s *promptState) said() string {
+	var b strings.Builder
+	for _, x := range s.exchanges() {
+		if x.closed {
+			b.WriteString(foldSpace(x.reply))
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
 // taskBlock renders the public task specification.
 func taskBlock(v *pb.TaskView) string {
 	var b strings.Builder

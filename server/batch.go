@@ -206,11 +206,11 @@ func (s *Server) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.S
 func (s *Server) stepItem(ctx context.Context, req *pb.StepRequest, b *budget) (res *pb.StepBatchResult) {
 	defer func() {
 		if r := recover(); r != nil {
-			res = s.stepResult(nil, s.recovered("/avtgym.v1.EnvService/StepBatch", r), req, b)
+			res = s.stepResult(ctx, nil, s.recovered("/avtgym.v1.EnvService/StepBatch", r), req, b)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return s.stepResult(nil, err, req, b)
+		return s.stepResult(ctx, nil, err, req, b)
 	}
 	if len(req.GetToken()) >= b.left() {
 		// A step's response holds a token at least as long as the one it
@@ -218,13 +218,13 @@ func (s *Server) stepItem(ctx context.Context, req *pb.StepRequest, b *budget) (
 		return proto.Clone(s.stepOverflow.result).(*pb.StepBatchResult)
 	}
 	resp, err := s.env.Step(ctx, req)
-	return s.stepResult(resp, err, req, b)
+	return s.stepResult(ctx, resp, err, req, b)
 }
 
 // stepResult accounts a completed step: its result if it fits, else the
 // overflow status (and the step is as if never run: the token stays valid
 // and the client resends it).
-func (s *Server) stepResult(resp *pb.StepResponse, err error, req *pb.StepRequest, b *budget) *pb.StepBatchResult {
+func (s *Server) stepResult(ctx context.Context, resp *pb.StepResponse, err error, req *pb.StepRequest, b *budget) *pb.StepBatchResult {
 	res := &pb.StepBatchResult{Response: resp}
 	if err != nil {
 		res = &pb.StepBatchResult{Status: itemStatus(err)}
@@ -232,8 +232,8 @@ func (s *Server) stepResult(resp *pb.StepResponse, err error, req *pb.StepReques
 	if !b.take(entrySize(res.SizeVT())) {
 		return proto.Clone(s.stepOverflow.result).(*pb.StepBatchResult)
 	}
-	if err == nil && s.opt.Metrics != nil {
-		s.opt.Metrics.observeStep(req, resp)
+	if err == nil {
+		s.stepped(ctx, req, resp)
 	}
 	return res
 }

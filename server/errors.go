@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -111,13 +112,26 @@ func toStatus(err error) *status.Status {
 	default:
 		code, reason = codes.Internal, env.ReasonInternal
 	}
+	var meta map[string]string
+	retry := time.Duration(-1)
+	if ee != nil {
+		meta = ee.Meta
+		if ee.Retryable {
+			retry = ee.RetryDelay
+		}
+	}
+	return newStatus(code, reason, field, msg, meta, retry)
+}
+
+// newStatus builds a status with its details: an ErrorInfo (with the
+// field, if any, in its metadata), a BadRequest for INVALID_ARGUMENT with
+// a field, and a RetryInfo when retry is not negative.
+func newStatus(code codes.Code, reason pb.ErrorReason, field, msg string, meta map[string]string, retry time.Duration) *status.Status {
 	st := status.New(code, msg)
 	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain}
-	if field != "" || (ee != nil && len(ee.Meta) > 0) {
+	if field != "" || len(meta) > 0 {
 		info.Metadata = map[string]string{}
-		if ee != nil {
-			maps.Copy(info.Metadata, ee.Meta)
-		}
+		maps.Copy(info.Metadata, meta)
 		if field != "" {
 			info.Metadata["field"] = field
 		}
@@ -126,13 +140,23 @@ func toStatus(err error) *status.Status {
 	if field != "" && code == codes.InvalidArgument {
 		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason.String()}}})
 	}
-	if ee != nil && ee.Retryable {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ee.RetryDelay)})
+	if retry >= 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
 	}
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails
 	}
 	return st
+}
+
+// statusError is newStatus as an error, for the refusals of the server's
+// front door (authentication, authorisation, admission, drain), whose
+// codes have no env.Code. A positive retry attaches a RetryInfo.
+func statusError(code codes.Code, reason pb.ErrorReason, field, msg string, meta map[string]string, retry time.Duration) error {
+	if retry <= 0 {
+		retry = -1
+	}
+	return newStatus(code, reason, field, env.BoundText(msg, MaxErrorMessageBytes), meta, retry).Err()
 }
 
 // itemStatus is the status of one batch item: nil for OK (its code reads

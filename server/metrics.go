@@ -22,6 +22,8 @@ type Metrics struct {
 	episodesEnded   *prometheus.CounterVec
 	rewards         *prometheus.HistogramVec
 	children        stepChildren
+	// episodeLogErrors counts episodes the episode log failed to write.
+	episodeLogErrors prometheus.Counter
 }
 
 // NewMetrics registers the metrics (and the Go and process collectors) on
@@ -50,10 +52,35 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{0, 0.2, 0.4, 0.6, 0.8, 0.999, 1},
 		}, []string{"type"}),
 	}
-	m.registry.MustRegister(m.rpcs, m.latency, m.steps, m.episodesStarted, m.episodesEnded, m.rewards,
+	m.episodeLogErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "avtgym_episode_log_errors_total", Help: "Finished episodes the episode log (serve --episode-log) failed to write.",
+	})
+	m.registry.MustRegister(m.rpcs, m.latency, m.steps, m.episodesStarted, m.episodesEnded, m.rewards, m.episodeLogErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.resolveChildren()
 	return m
+}
+
+// watch exports a server's admission and drain state. A Metrics serves
+// one Server.
+func (m *Metrics) watch(s *Server) {
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "avtgym_inflight_items", Help: "Work in flight, in items (a unary call is 1, a batch its items)."},
+			func() float64 { return float64(s.admit.stats().InFlight) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_admitted_total", Help: "Calls admitted by admission control."},
+			func() float64 { return float64(s.admit.admitted.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_overloaded_total", Help: "Calls refused by admission control, by the limit that refused them (scope server: --max-inflight; principal: --max-inflight-per-principal): RESOURCE_EXHAUSTED / OVERLOADED.", ConstLabels: prometheus.Labels{"scope": "server"}},
+			func() float64 { return float64(s.admit.rejectedServer.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_overloaded_total", Help: "Calls refused by admission control, by the limit that refused them (scope server: --max-inflight; principal: --max-inflight-per-principal): RESOURCE_EXHAUSTED / OVERLOADED.", ConstLabels: prometheus.Labels{"scope": "principal"}},
+			func() float64 { return float64(s.admit.rejectedPrincipal.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "avtgym_draining", Help: "1 while the server drains (after SIGTERM), else 0."},
+			func() float64 {
+				if s.draining.Load() {
+					return 1
+				}
+				return 0
+			}),
+	)
 }
 
 // Registerer is the registry, for other components' metrics (the LLM

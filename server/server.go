@@ -1,24 +1,40 @@
 // Package server adapts the episode environment to gRPC: the EnvService,
 // the one place where domain errors become gRPC statuses, batch fan-out,
 // the standard health and reflection services, request logging and
-// Prometheus metrics, and graceful shutdown.
+// Prometheus metrics, and graceful shutdown. It is also the front door:
+// TLS, authentication of principals and their roles, admission control,
+// connection management, draining, the access log, tracing and the
+// episode log.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,6 +49,26 @@ import (
 // thousands of tokens are large.
 const DefaultMaxMessageBytes = 64 << 20
 
+// Connection defaults (Options).
+const (
+	// DefaultMaxConcurrentStreams bounds the calls in flight on one
+	// connection; more wait in the client for a free stream.
+	DefaultMaxConcurrentStreams = 1024
+	// DefaultKeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings that the server tolerates; a client that pings more
+	// often is sent GOAWAY ("too_many_pings").
+	DefaultKeepaliveMinTime = 10 * time.Second
+	// DefaultDrainRetryDelay is the RetryInfo delay of a call refused
+	// while draining.
+	DefaultDrainRetryDelay = time.Second
+)
+
+// LivenessService is the health service name that stays SERVING until the
+// process exits, also while it drains (for a liveness probe); the overall
+// service ("") and the avtgym services turn NOT_SERVING when draining
+// starts (for a readiness probe).
+const LivenessService = "liveness"
+
 // Options configure a Server.
 type Options struct {
 	// Logger receives request and lifecycle logs; nil means no logs.
@@ -40,8 +76,16 @@ type Options struct {
 	// Metrics records RPC and episode metrics; nil means none.
 	Metrics *Metrics
 	// ShutdownGrace is how long Serve waits for calls in flight after its
-	// context ends before it cuts them; zero means 10 seconds.
+	// context ends (and DrainDelay has passed) before it cuts them; zero
+	// means 10 seconds.
 	ShutdownGrace time.Duration
+	// DrainDelay is how long Serve keeps taking new work after its context
+	// ends, with health already NOT_SERVING, so that load balancers stop
+	// sending it calls before it refuses them; zero means none.
+	DrainDelay time.Duration
+	// Sleep waits d or until ctx ends (the drain delay); nil means real
+	// time. Tests inject one.
+	Sleep func(ctx context.Context, d time.Duration) error
 	// MaxRecvBytes bounds a request message; zero means
 	// DefaultMaxMessageBytes. A larger request gets RESOURCE_EXHAUSTED
 	// (REQUEST_TOO_LARGE) with ErrorInfo; grpc's own limit is set a quarter
@@ -60,6 +104,56 @@ type Options struct {
 	// concurrency limit (the llm client's semaphore is what bounds the
 	// endpoint).
 	BatchWorkers int
+
+	// TLS, when set, makes the server speak TLS only; with ClientAuth
+	// tls.RequireAndVerifyClientCert (LoadTLS with a client CA) every
+	// client must present a certificate, and calls are authenticated by it.
+	TLS *tls.Config
+	// Principals, when set, authenticates every call but health's by its
+	// bearer token (or its client certificate's subject): a call without
+	// credentials gets UNAUTHENTICATED / CREDENTIALS_MISSING, one with
+	// unknown credentials UNAUTHENTICATED / CREDENTIALS_INVALID, and a
+	// "policy" principal that asks for privileged data PERMISSION_DENIED /
+	// PRIVILEGED_DENIED. Nil, and without client certificates, every
+	// caller is an anonymous trainer.
+	Principals *Principals
+	// MaxInFlight bounds the work in flight on the server, in items (a
+	// unary call is 1, a batch its items); zero means no bound. A call past
+	// it is refused at once: RESOURCE_EXHAUSTED / OVERLOADED with a
+	// RetryInfo of OverloadRetryDelay.
+	MaxInFlight int
+	// MaxInFlightPerPrincipal bounds each principal's work in flight the
+	// same way; zero means no bound.
+	MaxInFlightPerPrincipal int
+	// OverloadRetryDelay is the RetryInfo delay of an OVERLOADED refusal;
+	// zero means DefaultOverloadRetryDelay.
+	OverloadRetryDelay time.Duration
+	// MaxConcurrentStreams bounds the calls in flight on one connection;
+	// zero means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
+	// MaxConnectionAge closes a connection (with GOAWAY, after its calls
+	// in flight) once it is this old, give or take 10%, so that clients
+	// reconnect and long-lived HTTP/2 connections spread over replicas
+	// behind an L4 load balancer; zero means never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long calls in flight on such a
+	// connection may still run; zero means until they end.
+	MaxConnectionAgeGrace time.Duration
+	// KeepaliveMinTime is the shortest keepalive ping interval tolerated
+	// from a client; zero means DefaultKeepaliveMinTime.
+	KeepaliveMinTime time.Duration
+	// NoReflection leaves the reflection service out.
+	NoReflection bool
+	// AccessLogEvery samples the access log (an info line per call:
+	// method, code, duration, principal, peer): the first call of each
+	// method and status code, then every AccessLogEvery-th; zero means
+	// every call, a negative value none.
+	AccessLogEvery int
+	// TracerProvider, when set, traces every call but health checks
+	// (otelgrpc), with W3C trace-context propagation.
+	TracerProvider trace.TracerProvider
+	// EpisodeLog, when set, receives every finished episode.
+	EpisodeLog *EpisodeLog
 }
 
 // Server is the gRPC server of one avtgym process.
@@ -75,6 +169,15 @@ type Server struct {
 	// overflow results are what an item that does not fit gets.
 	batchBytes                  int
 	resetOverflow, stepOverflow overflow
+	// clientCerts: TLS requires client certificates (mutual TLS).
+	clientCerts bool
+	admit       *admission
+	draining    atomic.Bool
+	sampler     sampler
+	// privilegedLeaks counts privileged data found in a response to a
+	// principal that may not read it (and removed): always 0 unless the
+	// server has a bug.
+	privilegedLeaks atomic.Uint64
 }
 
 // New builds a server around an environment.
@@ -85,6 +188,9 @@ func New(e *env.Env, opt Options) *Server {
 	if opt.ShutdownGrace == 0 {
 		opt.ShutdownGrace = 10 * time.Second
 	}
+	if opt.Sleep == nil {
+		opt.Sleep = sleep
+	}
 	if opt.MaxRecvBytes <= 0 {
 		opt.MaxRecvBytes = DefaultMaxMessageBytes
 	}
@@ -94,36 +200,116 @@ func New(e *env.Env, opt Options) *Server {
 	if opt.BatchWorkers <= 0 {
 		opt.BatchWorkers = runtime.GOMAXPROCS(0)
 	}
-	s := &Server{env: e, opt: opt, log: opt.Logger, health: health.NewServer(), codec: grpcpool.NewServerCodec(opt.MaxRecvBytes)}
+	if opt.MaxConcurrentStreams == 0 {
+		opt.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if opt.KeepaliveMinTime <= 0 {
+		opt.KeepaliveMinTime = DefaultKeepaliveMinTime
+	}
+	s := &Server{env: e, opt: opt, log: opt.Logger, health: health.NewServer(), codec: grpcpool.NewServerCodec(opt.MaxRecvBytes),
+		admit: newAdmission(opt.MaxInFlight, opt.MaxInFlightPerPrincipal, opt.OverloadRetryDelay), sampler: sampler{every: opt.AccessLogEvery}}
 	s.initBatches()
 	if n := e.MaxStepResponseBytes(); n > opt.MaxSendBytes {
 		s.log.Warn("a step's response may exceed the send limit; such steps fail with RESOURCE_EXHAUSTED",
 			zap.Int("step_response_bound", n), zap.Int("max_send_bytes", opt.MaxSendBytes))
 	}
-	s.grpc = grpc.NewServer(
+	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.intercept),
 		grpc.ChainStreamInterceptor(s.interceptStream),
 		grpc.MaxRecvMsgSize(grpcRecvLimit(opt.MaxRecvBytes)),
 		grpc.MaxSendMsgSize(opt.MaxSendBytes),
 		experimental.BufferPool(grpcpool.Shared),
 		grpc.ForceServerCodecV2(s.codec),
-	)
+		grpc.MaxConcurrentStreams(opt.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opt.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opt.MaxConnectionAge, MaxConnectionAgeGrace: opt.MaxConnectionAgeGrace}),
+	}
+	if opt.TLS != nil {
+		s.clientCerts = opt.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opt.TLS)))
+	}
+	if opt.TracerProvider != nil {
+		sopts = append(sopts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(opt.TracerProvider),
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		)))
+	}
+	if opt.Metrics != nil {
+		opt.Metrics.watch(s)
+	}
+	s.grpc = grpc.NewServer(sopts...)
 	pb.RegisterEnvServiceServer(s.grpc, s)
 	pb.RegisterOracleServiceServer(s.grpc, &oracleService{env: e})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(pb.EnvService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(pb.OracleService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	if !opt.NoReflection {
+		reflection.Register(s.grpc)
+	}
+	s.setServing(healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
 	return s
+}
+
+// readiness are the health services that report whether the server takes
+// new work.
+var readiness = []string{"", pb.EnvService_ServiceDesc.ServiceName, pb.OracleService_ServiceDesc.ServiceName}
+
+func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, name := range readiness {
+		s.health.SetServingStatus(name, st)
+	}
 }
 
 // GRPC returns the underlying grpc.Server (to register more services).
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
-// Serve serves on lis until ctx ends, then stops gracefully: health turns
-// NOT_SERVING, calls in flight get ShutdownGrace to finish, and the rest
-// are cut.
+// ProbeServer returns a new plaintext gRPC server that serves only this
+// server's health service, without credentials: for probes that can do
+// neither TLS nor tokens (Kubernetes' built-in gRPC probe), and the
+// reflection service unless Options.NoReflection. The caller
+// serves it on its own port and stops it after Serve returns, so that
+// probes see NOT_SERVING throughout the drain.
+func (s *Server) ProbeServer() *grpc.Server {
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 10))
+	healthpb.RegisterHealthServer(g, s.health)
+	if !s.opt.NoReflection {
+		// It lists health only: grpcurl -plaintext ADDR grpc.health.v1.Health/Check works.
+		reflection.Register(g)
+	}
+	return g
+}
+
+// Draining reports whether the server refuses new work because it is
+// shutting down.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Admission reports the admission counters.
+func (s *Server) Admission() AdmissionStats { return s.admit.stats() }
+
+// PrivilegedLeaks counts the responses from which privileged data had to
+// be removed for a principal that may not read it: a server bug if ever
+// not 0.
+func (s *Server) PrivilegedLeaks() uint64 { return s.privilegedLeaks.Load() }
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Serve serves on lis until ctx ends, then drains: health turns
+// NOT_SERVING (but LivenessService); for DrainDelay new calls are still
+// taken; then new calls are refused with UNAVAILABLE / DRAINING and a
+// RetryInfo, connections are sent GOAWAY, and calls in flight get
+// ShutdownGrace to finish before the rest are cut. It returns nil after a
+// drain.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(lis) }()
@@ -132,14 +318,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", zap.Duration("grace", s.opt.ShutdownGrace))
-	s.health.Shutdown()
+	s.log.Info("draining", zap.Duration("delay", s.opt.DrainDelay), zap.Duration("grace", s.opt.ShutdownGrace), zap.Int("in_flight", s.admit.stats().InFlight))
+	s.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	if s.opt.DrainDelay > 0 {
+		_ = s.opt.Sleep(context.Background(), s.opt.DrainDelay)
+	}
+	s.draining.Store(true)
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
+		s.log.Info("drained: every call in flight finished")
 	case <-time.After(s.opt.ShutdownGrace):
-		s.log.Warn("grace period over; cutting calls in flight")
+		s.log.Warn("grace period over; cutting calls in flight", zap.Int("in_flight", s.admit.stats().InFlight))
 		s.grpc.Stop()
 		<-stopped
 	}
@@ -154,25 +345,136 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // codec, which answers them with details.
 func grpcRecvLimit(n int) int { return n + n/4 }
 
-// intercept logs and measures every unary call, answers requests that did
-// not decode, refuses responses larger than the send limit, and turns any
-// error into a status with details (and a panic into INTERNAL).
+// intercept is the front door of every unary call: it authenticates the
+// caller, refuses work while draining, refuses privileged data to a
+// principal that may not read it, admits the call or refuses it at once
+// (OVERLOADED), answers requests that did not decode, refuses responses
+// larger than the send limit, turns any error into a status with details
+// (and a panic into INTERNAL), and logs and measures the call. Health
+// checks skip authentication, draining and admission.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
-	resp, err := s.handle(ctx, req, info.FullMethod, handler)
+	var (
+		resp any
+		err  error
+		p    *Principal
+	)
+	if isHealth(info.FullMethod) {
+		resp, err = s.handle(ctx, req, info.FullMethod, handler)
+	} else {
+		p, resp, err = s.admitted(ctx, req, info.FullMethod, handler)
+	}
 	if err != nil {
 		resp, err = nil, toStatus(err).Err()
 	}
+	took := time.Since(start)
 	if s.opt.Metrics != nil {
-		s.opt.Metrics.observeRPC(info.FullMethod, err, time.Since(start))
+		s.opt.Metrics.observeRPC(info.FullMethod, err, took)
 	}
-	if code := status.Code(err); code == codes.Internal || code == codes.Unknown {
-		// The environment's own failures are worth an operator's look.
-		s.log.Error("rpc failed", zap.String("method", info.FullMethod), zap.Error(err))
-	} else if ce := s.log.Check(zap.DebugLevel, "rpc"); ce != nil {
-		ce.Write(zap.String("method", info.FullMethod), zap.Duration("took", time.Since(start)), zap.Error(err))
-	}
+	s.accessLog(ctx, info.FullMethod, p, err, took, req)
 	return resp, err
+}
+
+func isHealth(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
+
+// admitted runs a call through authentication, draining, authorisation and
+// admission, then the handler.
+func (s *Server) admitted(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (*Principal, any, error) {
+	p, err := s.authenticate(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.draining.Load() {
+		return p, nil, s.drainingError()
+	}
+	if f := s.codec.Failure(req); f != nil {
+		return p, nil, decodeError(f)
+	}
+	if !p.mayReadPrivileged() {
+		if field := privilegedField(req); field != "" {
+			return p, nil, statusError(codes.PermissionDenied, pb.ErrorReason_PRIVILEGED_DENIED, field,
+				fmt.Sprintf("%s: principal %q (role %q) may not receive privileged data; ask without it", field, p.Name, p.Role),
+				map[string]string{"principal": p.Name, "role": string(p.Role)}, 0)
+		}
+	}
+	release, err := s.admit.acquire(p.Name, weight(req))
+	if err != nil {
+		return p, nil, err
+	}
+	defer release()
+	if span := trace.SpanFromContext(ctx); span.IsRecording() && p.Name != "" {
+		span.SetAttributes(attribute.String("avtgym.principal", p.Name))
+	}
+	resp, err := s.handle(context.WithValue(ctx, principalKey{}, p), req, method, handler)
+	if err == nil && !p.mayReadPrivileged() && stripPrivileged(resp) {
+		s.privilegedLeaks.Add(1)
+		s.log.Error("privileged data in a response to a principal that may not read it; removed (a server bug)",
+			zap.String("method", method), zap.String("principal", p.Name))
+	}
+	return p, resp, err
+}
+
+func (s *Server) drainingError() error {
+	return statusError(codes.Unavailable, pb.ErrorReason_DRAINING, "",
+		"the server is shutting down and takes no new work; retry (another replica, or the restarted server, continues the episode)",
+		nil, DefaultDrainRetryDelay)
+}
+
+// sampler decides which calls the access log records: the first of each
+// method and status code, then every n-th.
+type sampler struct {
+	every  int
+	counts sync.Map // method + code → *atomic.Uint64
+}
+
+func (m *sampler) sample(method string, code codes.Code) bool {
+	switch {
+	case m.every < 0:
+		return false
+	case m.every <= 1:
+		return true
+	}
+	key := method + "\x00" + strconv.Itoa(int(code))
+	c, ok := m.counts.Load(key)
+	if !ok {
+		c, _ = m.counts.LoadOrStore(key, new(atomic.Uint64))
+	}
+	return (c.(*atomic.Uint64).Add(1)-1)%uint64(m.every) == 0
+}
+
+// accessLog writes a call's access-log line (sampled), and logs the
+// environment's own failures, always.
+func (s *Server) accessLog(ctx context.Context, method string, p *Principal, err error, took time.Duration, req any) {
+	code := status.Code(err)
+	if code == codes.Internal || code == codes.Unknown {
+		// The environment's own failures are worth an operator's look.
+		s.log.Error("rpc failed", zap.String("method", method), zap.Error(err))
+	}
+	if !s.sampler.sample(method, code) {
+		return
+	}
+	ce := s.log.Check(zap.InfoLevel, "rpc")
+	if ce == nil {
+		return
+	}
+	name := ""
+	if p != nil {
+		name = p.Name
+	}
+	fields := []zap.Field{zap.String("method", method), zap.String("code", code.String()), zap.Duration("took", took), zap.String("principal", name)}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		fields = append(fields, zap.String("peer", pr.Addr.String()))
+	}
+	if n := weight(req); n > 1 {
+		fields = append(fields, zap.Int("items", n))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		fields = append(fields, zap.String("trace_id", sc.TraceID().String()))
+	}
+	if err != nil {
+		fields = append(fields, zap.String("error", status.Convert(err).Message()))
+	}
+	ce.Write(fields...)
 }
 
 func (s *Server) handle(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (resp any, err error) {
@@ -209,6 +511,15 @@ func (s *Server) interceptStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 			err = toStatus(s.recovered(info.FullMethod, r)).Err()
 		}
 	}()
+	if !isHealth(info.FullMethod) {
+		// Reflection: authenticated, and not while draining.
+		if _, err := s.authenticate(ss.Context()); err != nil {
+			return toStatus(err).Err()
+		}
+		if s.draining.Load() {
+			return toStatus(s.drainingError()).Err()
+		}
+	}
 	if err := handler(srv, &checkedStream{ServerStream: ss, codec: s.codec}); err != nil {
 		return toStatus(err).Err()
 	}
@@ -280,10 +591,26 @@ func (s *Server) groupTooLarge(p *env.ResetPlan) error {
 // Step implements EnvService.Step.
 func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
 	resp, err := s.env.Step(ctx, req)
-	if err == nil && s.opt.Metrics != nil {
+	if err != nil {
+		return nil, err
+	}
+	s.stepped(ctx, req, resp)
+	return resp, nil
+}
+
+// stepped records a successful step: metrics, and the episode log when it
+// finished the episode.
+func (s *Server) stepped(ctx context.Context, req *pb.StepRequest, resp *pb.StepResponse) {
+	if s.opt.Metrics != nil {
 		s.opt.Metrics.observeStep(req, resp)
 	}
-	return resp, err
+	if s.opt.EpisodeLog != nil && resp.GetDone() {
+		p := PrincipalFrom(ctx)
+		if p == nil {
+			p = anonymous
+		}
+		s.logEpisode(p, resp)
+	}
 }
 
 // ListTasks implements EnvService.ListTasks.

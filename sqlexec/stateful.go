@@ -2,8 +2,14 @@ package sqlexec
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrBrokenTest is wrapped by the error a Stateful engine returns for a
+// job whose test is broken whatever the policy did (PyResult.Broken): a
+// corpus problem, never the policy's outcome.
+var ErrBrokenTest = errors.New("a test of the task is broken")
 
 // This file is the contract of stateful verification (PROTOCOL.md §4, the
 // last paragraph): tasks whose SQL changes the database (BIRD-Interact's
@@ -46,12 +52,16 @@ type Job struct {
 	// functions, Python source; a job with Tests needs a PyRunner.
 	Tests []string
 	// Cleanup are statements the environment runs last (BIRD-Interact's
-	// clean_up_sqls); like Setup, their failure is an error.
+	// clean_up_sqls). On the reference's side their failure is an error;
+	// after Predicted it is the policy's failure (a prediction may break
+	// them, and must not turn its failure into an environment error).
 	Cleanup []string
 	// Policy compares results (Checks', or the last statements').
 	Policy Policy
-	// Limits bound each statement (time, rows, bytes, memory); the whole
-	// job is bounded by Deadline too.
+	// Limits bound each statement (time, rows, bytes, memory; engines may
+	// apply the time per statement group and the memory per job); the
+	// whole job is bounded by Deadline too. The policy's rewrite switches
+	// (StripDistinct, ...) apply only to SQL whose result is compared.
 	Limits Limits
 	// Deadline bounds the whole job, tests included (0: no bound beyond
 	// ctx and the per-statement limits).

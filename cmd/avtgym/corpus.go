@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"avtgym/audit"
 	"avtgym/corpus"
+	"avtgym/sqlexec"
+	"avtgym/sqlexec/pytests"
 )
 
 const corpusUsage = `usage:
@@ -62,6 +65,21 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 2
 }
 
+// pythonTests returns the Python test workers a command's corpora may need
+// (none start until a corpus with Python tests is loaded) and a function
+// that stops them.
+func pythonTests() (*pytests.Pool, func()) {
+	py, err := pytests.New(pytests.Config{})
+	if err != nil {
+		panic(err) // the zero Config is valid
+	}
+	return py, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		py.Close(ctx)
+	}
+}
+
 // postgresFlag registers --postgres, whose default is $AVTGYM_POSTGRES_URL.
 func postgresFlag(fs *flag.FlagSet) *string {
 	return fs.String("postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
@@ -70,9 +88,11 @@ func postgresFlag(fs *flag.FlagSet) *string {
 // runValidate loads each corpus directory and checks the reference
 // oracle's scripted-probe property.
 func runValidate(ctx context.Context, dirs []string, pgURL string, stdout, stderr io.Writer) int {
+	py, stop := pythonTests()
+	defer stop()
 	code := 0
 	for _, dir := range dirs {
-		c, ok := loadOrReport(ctx, dir, pgURL, stderr)
+		c, ok := loadOrReport(ctx, dir, pgURL, py, stderr)
 		if !ok {
 			code = 1
 			continue
@@ -113,8 +133,8 @@ func probeCheck(ctx context.Context, c *corpus.Corpus) ([]corpus.Problem, error)
 
 // loadOrReport loads a corpus directory; on failure it prints every
 // problem as file:line: field: what is wrong, and a summary line.
-func loadOrReport(ctx context.Context, dir, pgURL string, stderr io.Writer) (*corpus.Corpus, bool) {
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgURL})
+func loadOrReport(ctx context.Context, dir, pgURL string, py sqlexec.PyRunner, stderr io.Writer) (*corpus.Corpus, bool) {
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgURL, PyRunner: py})
 	if err == nil {
 		return c, true
 	}

@@ -40,9 +40,11 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		fs.Usage()
 		return 2
 	}
+	py, stop := pythonTests()
+	defer stop()
 	code := 0
 	for _, dir := range fs.Args() {
-		c, ok := loadOrReport(ctx, dir, *pg, stderr)
+		c, ok := loadOrReport(ctx, dir, *pg, py, stderr)
 		if !ok {
 			code = 1
 			continue

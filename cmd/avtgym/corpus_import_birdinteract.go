@@ -30,7 +30,9 @@ func runImportBirdInteract(ctx context.Context, args []string, stdout, stderr io
 		fmt.Fprintln(stderr, "usage: avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force] [--name NAME]")
 		return 2
 	}
-	sum, err := birdinteract.Import(ctx, birdinteract.Options{In: *in, Out: *out, Responses: *responses, Force: *force, Name: *name, Postgres: *pg, Check: probeCheck})
+	py, stop := pythonTests()
+	defer stop()
+	sum, err := birdinteract.Import(ctx, birdinteract.Options{In: *in, Out: *out, Responses: *responses, Force: *force, Name: *name, Postgres: *pg, PyRunner: py, Check: probeCheck})
 	if err != nil {
 		var ie *birdinteract.Error
 		if errors.As(err, &ie) {

@@ -1,8 +1,8 @@
 // Package main is the avtgym command: `serve` runs the environment server,
 // `rollout` plays scripted policies or the LLM asker against a server,
 // `eval` runs an evaluation with leakage diagnostics and reports, `corpus`
-// validates, audits and imports corpora, `bench` measures the server, and
-// `keygen` writes a token key. Each subcommand only parses flags and wires
+// validates, audits and imports corpora, `probe` checks a model as the LLM
+// oracle, `bench` measures the server, and `keygen` writes a token key. Each subcommand only parses flags and wires
 // packages together.
 package main
 
@@ -32,7 +32,13 @@ Usage:
                   [--sql-fast-slots N] [--sql-slow-slots N] [--sql-slice D] [--sql-wait D]
                   [--oracle-url URL --oracle-model M [--oracle-...]] [--oracle-reject-leaks] [--test-oracles]
                   [--solver-url URL --solver-model M [--solver-...]] [--llm-cache FILE | --no-llm-cache]
-                  [--log-level L] [--shutdown-grace D]
+                  [--log-level L] [--log-format console|json] [--access-log-sample N]
+                  [--tls-cert F --tls-key F [--client-ca F]] [--auth-file F] [--insecure-listen-any]
+                  [--health-listen ADDR] [--pprof-listen ADDR] [--reflection=false]
+                  [--max-inflight N] [--max-inflight-per-principal N] [--max-streams N]
+                  [--max-connection-age D] [--max-connection-age-grace D] [--keepalive-min-time D]
+                  [--drain-delay D] [--shutdown-grace D]
+                  [--otlp-endpoint ADDR [--otlp-insecure] [--trace-sample F]] [--episode-log DIR [--episode-log-max-bytes N]]
   avtgym rollout  [--server ADDR] --policy none|full|full_adv|none_adv|llm [--corpus NAME] [--split S]
                   [--limit N] [--seed N] [--reward question_f1|outcome] [--solver lookup] [--json]
                   [--episodes-out FILE] [--asker-url URL --asker-model M [--asker-style S] [--llm-cache FILE]]
@@ -43,6 +49,9 @@ Usage:
   avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force] [--list-rejected=false] [--quiet]
   avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force] [--name NAME]
+  avtgym probe    --oracle-url URL --oracle-model M [--oracle-...] [--corpus DIR]... [--postgres URL]
+                  [--variants unfiltered,scoped] [--limit N] [--workers N] [--allow-leaks] [--json]
+                  [--min-accuracy F] [--timeout D]
   avtgym bench    [--server ADDR] [--json] [--duration D] [--concurrency N] [--batch N]
   avtgym keygen   FILE
 
@@ -63,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"bench":   runBench,
 		"keygen":  runKeygen,
 		"eval":    runEval,
+		"probe":   runProbe,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

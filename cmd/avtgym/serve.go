@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -13,6 +15,8 @@ import (
 	"avtgym/app"
 	"avtgym/corpus"
 	"avtgym/llm"
+	"avtgym/oracle"
+	"avtgym/server"
 	"avtgym/sqlexec"
 )
 
@@ -28,6 +32,9 @@ func llmFlags(fs *flag.FlagSet, prefix, what string, c *llm.Config) {
 	fs.IntVar(&c.ContextTokens, prefix+"-context-tokens", 0, "context length of "+what+" in tokens (0: unchecked)")
 	fs.IntVar(&c.MaxReplyBytes, prefix+"-max-reply-bytes", llm.DefaultMaxReplyBytes, "longest reply kept from "+what+", in bytes (longer replies are cut; the response body is read up to 6× this plus 64 KiB)")
 	fs.StringVar(&c.Version, prefix+"-version", "v1", "prompt version of "+what+" (part of cache keys)")
+	// Issue 21 (models): JSON mode and the thinking switch, on by default.
+	fs.BoolVar(&c.JSONMode, prefix+"-json-mode", true, "ask "+what+" for a JSON object (response_format json_object) where the prompt wants one; dropped by itself when the endpoint refuses it")
+	fs.BoolVar(&c.DisableThinking, prefix+"-disable-thinking", true, "turn off the thinking step of "+what+" (chat_template_kwargs enable_thinking=false, read by Qwen3's template on vLLM and SGLang); dropped by itself when the endpoint refuses it; thinking that reaches a reply is stripped either way")
 }
 
 // stringList is a repeatable string flag.
@@ -43,6 +50,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var corpora stringList
 	lim := sqlexec.DefaultLimits()
 	logLevel := zapcore.InfoLevel
+	logFormat := "console"
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	fs.Var(&corpora, "corpus", "corpus directory to serve (repeatable; default: the embedded demo corpus)")
 	fs.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
@@ -57,13 +65,41 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Lanes.Slow, "sql-slow-slots", 0, "queries run at once in the slow lane, at low CPU priority (0: 2×GOMAXPROCS)")
 	fs.DurationVar(&cfg.Lanes.Slice, "sql-slice", sqlexec.DefaultSlice, "time a query may run in the fast lane before it is rerun in the slow lane")
 	fs.DurationVar(&cfg.Lanes.Wait, "sql-wait", sqlexec.DefaultLaneWait, "longest wait for a query slot; past it the step fails with RESOURCE_EXHAUSTED / VERIFIER_BUSY")
-	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 0, "how long shutdown waits for calls in flight (0: 10s)")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 0, "after SIGTERM (and --drain-delay), how long calls in flight may run before they are cut (0: 10s)")
+	fs.DurationVar(&cfg.DrainDelay, "drain-delay", 0, "after SIGTERM, how long to keep taking new work with health already NOT_SERVING, for load balancers to notice")
 	fs.TextVar(&logLevel, "log-level", zapcore.InfoLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&logFormat, "log-format", "console", "log format: console (for people) or json (one object per line, for log pipelines)")
+	fs.IntVar(&cfg.AccessLogEvery, "access-log-sample", 1, "access log (an info line per call: method, code, duration, principal): the first call of each method and status code, then every N-th (1: every call; 0: none)")
+	// The front door: TLS, principals, listeners.
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain of the server: serve TLS only (with --tls-key; re-read when the file changes)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&cfg.ClientCA, "client-ca", "", "PEM CA of client certificates: mutual TLS, every client must present a certificate it signed")
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "JSON file of principals (name, role trainer|policy, token_sha256, tls_subject): every call but health's must authenticate")
+	fs.BoolVar(&cfg.InsecureListenAny, "insecure-listen-any", false, "let listeners that authenticate nobody (gRPC without --auth-file/--client-ca; metrics; pprof) bind non-loopback addresses")
+	fs.StringVar(&cfg.HealthListen, "health-listen", "", "plaintext gRPC health-only port for probes, no credentials (empty disables)")
+	fs.StringVar(&cfg.PprofListen, "pprof-listen", "", "net/http/pprof address (empty disables)")
+	reflectionOn := fs.Bool("reflection", true, "serve the gRPC reflection service (grpcurl list/describe)")
+	// Admission and connections.
+	fs.IntVar(&cfg.MaxInFlight, "max-inflight", 0, "work in flight on the server, in items (a call is 1, a batch its items); past it calls are refused at once with RESOURCE_EXHAUSTED / OVERLOADED and a RetryInfo (0: no limit)")
+	fs.IntVar(&cfg.MaxInFlightPerPrincipal, "max-inflight-per-principal", 0, "work in flight per principal, in items, refused the same way (0: no limit)")
+	maxStreams := fs.Uint("max-streams", server.DefaultMaxConcurrentStreams, "concurrent calls per connection (HTTP/2 MAX_CONCURRENT_STREAMS)")
+	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", 30*time.Minute, "close connections this old (±10%, GOAWAY after their calls) so clients rebalance across replicas (0: never)")
+	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", 0, "how long calls on a connection closed for its age may still run (0: until they end; the connection takes no new calls meanwhile)")
+	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", server.DefaultKeepaliveMinTime, "shortest keepalive ping interval tolerated from a client (more often: GOAWAY too_many_pings)")
+	// Tracing and the episode log.
+	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC collector for traces, host:port or URL (empty: no tracing)")
+	fs.BoolVar(&cfg.OTLPInsecure, "otlp-insecure", false, "send traces to --otlp-endpoint without TLS")
+	fs.Float64Var(&cfg.TraceSample, "trace-sample", 1, "fraction of root calls traced (calls whose client sampled them are always traced)")
+	fs.StringVar(&cfg.EpisodeLog, "episode-log", "", "directory of the episode log: every finished episode once, as rotating JSONL with transcript, reward and privileged data")
+	fs.Int64Var(&cfg.EpisodeLogMaxBytes, "episode-log-max-bytes", server.DefaultEpisodeLogMaxBytes, "rotate episode log files at this size")
 	llmFlags(fs, "oracle", "the LLM oracles (llm, llm_scoped, hybrid, hybrid_scoped)", &cfg.OracleLLM)
-	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "regenerate LLM-oracle replies that quote reference SQL or unmentioned schema identifiers")
+	// Issue 21 (models): leak rejection on by default for the unfiltered oracle; stage limits.
+	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "also regenerate the scoped LLM oracle's replies that quote reference SQL or unmentioned schema identifiers (the unfiltered oracle's always are, unless --oracle-allow-leaks)")
+	fs.BoolVar(&cfg.OracleAllowLeaks, "oracle-allow-leaks", false, "serve the LLM oracles' replies without the leak check, the unfiltered oracle's too (to study a raw model's leaks)")
+	fs.IntVar(&cfg.OracleMaxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each LLM-oracle stage (a reply cut off at it is asked for again with twice the limit)")
 	fs.BoolVar(&cfg.TestOracles, "test-oracles", false, "enable the deliberately leaky test oracles (for testing the leakage diagnostics; never for training)")
 	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)
-	fs.IntVar(&cfg.SolverLLM.MaxTokens, "solver-max-tokens", llm.DefaultMaxTokens, "completion limit (max_tokens) of the solver model's calls (the oracle's stages use 256 and 400)")
+	fs.IntVar(&cfg.SolverLLM.MaxTokens, "solver-max-tokens", llm.DefaultMaxTokens, "completion limit (max_tokens) of the solver model's calls (a reply cut off at it is asked for once more with twice the limit)")
 	fs.StringVar(&cfg.LLMCacheFile, "llm-cache", "", "persistent response cache of every model call (JSONL); replays a run without the endpoints")
 	fs.BoolVar(&cfg.NoLLMCache, "no-llm-cache", false, "send every model call to its endpoint (no response cache, not even in memory)")
 	if err := fs.Parse(args); err != nil {
@@ -74,9 +110,34 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	cfg.Corpora, cfg.Limits = corpora, lim
+	cfg.NoReflection = !*reflectionOn
+	if *maxStreams > math.MaxUint32 {
+		fmt.Fprintln(stderr, "serve: --max-streams is too large")
+		return 2
+	}
+	cfg.MaxConcurrentStreams = uint32(*maxStreams)
+	switch cfg.AccessLogEvery {
+	case 0:
+		cfg.AccessLogEvery = -1 // none
+	default:
+		if cfg.AccessLogEvery < 0 {
+			fmt.Fprintln(stderr, "serve: --access-log-sample must not be negative")
+			return 2
+		}
+	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(stderr)), logLevel))
+	var encoder zapcore.Encoder
+	switch logFormat {
+	case "console":
+		encoder = zapcore.NewConsoleEncoder(enc)
+	case "json":
+		encoder = zapcore.NewJSONEncoder(enc)
+	default:
+		fmt.Fprintf(stderr, "serve: --log-format %q: want console or json\n", logFormat)
+		return 2
+	}
+	log := zap.New(zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(stderr)), logLevel))
 	defer log.Sync()
 	cfg.Logger = log
 	a, err := app.New(ctx, cfg)

@@ -66,6 +66,10 @@ type Options struct {
 	// PostgreSQL databases (the lite and full releases) fails without it,
 	// with a message naming --postgres, before anything is written.
 	Postgres string
+	// PyRunner runs the Python tests of the imported records (Management
+	// tasks on PostgreSQL) in the final check; nil makes such records a
+	// problem.
+	PyRunner sqlexec.PyRunner
 	// Check, when set, is run on the written corpus once it loads and
 	// before it is committed; its problems fail the import (the command
 	// passes the audit's oracle probes here: every record's terms must be
@@ -96,8 +100,12 @@ type Summary struct {
 	Tasks int
 	// Served are the instance ids written as records, in input order.
 	Served []string
-	// Unserved are the tasks not served (Management tasks), in input order.
+	// Unserved are the tasks not served (Management tasks on SQLite), in
+	// input order.
 	Unserved []Unserved
+	// Management are the served records of category Management, verified
+	// statefully (on a private copy of the database, by their tests).
+	Management []string
 	// SQLResolutions are the served records whose resolutions are SQL
 	// snippets (resolution_format "sql"), because no catalog was given.
 	SQLResolutions []string
@@ -105,8 +113,12 @@ type Summary struct {
 	Critical, Knowledge, NonCritical int
 	// FollowUps counts served records carrying a follow-up (kept, not served).
 	FollowUps int
-	// OpaqueTests are served records whose Python test_cases were kept as
-	// opaque text; they are verified with the default comparison.
+	// PythonTests are served records verified by their Python test_cases
+	// (on PostgreSQL, by the test workers).
+	PythonTests []string
+	// OpaqueTests are served SQLite records whose Python test_cases cannot
+	// run (Python tests run on PostgreSQL only): they are kept in the
+	// record's source notes, and the default comparison is used.
 	OpaqueTests []string
 	// Databases are the database ids written.
 	Databases []string
@@ -133,8 +145,12 @@ func (s *Summary) Write(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "  input: %s (merged)\n", s.TaskFile)
 	}
-	fmt.Fprintf(w, "  tasks read: %d; served (Query): %d; not served: %d\n", s.Tasks, len(s.Served), len(s.Unserved))
+	fmt.Fprintf(w, "  tasks read: %d; served: %d (Query %d, Management %d); not served: %d\n",
+		s.Tasks, len(s.Served), len(s.Served)-len(s.Management), len(s.Management), len(s.Unserved))
 	fmt.Fprintf(w, "  served: %s\n", strings.Join(s.Served, ", "))
+	if len(s.PythonTests) > 0 {
+		fmt.Fprintf(w, "  verified by their Python test_cases (on a private copy of the database): %s\n", strings.Join(s.PythonTests, ", "))
+	}
 	if len(s.Unserved) > 0 {
 		fmt.Fprintf(w, "  NOT SERVED (%d, written to %s, not listed in the manifest):\n", len(s.Unserved), UnservedFile)
 		for _, u := range s.Unserved {
@@ -144,7 +160,7 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "  ambiguities: %d critical, %d knowledge (masked KB entries), %d non_critical (not counted)\n", s.Critical, s.Knowledge, s.NonCritical)
 	fmt.Fprintf(w, "  follow-ups kept (not served yet): %d\n", s.FollowUps)
 	if len(s.OpaqueTests) > 0 {
-		fmt.Fprintf(w, "  Python test_cases kept as opaque text, default comparison used: %s\n", strings.Join(s.OpaqueTests, ", "))
+		fmt.Fprintf(w, "  SQLite records with Python test_cases (they run on PostgreSQL only; kept in the source notes, default comparison used): %s\n", strings.Join(s.OpaqueTests, ", "))
 	}
 	if s.Responses != "" {
 		fmt.Fprintf(w, "  resolutions: natural language from the response catalog %s\n", s.Responses)
@@ -285,11 +301,8 @@ func prepare(ctx context.Context, opt Options) (*importer, *plan, error) {
 		d := p.dbs[t.SelectedDatabase]
 		im.checkSQL(ctx, t, d)
 		reason := ""
-		switch {
-		case t.Category != "Query":
-			reason = "Management task (changes the database); stateful verification does not exist yet"
-		case len(t.PreprocessSQL) > 0:
-			reason = "Query task with preprocess_sql: its reference depends on database state that read-only verification cannot prepare"
+		if t.Category == corpus.CategoryManagement && d.engine != enginePostgres {
+			reason = "Management task on SQLite: BIRD-Interact verifies it with Python tests, which run on PostgreSQL only (a SQLite Management record needs checks: test queries)"
 		}
 		if reason != "" {
 			im.sum.Unserved = append(im.sum.Unserved, Unserved{InstanceID: t.InstanceID, Category: t.Category, Reason: reason})
@@ -651,7 +664,15 @@ func (im *importer) record(t *task, d *database, catalog map[string]map[string]s
 		Request:        t.AmbUserQuery,
 		Ambiguities:    []corpus.Ambiguity{},
 		Interpretation: t.Query,
-		Reference:      corpus.Reference{SQL: t.SolSQL, Tests: t.TestCases},
+		Reference:      corpus.Reference{SQL: t.SolSQL, Setup: t.PreprocessSQL, Cleanup: t.CleanUpSQLs},
+	}
+	if t.Category == corpus.CategoryManagement {
+		rec.Category = corpus.CategoryManagement
+		im.sum.Management = append(im.sum.Management, t.InstanceID)
+	}
+	if len(t.TestCases) > 0 && d.engine == enginePostgres {
+		rec.Reference.Tests = t.TestCases
+		im.sum.PythonTests = append(im.sum.PythonTests, t.InstanceID)
 	}
 	sqlRes := false
 	for _, ta := range allAmbiguities(t) {
@@ -708,19 +729,17 @@ func (im *importer) record(t *task, d *database, catalog map[string]map[string]s
 		rec.FollowUp = im.followUp(t, d)
 		im.sum.FollowUps++
 	}
-	if len(t.TestCases) > 0 {
-		im.sum.OpaqueTests = append(im.sum.OpaqueTests, t.InstanceID)
-	}
 	notes := []string{"category=" + t.Category}
+	if len(t.TestCases) > 0 && d.engine != enginePostgres {
+		im.sum.OpaqueTests = append(im.sum.OpaqueTests, t.InstanceID)
+		b, _ := json.Marshal(t.TestCases)
+		notes = append(notes, "test_cases="+string(b))
+	}
 	if t.HighLevel != nil {
 		notes = append(notes, fmt.Sprintf("high_level=%t", *t.HighLevel))
 	}
 	if !isNull(t.ExternalKnowledge) {
 		notes = append(notes, "external_knowledge="+compact(t.ExternalKnowledge))
-	}
-	if len(t.CleanUpSQLs) > 0 {
-		b, _ := json.Marshal([]string(t.CleanUpSQLs))
-		notes = append(notes, "clean_up_sqls="+string(b))
 	}
 	rec.Source = &corpus.Source{Dataset: Dataset, ID: t.InstanceID, Notes: strings.Join(notes, "; ")}
 	if len(im.problems) > n {
@@ -906,7 +925,7 @@ func (im *importer) write(ctx context.Context, p *plan) (*Summary, error) {
 	tmp := w.Dir()
 	// PostgreSQL databases load into template databases named by corpus,
 	// database and content, so serving the moved corpus reuses them.
-	c, err := w.Validate(ctx, corpus.Options{PostgresURL: im.opt.Postgres})
+	c, err := w.Validate(ctx, corpus.Options{PostgresURL: im.opt.Postgres, PyRunner: im.opt.PyRunner})
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {

@@ -89,23 +89,23 @@ func TestLiteLayout(t *testing.T) {
 	in := liteFixture(t)
 	sum, dir := writeLite(t, in)
 
-	if got := strings.Join(sum.Served, ","); got != "harbor_1,harbor_2,harbor_3,harbor_4" {
+	if got := strings.Join(sum.Served, ","); got != "harbor_1,harbor_2,harbor_3,harbor_4,harbor_M_1,harbor_M_2,harbor_M_3,harbor_M_4" {
 		t.Errorf("served = %s", got)
 	}
-	var unserved []string
-	for _, u := range sum.Unserved {
-		if u.Category != "Management" {
-			t.Errorf("unserved %s: category %s", u.InstanceID, u.Category)
-		}
-		unserved = append(unserved, u.InstanceID)
+	if len(sum.Unserved) != 0 {
+		t.Errorf("unserved = %+v", sum.Unserved)
 	}
-	if got := strings.Join(unserved, ","); got != "harbor_M_1,harbor_M_2,harbor_M_3,harbor_M_4" {
-		t.Errorf("unserved = %s", got)
+	mgmt := "harbor_M_1,harbor_M_2,harbor_M_3,harbor_M_4"
+	if got := strings.Join(sum.Management, ","); got != mgmt {
+		t.Errorf("management = %s, want %s", got, mgmt)
+	}
+	if got := strings.Join(sum.PythonTests, ","); got != mgmt {
+		t.Errorf("verified by Python tests = %s, want %s", got, mgmt)
 	}
 	if !strings.HasSuffix(sum.TaskFile, "bird_interact_data.jsonl") || !strings.HasSuffix(sum.GroundTruthFile, "bird_interact_gt.jsonl") {
 		t.Errorf("files = %s, %s", sum.TaskFile, sum.GroundTruthFile)
 	}
-	if sum.FollowUps != 4 || sum.Knowledge != 1 || sum.Critical != 6 || sum.NonCritical != 2 || len(sum.UnusedGroundTruth) != 0 {
+	if sum.FollowUps != 8 || sum.Knowledge != 2 || sum.Critical != 13 || sum.NonCritical != 3 || len(sum.UnusedGroundTruth) != 0 {
 		t.Errorf("summary = %+v", sum)
 	}
 	var text strings.Builder
@@ -166,7 +166,7 @@ func TestLiteLayout(t *testing.T) {
 
 	// The records.
 	recs := readRecords(t, dir)
-	if len(recs) != 4 {
+	if len(recs) != 8 {
 		t.Fatalf("%d records", len(recs))
 	}
 	gt := map[string]map[string]json.RawMessage{}
@@ -186,16 +186,26 @@ func TestLiteLayout(t *testing.T) {
 			t.Errorf("%s reference = %q, want the ground truth's sol_sql", id, r.Reference.SQL)
 		}
 		for _, a := range r.Ambiguities {
-			if a.Resolution != a.SQLSnippet || !strings.Contains(sol[0], a.SQLSnippet) {
+			if a.Resolution != a.SQLSnippet || !strings.Contains(strings.Join(sol, "\n"), a.SQLSnippet) {
 				t.Errorf("%s: ambiguity %q resolution %q", id, a.Term, a.Resolution)
 			}
 		}
+		var tests []string
+		json.Unmarshal(gt[id]["test_cases"], &tests)
+		management := strings.Contains(id, "_M_")
+		if r.Management() != management || !slices.Equal(r.Reference.Tests, tests) || (management && len(tests) == 0) {
+			t.Errorf("%s: category %q, tests %d (the ground truth has %d)", id, r.Category, len(r.Reference.Tests), len(tests))
+		}
 		fu := r.FollowUp
 		var gfu struct {
-			SolSQL []string `json:"sol_sql"`
+			SolSQL    []string `json:"sol_sql"`
+			TestCases []string `json:"test_cases"`
 		}
 		json.Unmarshal(gt[id]["follow_up"], &gfu)
-		if fu == nil || fu.Request == "" || fu.Category != "Query" || fu.Type == "" || !slices.Equal(fu.Reference.SQL, gfu.SolSQL) || len(fu.Knowledge) == 0 {
+		if fu == nil || fu.Request == "" || fu.Type == "" || !slices.Equal(fu.Reference.SQL, gfu.SolSQL) || !slices.Equal(fu.Reference.Tests, gfu.TestCases) {
+			t.Errorf("%s follow-up = %+v", id, fu)
+		}
+		if !management && (fu.Category != "Query" || len(fu.Knowledge) == 0) {
 			t.Errorf("%s follow-up = %+v", id, fu)
 		}
 	}
@@ -257,9 +267,8 @@ func TestLiteLayout(t *testing.T) {
 		t.Errorf("harbor_1: a timestamp, JSON and a number differ from their date, canonical JSON and 2 places: %s", why)
 	}
 
-	un, err := os.ReadFile(filepath.Join(dir, UnservedFile))
-	if err != nil || bytes.Count(un, []byte("\n")) != 4 || !bytes.Contains(un, []byte(`"harbor_M_4"`)) {
-		t.Errorf("unserved.jsonl = %s, %v", un, err)
+	if _, err := os.Stat(filepath.Join(dir, UnservedFile)); !os.IsNotExist(err) {
+		t.Errorf("unserved.jsonl written although every task is served: %v", err)
 	}
 }
 

@@ -59,19 +59,28 @@ func TestForStopsAtTheFirstError(t *testing.T) {
 }
 
 func TestForStopsWhenCanceled(t *testing.T) {
+	// Only calls that start after cancel has returned count: while one
+	// worker is inside cancel, the other may legitimately run on.
 	ctx, cancel := context.WithCancel(context.Background())
-	var ran atomic.Int64
+	var ran, late atomic.Int64
+	var canceled atomic.Bool
 	err := For(ctx, 10000, 2, func(ctx context.Context, i int) error {
+		if canceled.Load() {
+			late.Add(1)
+		}
 		if ran.Add(1) == 5 {
 			cancel()
+			canceled.Store(true)
 		}
 		return nil
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
 	}
-	if r := ran.Load(); r > 10 {
-		t.Fatalf("%d indexes ran after the cancellation", r)
+	// The other worker may have passed its check just before the
+	// cancellation: one late call at most.
+	if l := late.Load(); l > 1 {
+		t.Fatalf("%d indexes started after the cancellation (limit 2)", l)
 	}
 }
 

@@ -40,6 +40,17 @@
 //
 // (*Server).Open returns a DB, a connection pool on one working database as the policy
 // role, which implements sqlexec.Engine; see DB.Query for the defences and caps.
+//
+// # Stateful verification
+//
+// (*Server).OpenStateful returns a StatefulDB, which implements sqlexec.Stateful for
+// Management tasks (SQL that writes): every verification in flight runs on a private
+// copy of the template, in a transaction that is always rolled back, and the copy is
+// checked and reset before it serves again; concurrent verifications neither see nor
+// wait on each other. The copies are named per Server instance (InstanceID), which
+// holds an advisory lock while it lives; a new StatefulDB drops the copies that dead
+// instances left. See stateful.go for the design, the statement policy (checkStateful)
+// and what a rollback does not undo.
 package postgres
 
 import (
@@ -54,6 +65,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -148,6 +160,13 @@ type Server struct {
 
 	mu       sync.Mutex
 	warnings []string
+
+	// instMu guards inst, the owner of this Server's clones (clones.go);
+	// cloneSeq numbers the clones, so that every clone of an instance has a
+	// name of its own.
+	instMu   sync.Mutex
+	inst     *instance
+	cloneSeq atomic.Int64
 }
 
 // Connect connects to the server at adminURL with the default Config.
@@ -197,9 +216,14 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close closes the administrator's connections. Open DBs stay usable until
-// they are closed.
-func (s *Server) Close() { s.admin.Close() }
+// Close closes the administrator's connections and releases the instance
+// lock (the clones of StatefulDBs still open become another instance's to
+// sweep). Open DBs stay usable until they are closed; close StatefulDBs
+// first.
+func (s *Server) Close() {
+	s.closeInstance()
+	s.admin.Close()
+}
 
 // Role returns the policy role's name.
 func (s *Server) Role() string { return s.cfg.Role }

@@ -23,9 +23,8 @@ type Options struct {
 	// scheduled queries never wait for a connection. Connections open on
 	// demand and close after a minute idle.
 	MaxConns int
-	// ReadWrite is reserved for stateful tasks, which will run their SQL on a
-	// clone of the template in a transaction that may write. Open refuses it
-	// for now: every DB is read-only.
+	// ReadWrite is refused: every DB is read-only. Stateful tasks, whose
+	// SQL writes, are verified through OpenStateful, on private copies.
 	ReadWrite bool
 }
 
@@ -44,7 +43,7 @@ var _ sqlexec.Engine = (*DB)(nil)
 // Templates cannot be opened: they accept no connections.
 func (s *Server) Open(ctx context.Context, dbName string, opt Options) (*DB, error) {
 	if opt.ReadWrite {
-		return nil, errors.New("postgres: read-write databases are not supported yet (stateful tasks)")
+		return nil, errors.New("postgres: a DB is read-only; stateful tasks are verified through OpenStateful")
 	}
 	cfg := s.policyConfig(dbName)
 	n := opt.MaxConns

@@ -64,6 +64,14 @@ extern void sqlite3_interrupt(sqlite3*);
 extern const char *sqlite3_errmsg(sqlite3*);
 extern int sqlite3_errcode(sqlite3*);
 extern int sqlite3_extended_errcode(sqlite3*);
+extern int sqlite3_deserialize(sqlite3*, const char*, unsigned char*, long long, long long, unsigned int);
+extern unsigned char *sqlite3_serialize(sqlite3*, const char*, long long*, unsigned int);
+extern void *sqlite3_malloc64(unsigned long long);
+extern void sqlite3_free(void*);
+extern int sqlite3_file_control(sqlite3*, const char*, int, void*);
+extern int sqlite3_db_config(sqlite3*, int, ...);
+extern long long sqlite3_memory_used(void);
+extern long long sqlite3_memory_highwater(int);
 
 #define AVT_CONFIG_MALLOC 4
 #define AVT_CONFIG_GETMALLOC 5
@@ -223,6 +231,68 @@ static int avt_finalize(avt_conn *c, sqlite3_stmt *s) {
 	return rc;
 }
 
+#define AVT_DESERIALIZE_FREEONCLOSE 1
+#define AVT_DESERIALIZE_RESIZEABLE 2
+#define AVT_FCNTL_SIZE_LIMIT 36
+#define AVT_DBCONFIG_ENABLE_LOAD_EXTENSION 1005
+#define AVT_DBCONFIG_DEFENSIVE 1010
+#define AVT_DBCONFIG_TRUSTED_SCHEMA 1017
+
+// avt_serialize returns a copy of db's main database (sqlite3_malloc'd,
+// freed with sqlite3_free) and its size in *n; NULL when it fails. The
+// copy is charged to no connection.
+static unsigned char *avt_serialize(sqlite3 *db, int64_t *n) {
+	long long sz = 0;
+	unsigned char *p = sqlite3_serialize(db, "main", &sz, 0);
+	*n = sz;
+	return p;
+}
+
+// avt_deserialize makes c's main database an in-memory copy of the n-byte
+// image img. The copy's buffer is allocated here while no connection is
+// current, so it is charged to none (its size is bounded apart, see
+// stateful.go); SQLite owns it, frees it when the connection closes and may
+// grow it with sqlite3_realloc64 up to max bytes (SQLITE_FCNTL_SIZE_LIMIT),
+// past which writes fail with SQLITE_FULL.
+static int avt_deserialize(avt_conn *c, const void *img, int64_t n, int64_t max) {
+	unsigned char *buf = sqlite3_malloc64(n > 0 ? (unsigned long long)n : 1);
+	if (!buf) return AVT_NOMEM;
+	if (n > 0) memcpy(buf, img, n);
+	avt_cur = c;
+	int rc = sqlite3_deserialize(c->db, "main", buf, n, n, AVT_DESERIALIZE_FREEONCLOSE | AVT_DESERIALIZE_RESIZEABLE);
+	if (rc == 0) {
+		long long lim = max;
+		rc = sqlite3_file_control(c->db, "main", AVT_FCNTL_SIZE_LIMIT, &lim);
+	}
+	avt_cur = 0;
+	return rc;
+}
+
+// avt_deserialize_fixed makes c's main database an in-memory database on
+// buf: n bytes of content in a buffer of room bytes, which SQLite neither
+// frees nor grows (a write past room fails with SQLITE_FULL), and which is
+// charged to no connection: the caller maps it (see image_linux.go) and
+// unmaps it after the connection closes.
+static int avt_deserialize_fixed(avt_conn *c, void *buf, int64_t n, int64_t room) {
+	avt_cur = c;
+	int rc = sqlite3_deserialize(c->db, "main", buf, n, room, 0);
+	avt_cur = 0;
+	return rc;
+}
+
+// avt_harden applies SQLite's own advice for untrusted SQL
+// (https://sqlite.org/security.html) to a writable connection: defensive
+// mode (no writes to shadow tables or sqlite_dbpage, writable_schema
+// without effect, no journal_mode=OFF), an untrusted schema (functions
+// with side effects never run from views or triggers) and no extension
+// loading.
+static int avt_harden(sqlite3 *db) {
+	int rc = sqlite3_db_config(db, AVT_DBCONFIG_DEFENSIVE, 1, (int*)0);
+	if (rc == 0) rc = sqlite3_db_config(db, AVT_DBCONFIG_TRUSTED_SCHEMA, 0, (int*)0);
+	if (rc == 0) rc = sqlite3_db_config(db, AVT_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int*)0);
+	return rc;
+}
+
 // avt_col is one column of the current row.
 typedef struct avt_col {
 	int typ;
@@ -285,8 +355,9 @@ const progressOps = 4096
 
 // SQLite limit ids (sqlite3_limit).
 const (
-	limitLength = 0
-	limitColumn = 2
+	limitLength   = 0
+	limitColumn   = 2
+	limitAttached = 7
 )
 
 // accountingErr is non-nil when SQLite's allocator could not be wrapped
@@ -429,9 +500,57 @@ const (
 	rcNoMem     = 7
 	rcTooBig    = 18
 	rcReadonly  = 8
+	rcFull      = 13
 	rcRow       = 100
 	rcDone      = 101
 )
+
+// serialize returns an image of the connection's main database (what
+// sqlite3_serialize writes: every page, read through the connection's
+// pager). The image lives in Go memory; nothing of it is charged to a query.
+func (c *cconn) serialize() ([]byte, error) {
+	var n C.int64_t
+	p := C.avt_serialize(c.db, &n)
+	if p == nil {
+		return nil, errors.New("sqlite: serializing the database failed: " + c.errmsg())
+	}
+	defer C.sqlite3_free(unsafe.Pointer(p))
+	out := make([]byte, int(n))
+	copy(out, unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)))
+	return out, nil
+}
+
+// deserialize makes the connection's main database a private in-memory copy
+// of img that may grow to maxBytes; see avt_deserialize.
+func (c *cconn) deserialize(img []byte, maxBytes int64) int {
+	var p unsafe.Pointer
+	if len(img) > 0 {
+		p = unsafe.Pointer(&img[0])
+	}
+	return int(C.avt_deserialize(c.a, p, C.int64_t(len(img)), C.int64_t(maxBytes)))
+}
+
+// deserializeFixed makes the connection's main database an in-memory
+// database on buf, which holds n bytes of content and may fill up to room
+// bytes; see avt_deserialize_fixed. buf must stay mapped until the
+// connection is closed.
+func (c *cconn) deserializeFixed(buf []byte, n, room int64) int {
+	return int(C.avt_deserialize_fixed(c.a, unsafe.Pointer(&buf[0]), C.int64_t(n), C.int64_t(room)))
+}
+
+// harden applies defensive mode, an untrusted schema and no extension
+// loading to the connection; see avt_harden.
+func (c *cconn) harden() int { return int(C.avt_harden(c.db)) }
+
+// sqliteMemory returns the bytes SQLite holds in the whole process now and
+// at most since the last reset (sqlite3_memory_used, _highwater).
+func sqliteMemory(reset bool) (used, peak int64) {
+	r := C.int(0)
+	if reset {
+		r = 1
+	}
+	return int64(C.sqlite3_memory_used()), int64(C.sqlite3_memory_highwater(r))
+}
 
 // cell reads column i of the row avt_step fetched.
 func cell(col *ccol) any {

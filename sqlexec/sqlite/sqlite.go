@@ -1,6 +1,7 @@
 // Package sqlite is the SQLite engine of sqlexec: it opens database files read-only behind
 // an authorizer that denies anything but reading, runs queries under deadlines and caps,
-// and builds new database files from SQL scripts.
+// verifies tasks that change the database on private in-memory copies (Stateful, see
+// stateful.go and copy.go), and builds new database files from SQL scripts.
 //
 // Defences, each enough on its own against writes to the file: the file is opened with
 // mode=ro (and immutable=1 when asked); every connection carries an authorizer that denies
@@ -63,14 +64,26 @@ func (roDriver) Open(dsn string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &roConn{c: c.(*sqlite3.SQLiteConn), auth: st, cc: cc}, nil
+	return &roConn{c: c.(*sqlite3.SQLiteConn), engineConn: engineConn{auth: st, cc: cc}}, nil
+}
+
+// engineConn is what running statements needs of a connection: its C-level
+// state and its authorizer's record of denials. The read-only connections
+// and the private copies of stateful verification (stateful.go) share it,
+// and with it the classification of errors and the capped row reader.
+type engineConn struct {
+	auth *authState
+	cc   *cconn
+	// sizeLimit, on a private copy, is the size its database may grow to:
+	// a write past it (SQLITE_FULL) is reported as KindTooMuchMemory. 0 on
+	// read-only connections.
+	sizeLimit int64
 }
 
 // roConn is a connection of the read-only driver.
 type roConn struct {
-	c    *sqlite3.SQLiteConn
-	auth *authState
-	cc   *cconn
+	c *sqlite3.SQLiteConn
+	engineConn
 
 	// mu guards gen, which numbers the connection's queries so that a
 	// cancellation arriving after its query ended cannot stop the next one.
@@ -318,7 +331,7 @@ func (r *roConn) run(ctx context.Context, text string, lim sqlexec.Limits) (*sql
 // bytes per cell plus 8 per number and the bytes of a text or blob: about what the row
 // takes in Go memory) is known before its values are copied, so a cap stops the
 // reading before the row that would pass it is copied.
-func (r *roConn) collect(ctx context.Context, s cstmt, lim sqlexec.Limits) (*sqlexec.Result, error) {
+func (r *engineConn) collect(ctx context.Context, s cstmt, lim sqlexec.Limits) (*sqlexec.Result, error) {
 	names := columnNames(s)
 	res := &sqlexec.Result{Columns: names, Rows: [][]any{}}
 	cols := make([]ccol, len(names))
@@ -391,7 +404,7 @@ func firstWords(text string, n int) string {
 // SQLite primary result codes that mean the database, not the query, failed.
 var unavailableCodes = map[int]bool{5: true, 6: true, 10: true, 11: true, 14: true, 26: true} // BUSY LOCKED IOERR CORRUPT CANTOPEN NOTADB
 
-func (r *roConn) prepareError(ctx context.Context, rc int, text string, i, n int) error {
+func (r *engineConn) prepareError(ctx context.Context, rc int, text string, i, n int) error {
 	rc &= 0xff
 	msg := r.cc.errmsg()
 	label := stmtLabel(i, n)
@@ -419,7 +432,7 @@ func (r *roConn) prepareError(ctx context.Context, rc int, text string, i, n int
 
 // canceled classifies a call whose context ended: its deadline is a timeout (like the
 // statement limit), a cancellation by the caller is not the query's fault.
-func (r *roConn) canceled(ctx context.Context) error {
+func (r *engineConn) canceled(ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded, "the query did not finish before the deadline and was interrupted")
 	}
@@ -427,7 +440,7 @@ func (r *roConn) canceled(ctx context.Context) error {
 }
 
 // runError classifies an error raised while a statement runs.
-func (r *roConn) runError(ctx context.Context, rc int, lim sqlexec.Limits) error {
+func (r *engineConn) runError(ctx context.Context, rc int, lim sqlexec.Limits) error {
 	cc := r.cc
 	msg := cc.errmsg()
 	switch rc {
@@ -461,6 +474,11 @@ func (r *roConn) runError(ctx context.Context, rc int, lim sqlexec.Limits) error
 		return sqlexec.Errorf(sqlexec.KindDenied, nil, "the query was denied: %s", why)
 	case rcReadonly:
 		return sqlexec.Errorf(sqlexec.KindDenied, nil, "the query was denied: %s", msg)
+	case rcFull:
+		if r.sizeLimit > 0 {
+			return sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil,
+				"the statement would grow the database copy past its size limit of %s and was stopped", formatBytes(r.sizeLimit))
+		}
 	}
 	if unavailableCodes[rc] {
 		return sqlexec.Errorf(sqlexec.KindUnavailable, nil, "database unavailable: %s", msg)

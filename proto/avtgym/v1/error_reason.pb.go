@@ -119,6 +119,33 @@ const (
 	ErrorReason_DEADLINE_EXCEEDED ErrorReason = 21
 	// CANCELED: the client canceled the call while the server worked on it.
 	ErrorReason_CANCELED ErrorReason = 22
+	// UNAUTHENTICATED: the server authenticates its callers (serve
+	// --auth-file or --client-ca) and the call carried no credentials: no
+	// "authorization: Bearer TOKEN" metadata and no client certificate.
+	ErrorReason_CREDENTIALS_MISSING ErrorReason = 23
+	// UNAUTHENTICATED: the call's bearer token, or its client certificate's
+	// subject, matches no principal of the server's auth file, or the
+	// authorization metadata is not of the form "Bearer TOKEN".
+	ErrorReason_CREDENTIALS_INVALID ErrorReason = 24
+	// PERMISSION_DENIED: the request asked for privileged data
+	// (include_privileged, on any item of a batch) and the calling
+	// principal's role ("policy") may not receive it. Field: the request
+	// field that asked, such as "steps[3].include_privileged"; metadata
+	// "principal" and "role". Nothing was run.
+	ErrorReason_PRIVILEGED_DENIED ErrorReason = 25
+	// RESOURCE_EXHAUSTED: the server (metadata "scope" "server") or the
+	// calling principal (scope "principal") already has as much work in
+	// flight as its limit allows (serve --max-inflight,
+	// --max-inflight-per-principal; metadata "limit"). The call was refused
+	// at once, not queued, and nothing was run: retry the same request after
+	// the google.rpc.RetryInfo delay (both clients do, with jitter).
+	ErrorReason_OVERLOADED ErrorReason = 26
+	// UNAVAILABLE: the server is shutting down (it received SIGTERM) and
+	// takes no new work; calls already in flight finish. Nothing was run:
+	// retry the same request after the google.rpc.RetryInfo delay, on
+	// another replica or the restarted server (the episode lives in its
+	// token, so none is lost).
+	ErrorReason_DRAINING ErrorReason = 27
 )
 
 // Enum value maps for ErrorReason.
@@ -147,6 +174,11 @@ var (
 		20: "INTERNAL",
 		21: "DEADLINE_EXCEEDED",
 		22: "CANCELED",
+		23: "CREDENTIALS_MISSING",
+		24: "CREDENTIALS_INVALID",
+		25: "PRIVILEGED_DENIED",
+		26: "OVERLOADED",
+		27: "DRAINING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -172,6 +204,11 @@ var (
 		"INTERNAL":                 20,
 		"DEADLINE_EXCEEDED":        21,
 		"CANCELED":                 22,
+		"CREDENTIALS_MISSING":      23,
+		"CREDENTIALS_INVALID":      24,
+		"PRIVILEGED_DENIED":        25,
+		"OVERLOADED":               26,
+		"DRAINING":                 27,
 	}
 )
 
@@ -206,7 +243,7 @@ var File_avtgym_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1cavtgym/v1/error_reason.proto\x12\tavtgym.v1*\xd9\x03\n" +
+	"\x1cavtgym/v1/error_reason.proto\x12\tavtgym.v1*\xc0\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fTOKEN_MALFORMED\x10\x01\x12\x12\n" +
@@ -231,7 +268,13 @@ const file_avtgym_v1_error_reason_proto_rawDesc = "" +
 	"\rORACLE_FAILED\x10\x13\x12\f\n" +
 	"\bINTERNAL\x10\x14\x12\x15\n" +
 	"\x11DEADLINE_EXCEEDED\x10\x15\x12\f\n" +
-	"\bCANCELED\x10\x16B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"\bCANCELED\x10\x16\x12\x17\n" +
+	"\x13CREDENTIALS_MISSING\x10\x17\x12\x17\n" +
+	"\x13CREDENTIALS_INVALID\x10\x18\x12\x15\n" +
+	"\x11PRIVILEGED_DENIED\x10\x19\x12\x0e\n" +
+	"\n" +
+	"OVERLOADED\x10\x1a\x12\f\n" +
+	"\bDRAINING\x10\x1bB!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_error_reason_proto_rawDescOnce sync.Once

@@ -10,7 +10,7 @@
 
 from avtgym.actions import ParsedAction, parse_action
 from avtgym.chat import policy_turn_text, render_chat
-from avtgym.client import AsyncClient, Client, OracleReply
+from avtgym.client import TLS, AsyncClient, Client, OracleReply
 from avtgym.errors import AvtgymError
 from avtgym.types import (
     Action,
@@ -38,6 +38,7 @@ __all__ = [
     "ParsedAction",
     "Reward",
     "StepResult",
+    "TLS",
     "TaskSummary",
     "TaskView",
     "Turn",

@@ -1,11 +1,18 @@
 """Sync and asyncio clients of avtgym's EnvService.
 
 Every call has a deadline (timeout seconds, across its attempts) and is retried on UNAVAILABLE
-with jittered exponential backoff, and on RESOURCE_EXHAUSTED / VERIFIER_BUSY after the delay of
-the status's google.rpc.RetryInfo: this is safe because the server is stateless and a step is a
-pure function of (token, action), so a retried step gives the same result. In a StepBatch the
-items that failed that way, or with RESOURCE_EXHAUSTED / RESPONSE_TOO_LARGE (the item did not
-fit in the response: resend it in another batch), are resent in a further StepBatch.
+(the transport failed, or the server is draining: DRAINING) and on RESOURCE_EXHAUSTED with reason
+OVERLOADED (the server's admission control refused the call) or VERIFIER_BUSY (no query slot):
+after the delay of the status's google.rpc.RetryInfo plus up to 10% jitter, or, without one,
+with jittered exponential backoff. This is safe because the server is stateless and a step is a
+pure function of (token, action), so a retried step gives the same result, and a refused call
+was not run. In a StepBatch the items that failed that way, or with RESOURCE_EXHAUSTED /
+RESPONSE_TOO_LARGE (the item did not fit in the response: resend it in another batch), are resent
+in a further StepBatch.
+
+A server that requires TLS or a bearer token is reached with tls=TLS(...) and token="..."; when
+they are not given, the AVTGYM_TLS* and AVTGYM_TOKEN* environment variables are read (the Go
+client reads the same ones).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 import inspect
+import os
 import random
 import time
 from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
@@ -36,7 +44,7 @@ from avtgym.v1 import episode_pb2 as epb
 from avtgym.v1 import oracle_service_pb2 as opb
 from avtgym.v1 import oracle_service_pb2_grpc as opb_grpc
 
-__all__ = ["Client", "AsyncClient", "EpisodeLike", "OracleReply"]
+__all__ = ["Client", "AsyncClient", "EpisodeLike", "OracleReply", "TLS"]
 
 EpisodeLike = Union[Episode, bytes]
 
@@ -58,10 +66,16 @@ def _backoff(attempt: int) -> float:
     return wait / 2 + random.random() * wait / 2
 
 
+# RESOURCE_EXHAUSTED reasons after which the same request may succeed: the server refused it
+# before running it (admission control), or no query slot of the verifier became free.
+_RETRY_EXHAUSTED = ("OVERLOADED", "VERIFIER_BUSY")
+
+
 def _retryable(err: AvtgymError) -> bool:
-    """Whether resending the same request may succeed: the transport failed (UNAVAILABLE), or the
-    verifier was saturated (RESOURCE_EXHAUSTED / VERIFIER_BUSY, with a RetryInfo delay)."""
-    return err.code == "UNAVAILABLE" or (err.code == "RESOURCE_EXHAUSTED" and err.reason == "VERIFIER_BUSY")
+    """Whether resending the same request may succeed: the transport failed or the server is
+    draining (UNAVAILABLE), or the server was saturated (RESOURCE_EXHAUSTED / OVERLOADED or
+    VERIFIER_BUSY, with a RetryInfo delay)."""
+    return err.code == "UNAVAILABLE" or (err.code == "RESOURCE_EXHAUSTED" and err.reason in _RETRY_EXHAUSTED)
 
 
 def _resend_item(err: AvtgymError) -> bool:
@@ -76,6 +90,101 @@ def _wait(err: AvtgymError, attempt: int) -> float:
     if err.retry_delay is not None:
         return err.retry_delay * (1.0 + 0.1 * random.random())
     return _backoff(attempt)
+
+
+@dataclass(frozen=True)
+class TLS:
+    """How to reach a server over TLS: ca_file, the PEM CA that signed the server's certificate
+    (None: the system's roots); cert_file and key_file, the client's PEM certificate and key for
+    mutual TLS (both or neither); server_name, the name to check in the server's certificate
+    instead of the target's host."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a client certificate needs both cert_file and key_file")
+        return grpc.ssl_channel_credentials(root_certificates=read(self.ca_file),
+                                            private_key=read(self.key_file),
+                                            certificate_chain=read(self.cert_file))
+
+    @staticmethod
+    def from_env() -> "TLS | None":
+        """TLS from AVTGYM_TLS_CA, AVTGYM_TLS_CERT, AVTGYM_TLS_KEY and AVTGYM_TLS_SERVER_NAME, or
+        with AVTGYM_TLS=1 the system's roots; None when none is set."""
+        ca, cert, key = (os.environ.get(k) or None for k in ("AVTGYM_TLS_CA", "AVTGYM_TLS_CERT", "AVTGYM_TLS_KEY"))
+        on = os.environ.get("AVTGYM_TLS", "").lower() in ("1", "true")
+        if not (ca or cert or on):
+            return None
+        return TLS(ca_file=ca, cert_file=cert, key_file=key,
+                   server_name=os.environ.get("AVTGYM_TLS_SERVER_NAME") or None)
+
+
+def _token_from_env() -> str | None:
+    """AVTGYM_TOKEN, else the contents of the file AVTGYM_TOKEN_FILE names (stripped)."""
+    tok = os.environ.get("AVTGYM_TOKEN")
+    if tok:
+        return tok
+    path = os.environ.get("AVTGYM_TOKEN_FILE")
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return None
+
+
+def _connection(tls: "TLS | bool | None", token: str | None, options: Sequence[tuple[str, Any]]
+                ) -> tuple["TLS | None", tuple[tuple[str, str], ...], list[tuple[str, Any]]]:
+    """The TLS settings, the per-call metadata (the bearer token) and the channel options of a
+    client: explicit arguments win; None reads the environment; tls=False means plaintext."""
+    if tls is None:
+        tls = TLS.from_env()
+    elif tls is True:
+        tls = TLS()
+    elif tls is False:
+        tls = None
+    if token is None:
+        token = _token_from_env()
+    metadata = (("authorization", "Bearer " + token),) if token else ()
+    opts = list(_CHANNEL_OPTIONS) + list(options)
+    if tls is not None and tls.server_name:
+        opts.append(("grpc.ssl_target_name_override", tls.server_name))
+    return tls, metadata, opts
+
+
+# grpc.health.v1.Health/Check, encoded by hand (grpcio-health-checking is not a dependency):
+# HealthCheckRequest{string service = 1}, HealthCheckResponse{ServingStatus status = 1}.
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _health_request(service: str) -> bytes:
+    b = service.encode()
+    return b"\x0a" + _varint(len(b)) + b if b else b""
+
+
+def _health_status(data: bytes) -> str:
+    # The response's only field is status (field 1, varint); an unset status is UNKNOWN.
+    if len(data) >= 2 and data[0] == 0x08:
+        return _SERVING_STATUS.get(data[1], f"STATUS_{data[1]}")
+    return "UNKNOWN"
 
 
 def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward="question_f1",
@@ -183,17 +292,27 @@ class Client:
 
     Client("127.0.0.1:50051", timeout=30.0, retries=5): timeout is each call's deadline in
     seconds (covering its retries); retries is how many times a call failing with UNAVAILABLE
-    (after jittered backoff) or RESOURCE_EXHAUSTED / VERIFIER_BUSY (after the server's RetryInfo
-    delay) is repeated. Use as a context manager or call close()."""
+    (after jittered backoff, or the server's RetryInfo delay when it gave one) or
+    RESOURCE_EXHAUSTED / OVERLOADED or VERIFIER_BUSY (after the server's RetryInfo delay) is
+    repeated. tls: a TLS (or True for the system's roots; False for plaintext; None reads
+    AVTGYM_TLS*); token: a bearer token sent with every call (None reads AVTGYM_TOKEN or
+    AVTGYM_TOKEN_FILE). Use as a context manager or call close()."""
 
     def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0, retries: int = 5,
-                 options: Sequence[tuple[str, Any]] = ()):
+                 options: Sequence[tuple[str, Any]] = (), tls: "TLS | bool | None" = None,
+                 token: str | None = None):
         self.target = target
         self.timeout = timeout
         self.retries = retries
-        self._channel = grpc.insecure_channel(target, options=list(_CHANNEL_OPTIONS) + list(options))
+        self.tls, self._metadata, opts = _connection(tls, token, options)
+        if self.tls is not None:
+            self._channel = grpc.secure_channel(target, self.tls.credentials(), options=opts)
+        else:
+            self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.EnvServiceStub(self._channel)
         self._oracle = opb_grpc.OracleServiceStub(self._channel)
+        self._health = self._channel.unary_unary(_HEALTH_CHECK, request_serializer=_health_request,
+                                                 response_deserializer=_health_status)
 
     def _call(self, method: str, req: Any, stub: Any = None, deadline: float | None = None) -> Any:
         fn = getattr(stub or self._stub, method)
@@ -205,7 +324,7 @@ class Client:
             try:
                 if left <= 0:
                     raise AvtgymError("DEADLINE_EXCEEDED", f"{method}: deadline of {self.timeout}s exceeded")
-                return fn(req, timeout=left)
+                return fn(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
                 err = AvtgymError.from_rpc_error(e)
                 if not _retryable(err) or attempt >= self.retries:
@@ -294,6 +413,14 @@ class Client:
             if not token:
                 return out
 
+    def health(self, service: str = "") -> str:
+        """The server's health (grpc.health.v1 Check, one attempt, no credentials needed):
+        "SERVING", or "NOT_SERVING" once it drains; service "" is the whole server."""
+        try:
+            return self._health(service, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise AvtgymError.from_rpc_error(e) from None
+
     def close(self) -> None:
         self._channel.close()
 
@@ -311,11 +438,12 @@ class AsyncClient:
     """The asyncio (grpc.aio) twin of Client: the same methods, as coroutines, plus rollout()."""
 
     def __init__(self, target: str = "127.0.0.1:50051", timeout: float = 30.0, retries: int = 5,
-                 options: Sequence[tuple[str, Any]] = ()):
+                 options: Sequence[tuple[str, Any]] = (), tls: "TLS | bool | None" = None,
+                 token: str | None = None):
         self.target = target
         self.timeout = timeout
         self.retries = retries
-        self._options = list(_CHANNEL_OPTIONS) + list(options)
+        self.tls, self._metadata, self._options = _connection(tls, token, options)
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.EnvServiceStub | None = None
         self._oracle: opb_grpc.OracleServiceStub | None = None
@@ -323,7 +451,10 @@ class AsyncClient:
     def _get_stub(self) -> pb_grpc.EnvServiceStub:
         # Created lazily so that the channel binds to the running event loop.
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            if self.tls is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self.tls.credentials(), options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = pb_grpc.EnvServiceStub(self._channel)
             self._oracle = opb_grpc.OracleServiceStub(self._channel)
         return self._stub
@@ -340,7 +471,7 @@ class AsyncClient:
             try:
                 if left <= 0:
                     raise AvtgymError("DEADLINE_EXCEEDED", f"{method}: deadline of {self.timeout}s exceeded")
-                return await fn(req, timeout=left)
+                return await fn(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
                 err = AvtgymError.from_rpc_error(e)
                 if not _retryable(err) or attempt >= self.retries:

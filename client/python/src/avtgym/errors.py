@@ -19,10 +19,17 @@ class AvtgymError(Exception):
     google.rpc.ErrorInfo reason ("TOKEN_TAMPERED", "WRONG_PHASE", ...) or "" when none: the
     name of an avtgym.v1.ErrorReason value (avtgym.v1.error_reason_pb2, where each one's code
     and meaning is documented), or, for the standard services (health), the code's name;
-    field: the first BadRequest field violation's field, or ""; message: the status message;
+    field: the first BadRequest field violation's field, else the ErrorInfo's "field" metadata,
+    or ""; message: the status message;
     metadata: the ErrorInfo metadata; retry_delay: the google.rpc.RetryInfo delay in seconds, or
-    None when the status carried no RetryInfo (e.g. RESOURCE_EXHAUSTED / VERIFIER_BUSY: retry
-    the same token after it)."""
+    None when the status carried no RetryInfo (RESOURCE_EXHAUSTED / VERIFIER_BUSY or OVERLOADED,
+    UNAVAILABLE / DRAINING: retry the same request after it, as the clients do).
+
+    Refusals of the server's front door: UNAUTHENTICATED / CREDENTIALS_MISSING or
+    CREDENTIALS_INVALID (give a token or certificate the server knows), PERMISSION_DENIED /
+    PRIVILEGED_DENIED (this principal may not ask for privileged data; field names the request
+    field that asked). A TLS handshake the server refused (no client certificate, or one its CA
+    did not sign) surfaces as UNAVAILABLE with no reason."""
 
     def __init__(self, code: str, message: str, reason: str = "", field: str = "",
                  metadata: dict[str, str] | None = None, retry_delay: float | None = None):
@@ -58,6 +65,9 @@ class AvtgymError(Exception):
                 ri = error_details_pb2.RetryInfo()
                 d.Unpack(ri)
                 delay = max(0.0, ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9)
+        # A field travels in a BadRequest (INVALID_ARGUMENT) and in the ErrorInfo's metadata
+        # (every code, e.g. PERMISSION_DENIED / PRIVILEGED_DENIED).
+        fld = fld or meta.get("field", "")
         return AvtgymError(_CODE_NAMES.get(st.code, f"CODE_{st.code}"), st.message, reason, fld, meta, delay)
 
     @staticmethod

@@ -29,6 +29,11 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTERNAL: _ClassVar[ErrorReason]
     DEADLINE_EXCEEDED: _ClassVar[ErrorReason]
     CANCELED: _ClassVar[ErrorReason]
+    CREDENTIALS_MISSING: _ClassVar[ErrorReason]
+    CREDENTIALS_INVALID: _ClassVar[ErrorReason]
+    PRIVILEGED_DENIED: _ClassVar[ErrorReason]
+    OVERLOADED: _ClassVar[ErrorReason]
+    DRAINING: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 TOKEN_MALFORMED: ErrorReason
 TOKEN_TAMPERED: ErrorReason
@@ -52,3 +57,8 @@ ORACLE_FAILED: ErrorReason
 INTERNAL: ErrorReason
 DEADLINE_EXCEEDED: ErrorReason
 CANCELED: ErrorReason
+CREDENTIALS_MISSING: ErrorReason
+CREDENTIALS_INVALID: ErrorReason
+PRIVILEGED_DENIED: ErrorReason
+OVERLOADED: ErrorReason
+DRAINING: ErrorReason

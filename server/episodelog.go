@@ -1,0 +1,355 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"avtgym/env"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// Episode log defaults.
+const (
+	// DefaultEpisodeLogMaxBytes is the size at which an episode log file
+	// is closed and the next one opened.
+	DefaultEpisodeLogMaxBytes = 256 << 20
+	// DefaultEpisodeLogDedupWindow is how many recent keys a replica
+	// remembers to drop duplicates (about 40 bytes each, twice over).
+	DefaultEpisodeLogDedupWindow = 1 << 18
+)
+
+// EpisodeLogOptions configure an EpisodeLog.
+type EpisodeLogOptions struct {
+	// MaxBytes rotates files at this size; zero means
+	// DefaultEpisodeLogMaxBytes.
+	MaxBytes int64
+	// DedupWindow is how many of the most recent keys are remembered; zero
+	// means DefaultEpisodeLogDedupWindow.
+	DedupWindow int
+	// Replica names this process in file names and lines; empty means
+	// HOSTNAME-PID.
+	Replica string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// EpisodeLog writes every finished episode, once, as a line of JSON to
+// rotating files (serve --episode-log DIR): the trainer-side record, with
+// the transcript, roles, reward and privileged data.
+//
+// Files are named episodes-REPLICA-START-SEQ.jsonl, so that replicas
+// sharing a directory each write their own. The same episode finishes many
+// times (a retried final step, a fork from an earlier token that ends the
+// same way), and every line carries a key that is the same exactly when
+// the task, seed, options and transcript are: KEY = EPISODE_ID "#" and 32
+// hex digits of a SHA-256 over the options and the transcript. Each
+// replica writes a key at most once within its last DedupWindow keys;
+// across replicas and restarts, readers keep one line per key
+// (jq -c 'select(...)' | sort -u, or a unique index on it).
+type EpisodeLog struct {
+	dir     string
+	opt     EpisodeLogOptions
+	replica string
+	start   string
+
+	mu        sync.Mutex
+	f         *os.File
+	size      int64
+	seq       int
+	seen, old map[[16]byte]struct{}
+	closed    bool
+
+	written, duplicates uint64
+}
+
+// OpenEpisodeLog creates dir if needed and opens the first file.
+func OpenEpisodeLog(dir string, opt EpisodeLogOptions) (*EpisodeLog, error) {
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = DefaultEpisodeLogMaxBytes
+	}
+	if opt.DedupWindow <= 0 {
+		opt.DedupWindow = DefaultEpisodeLogDedupWindow
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Replica == "" {
+		host, _ := os.Hostname()
+		opt.Replica = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("episode log: %w", err)
+	}
+	l := &EpisodeLog{dir: dir, opt: opt, replica: opt.Replica, start: opt.Now().UTC().Format("20060102T150405Z"),
+		seen: map[[16]byte]struct{}{}, old: map[[16]byte]struct{}{}}
+	if err := l.rotate(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// safeName keeps a file-name part to letters, digits, '.', '_' and '-'.
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// rotate closes the current file and opens the next (mu held).
+func (l *EpisodeLog) rotate() error {
+	if l.f != nil {
+		if err := l.f.Close(); err != nil {
+			return fmt.Errorf("episode log: %w", err)
+		}
+		l.f = nil
+	}
+	l.seq++
+	name := filepath.Join(l.dir, fmt.Sprintf("episodes-%s-%s-%04d.jsonl", safeName(l.replica), l.start, l.seq))
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("episode log: %w", err)
+	}
+	l.f, l.size = f, 0
+	return nil
+}
+
+// write appends one line unless its key was written recently; it reports
+// whether it wrote.
+func (l *EpisodeLog) write(key [16]byte, line []byte) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false, fmt.Errorf("episode log: closed")
+	}
+	if _, dup := l.seen[key]; dup {
+		l.duplicates++
+		return false, nil
+	}
+	if _, dup := l.old[key]; dup {
+		l.duplicates++
+		return false, nil
+	}
+	if l.size > 0 && l.size+int64(len(line)) > l.opt.MaxBytes {
+		if err := l.rotate(); err != nil {
+			return false, err
+		}
+	}
+	n, err := l.f.Write(line)
+	l.size += int64(n)
+	if err != nil {
+		return false, fmt.Errorf("episode log: %w", err)
+	}
+	if len(l.seen) >= l.opt.DedupWindow {
+		// Two generations: the window is between DedupWindow and twice it.
+		l.old, l.seen = l.seen, make(map[[16]byte]struct{}, len(l.seen))
+	}
+	l.seen[key] = struct{}{}
+	l.written++
+	return true, nil
+}
+
+// Stats reports the lines written and the duplicates dropped.
+func (l *EpisodeLog) Stats() (written, duplicates uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written, l.duplicates
+}
+
+// Close syncs and closes the current file. It is idempotent.
+func (l *EpisodeLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Sync()
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// episodeLine is one line of the episode log.
+type episodeLine struct {
+	Key        string          `json:"key"`
+	EpisodeID  string          `json:"episode_id"`
+	FinishedAt string          `json:"finished_at"`
+	Replica    string          `json:"replica"`
+	Principal  string          `json:"principal"`
+	Corpus     string          `json:"corpus"`
+	TaskID     string          `json:"task_id"`
+	Seed       uint64          `json:"seed"`
+	GroupIndex int32           `json:"group_index"`
+	Options    json.RawMessage `json:"options"`
+	Budget     int32           `json:"question_budget"`
+	Attempted  int32           `json:"questions_attempted"`
+	Status     string          `json:"status"`
+	Reward     json.RawMessage `json:"reward"`
+	Turns      []logTurn       `json:"turns"`
+	Solution   string          `json:"solution_sql"`
+	Verified   bool            `json:"verified"`
+	Outcome    bool            `json:"outcome"`
+	Privileged json.RawMessage `json:"privileged"`
+}
+
+// logTurn is one turn of a logged transcript. An oracle turn of the
+// dialogue carries its credits; its kind is empty because the episode
+// token does not keep whether a reply was a refusal (a refusal credits
+// nothing). The turns of the final step carry their kinds.
+type logTurn struct {
+	Role    string          `json:"role"`
+	Kind    string          `json:"kind,omitempty"`
+	Text    string          `json:"text"`
+	Credits json.RawMessage `json:"credits,omitempty"`
+}
+
+// enumName is an enum value's name without its type prefix, in lower case
+// (ROLE_POLICY → "policy").
+func enumName(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
+
+// logJSON writes every field, zeros included (a reward of 0 is a value).
+var logJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// logEpisode writes a finished episode: its final state, decoded from the
+// response's token, and the final step's turns. Failures are logged, never
+// returned: the step has succeeded.
+func (s *Server) logEpisode(p *Principal, resp *pb.StepResponse) {
+	l := s.opt.EpisodeLog
+	tr, err := s.env.Transcript(resp.GetToken())
+	if err != nil {
+		s.logEpisodeError(err)
+		return
+	}
+	line, key, err := episodeRecord(tr, resp, p, l.replica, l.opt.Now())
+	if err != nil {
+		s.logEpisodeError(err)
+		return
+	}
+	if _, err := l.write(key, line); err != nil {
+		s.logEpisodeError(err)
+	}
+}
+
+func (s *Server) logEpisodeError(err error) {
+	if s.opt.Metrics != nil {
+		s.opt.Metrics.episodeLogErrors.Inc()
+	}
+	s.log.Error("episode log", zap.Error(err))
+}
+
+// episodeRecord builds an episode's line and its key.
+func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, replica string, now time.Time) ([]byte, [16]byte, error) {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	num := func(x uint64) { field(strconv.FormatUint(x, 10)) }
+	opts := tr.Options
+	field(tr.EpisodeID)
+	field(opts.GetReward().String())
+	field(opts.GetSolver().String())
+	field(opts.GetOracle().String())
+	field(strconv.FormatBool(opts.GetStrictCredit()))
+	num(uint64(tr.Budget))
+	turns := []logTurn{{Role: "environment", Kind: "request", Text: tr.Request}}
+	for _, q := range tr.Dialogue {
+		field(q.Question)
+		field(q.Reply)
+		credits := []byte("[]")
+		if len(q.Credits) > 0 {
+			parts := make([]string, len(q.Credits))
+			for i, c := range q.Credits {
+				num(uint64(c.GetIndex()))
+				b, err := logJSON.Marshal(c)
+				if err != nil {
+					return nil, [16]byte{}, err
+				}
+				parts[i] = string(b)
+			}
+			credits = []byte("[" + strings.Join(parts, ",") + "]")
+		}
+		field("|")
+		turns = append(turns, logTurn{Role: "policy", Kind: "question", Text: q.Question},
+			logTurn{Role: "oracle", Text: q.Reply, Credits: credits})
+	}
+	for _, t := range resp.GetObservation().GetTurns() {
+		role, kind := enumName(t.GetRole().String(), "ROLE_"), enumName(t.GetKind().String(), "TURN_KIND_")
+		field(role)
+		field(kind)
+		field(t.GetText())
+		turns = append(turns, logTurn{Role: role, Kind: kind, Text: t.GetText()})
+	}
+	field(tr.Status.String())
+	field(tr.SolutionSQL)
+	field(strconv.FormatBool(tr.Verified))
+	field(strconv.FormatBool(tr.Outcome))
+	if r := tr.Reward; r != nil {
+		num(math.Float64bits(r.GetValue()))
+	}
+	var key [16]byte
+	copy(key[:], h.Sum(nil))
+
+	optJSON, err := logJSON.Marshal(opts)
+	if err != nil {
+		return nil, key, err
+	}
+	rewardJSON := []byte("null")
+	if tr.Reward != nil {
+		if rewardJSON, err = logJSON.Marshal(tr.Reward); err != nil {
+			return nil, key, err
+		}
+	}
+	privJSON, err := logJSON.Marshal(tr.Privileged)
+	if err != nil {
+		return nil, key, err
+	}
+	line := episodeLine{
+		Key:        tr.EpisodeID + "#" + hex.EncodeToString(key[:]),
+		EpisodeID:  tr.EpisodeID,
+		FinishedAt: now.UTC().Format(time.RFC3339Nano),
+		Replica:    replica,
+		Principal:  p.Name,
+		Corpus:     tr.Corpus,
+		TaskID:     tr.TaskID,
+		Seed:       tr.Seed,
+		GroupIndex: tr.GroupIndex,
+		Options:    optJSON,
+		Budget:     tr.Budget,
+		Attempted:  tr.Attempted,
+		Status:     tr.Status.String(),
+		Reward:     rewardJSON,
+		Turns:      turns,
+		Solution:   tr.SolutionSQL,
+		Verified:   tr.Verified,
+		Outcome:    tr.Outcome,
+		Privileged: privJSON,
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return nil, key, err
+	}
+	return append(b, '\n'), key, nil
+}

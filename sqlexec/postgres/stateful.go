@@ -1,0 +1,1172 @@
+package postgres
+
+// This file is stateful verification (sqlexec.Stateful): Management tasks run on private
+// copies of a loaded database, one per verification in flight.
+//
+// # Design
+//
+// OpenStateful keeps a pool of copies (clones) of the database's template (CREATE
+// DATABASE ... TEMPLATE; the template accepts no connections, so nobody is connected to
+// it and the copy is consistent), made ahead of demand, each with one policy-role
+// session. A verification takes a copy for itself (the pool size bounds concurrency;
+// past StatefulOptions.Wait it fails with KindBusy) and runs the whole job there in one
+// transaction that is always rolled back, in one round trip: BEGIN READ WRITE, the
+// limits (SET LOCAL), DISCARD SEQUENCES, Setup, Prior, the predicted statements, SET
+// CONSTRAINTS ALL IMMEDIATE (deferred constraints are checked as a commit would check
+// them), the Checks, Cleanup; then ROLLBACK and the after-job check (checkSQL). A job
+// with Python tests hands the copy to the PyRunner instead (a DSN of the copy, for the
+// policy role), and the copy is checked once the runner's sessions have ended.
+//
+// Measured on the harbor sample (BenchmarkStatefulDesigns: one copy, harbor_M_1's UPDATE
+// decided by three checks, on a shared 2-core machine under load): a job on a pooled copy
+// with rollback and sequence reset takes about 0.9 ms; the same in a SAVEPOINT of one long
+// transaction per copy about 0.7 ms (it skips BEGIN, the limits and the Go-side checks,
+// but would hold back vacuum in the whole cluster, outlive
+// idle_in_transaction_session_timeout, and a PyRunner's own session could not join it); a
+// fresh copy per job about 280 ms (DROP DATABASE, CREATE DATABASE ... TEMPLATE, connect:
+// BIRD-Interact's reset). Hence the pool with rollback.
+//
+// # What a rollback does not undo, and how each is handled
+//
+//   - Sequences: nextval and setval are not rolled back. Their pristine state (the
+//     template's last_value and is_called, as pg_dump writes them) is recorded when a
+//     copy is made; the after-job check resets every sequence that moved, in the job's
+//     own round trip. ALTER SEQUENCE and TRUNCATE ... RESTART IDENTITY are transactional.
+//   - Session state that outlives a transaction: currval/lastval (DISCARD SEQUENCES opens
+//     every job); SET, RESET, set_config, DISCARD, PREPARE, cursors WITH HOLD, LISTEN,
+//     session-level advisory locks (refused by checkStateful, the functions revoked in
+//     the catalog too; dynamic SQL in PL/pgSQL, which could reach them, is refused). A
+//     SET inside the transaction would be undone by the rollback anyway. The full
+//     after-job check counts what exists; a session found with any is closed and
+//     replaced.
+//   - Commits and prepared transactions: checked SQL cannot end the transaction
+//     (transaction control is refused; a procedure called inside a transaction block
+//     cannot COMMIT; PREPARE TRANSACTION is refused). A PyRunner's own session could:
+//     the full check compares the committed-change counters of the copy
+//     (n_mod_since_analyze, counted on commit only, over every table and catalog) and
+//     the prepared transactions with their pristine values; a copy that changed is
+//     dropped and cloned again in the background (StatefulStats.Escapes).
+//   - Large objects and NOTIFY are transactional; the large-object functions are
+//     refused and revoked anyway, NOTIFY and pg_notify refused.
+//   - Outside the database: COPY (to or from files, programs, the client), dblink,
+//     extensions, ALTER SYSTEM, roles, databases, tablespaces and other server-wide
+//     objects are refused, and the policy role has no privilege for them; VACUUM,
+//     CREATE DATABASE and ... CONCURRENTLY cannot run in a transaction block and are
+//     refused first.
+//   - Planner statistics written in place: ANALYZE and VACUUM are refused, but CREATE
+//     INDEX and REFRESH MATERIALIZED VIEW update pg_class.relpages/reltuples in place
+//     (not rolled back), and rolled-back writes leave dead rows. pg_dump shows neither;
+//     plans (so the order of rows a query does not order) may drift. A copy is replaced
+//     by a fresh clone after MaxUses jobs, which bounds the drift and the bloat.
+//   - Not deterministic by nature, as in any PostgreSQL: OIDs and transaction ids
+//     (a new object's oid, xmin), a sequence's log_cnt, the clock, random().
+//
+// Determinism: every run starts from the pristine state, sequences included, so the
+// same SQL gives the same rows (serial ids included) in every episode, on every copy.
+//
+// # Locks
+//
+// Locks are taken per database, so a job's locks (LOCK TABLE included, which is
+// allowed) only concern its own copy. Statements on shared objects (COMMENT ON
+// DATABASE, GRANT ON DATABASE, ...) are refused, so that one job cannot lock what
+// another needs. Autovacuum may visit a copy (to remove the dead rows of rolled-back
+// writes); when it blocks a job's lock, the job waits until deadlock_timeout cancels it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"avtgym/internal/parallel"
+	"avtgym/sqlexec"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Defaults of StatefulOptions.
+const (
+	DefaultCloneWait       = 10 * time.Second
+	DefaultCloneUses       = 1000
+	DefaultRefCacheEntries = 4096
+	DefaultSessionGrace    = 2 * time.Second
+	maxDefaultClones       = 16
+)
+
+const (
+	// pythonGrace is added to Job.Deadline for the PyRunner's context (the
+	// runner enforces the deadline itself; this is the backstop).
+	pythonGrace = 5 * time.Second
+	// cloneCreateParallelism bounds the copies OpenStateful makes at once.
+	cloneCreateParallelism = 4
+	// recloneBackoffMax bounds the pause between failed re-clones.
+	recloneBackoffMax = 5 * time.Second
+	// afterJobTimeout bounds the checks and repairs after a job.
+	afterJobTimeout = 30 * time.Second
+	// fullCheckEvery is how many jobs a copy serves between full after-job
+	// checks (checkSQL).
+	fullCheckEvery = 64
+	// jobBackstopGrace is added to the client-side backstop of a job's
+	// statement timeouts.
+	jobBackstopGrace = time.Second
+	// defaultStatefulStmtTime stands for the role's statement_timeout in the
+	// backstop when Limits.Timeout is 0.
+	defaultStatefulStmtTime = DefaultStatementTimeout
+)
+
+// StatefulOptions configures OpenStateful. Zero values mean the defaults.
+type StatefulOptions struct {
+	// Clones is how many private copies are kept: the most verifications in
+	// flight at once on this database. Each is a full copy of the database
+	// on disk. Default 2 × GOMAXPROCS, at most 16.
+	Clones int
+	// Wait bounds how long Verify waits for a free copy; past it Verify fails
+	// with KindBusy. Default DefaultCloneWait.
+	Wait time.Duration
+	// MaxUses is how many verifications a copy serves before it is replaced
+	// by a fresh clone (in the background). Default DefaultCloneUses.
+	MaxUses int
+	// Python runs the Tests of Jobs that have some. Nil: such a Job fails
+	// with an error.
+	Python sqlexec.PyRunner
+	// TestDBName is the database name Python tests see (their db_name);
+	// default the working database's name.
+	TestDBName string
+	// CacheEntries bounds the reference outcomes kept (by Job.Key); default
+	// DefaultRefCacheEntries.
+	CacheEntries int
+	// SessionGrace is how long a PyRunner's sessions may stay connected to a
+	// copy after Run returned before they are terminated; default
+	// DefaultSessionGrace.
+	SessionGrace time.Duration
+}
+
+func (o *StatefulOptions) defaults() {
+	if o.Clones <= 0 {
+		o.Clones = min(max(2*runtime.GOMAXPROCS(0), 2), maxDefaultClones)
+	}
+	if o.Wait <= 0 {
+		o.Wait = DefaultCloneWait
+	}
+	if o.MaxUses <= 0 {
+		o.MaxUses = DefaultCloneUses
+	}
+	if o.CacheEntries <= 0 {
+		o.CacheEntries = DefaultRefCacheEntries
+	}
+	if o.SessionGrace <= 0 {
+		o.SessionGrace = DefaultSessionGrace
+	}
+}
+
+// StatefulDB verifies stateful jobs (sqlexec.Stateful) on one loaded
+// database: each verification in flight on a private copy of the pristine
+// database (see the design at the top of stateful.go). It is safe for
+// concurrent use.
+type StatefulDB struct {
+	s      *Server
+	work   string // the working database
+	tpl    string
+	inst   uint32
+	opt    StatefulOptions
+	dbName string // what Python tests see
+
+	clones []*clone
+	ready  chan *clone
+	refs   *refCache
+
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when active drops to 0
+	active  int        // checked-out copies
+	closed  bool
+	closing chan struct{}  // closed by Close
+	bg      sync.WaitGroup // background re-clones
+	// bgCtx bounds the background re-clones; Close cancels it.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+
+	st statefulCounters
+}
+
+var _ sqlexec.Stateful = (*StatefulDB)(nil)
+
+// StatefulStats counts what a StatefulDB did.
+type StatefulStats struct {
+	// Jobs counts Verify calls; Busy those refused with KindBusy.
+	Jobs, Busy int64
+	// SequenceResets counts sequences reset after a job (nextval, setval).
+	SequenceResets int64
+	// SessionRepairs counts sessions closed and opened again: a job left
+	// session state, or its connection was lost or interrupted.
+	SessionRepairs int64
+	// Escapes counts jobs after which something outside the transaction had
+	// changed (a commit, a prepared transaction): the copy was cloned again.
+	Escapes int64
+	// Reclones counts copies cloned again (escapes, MaxUses, failures).
+	Reclones int64
+	// Terminated counts the sessions still connected to a copy SessionGrace
+	// after they should have ended (a PyRunner's, or an interrupted one of
+	// this package), and terminated.
+	Terminated int64
+}
+
+type statefulCounters struct {
+	jobs, busy, resets, repairs, escapes, reclones, terminated atomic.Int64
+}
+
+// clone is one private copy and its session.
+type clone struct {
+	name string
+	dsn  string
+	pc   *pgconn.PgConn
+	seqs []seqState // pristine
+	// quick and full are checkSQL(seqs, false) and checkSQL(seqs, true).
+	quick, full string
+	mods        int64 // pristine committed-change count
+	uses        int
+}
+
+// OpenStateful opens stateful verification on the working database dbName
+// (a name EnsureDatabase returned): it sweeps the copies of dbName that
+// dead instances left behind, then clones opt.Clones private copies of its
+// template and opens a policy-role session on each. Close drops them.
+func (s *Server) OpenStateful(ctx context.Context, dbName string, opt StatefulOptions) (*StatefulDB, error) {
+	opt.defaults()
+	tpl := TemplateName(dbName)
+	var ok bool
+	if err := s.admin.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)", tpl).Scan(&ok); err != nil {
+		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
+	}
+	if !ok {
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, nil, "cannot open stateful verification on %s: its template %s does not exist (load it with EnsureDatabase)", dbName, tpl)
+	}
+	inst, err := s.ensureInstance(ctx)
+	if err != nil {
+		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
+	}
+	if _, err := s.sweepClones(ctx, dbName); err != nil {
+		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
+	}
+	d := &StatefulDB{
+		s: s, work: dbName, tpl: tpl, inst: inst.id, opt: opt, dbName: opt.TestDBName,
+		ready:   make(chan *clone, opt.Clones),
+		refs:    newRefCache(opt.CacheEntries),
+		closing: make(chan struct{}),
+	}
+	d.idle = sync.NewCond(&d.mu)
+	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
+	if d.dbName == "" {
+		d.dbName = dbName
+	}
+	d.clones = make([]*clone, opt.Clones)
+	for i := range d.clones {
+		d.clones[i] = &clone{name: cloneName(dbName, inst.id, int(s.cloneSeq.Add(1)-1))}
+	}
+	err = parallel.For(ctx, opt.Clones, cloneCreateParallelism, func(ctx context.Context, i int) error {
+		return d.make(ctx, d.clones[i])
+	})
+	if err != nil {
+		d.bgCancel()
+		d.dropAll()
+		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
+	}
+	for _, c := range d.clones {
+		d.ready <- c
+	}
+	return d, nil
+}
+
+// Name returns the working database's name.
+func (d *StatefulDB) Name() string { return d.work }
+
+// CloneNames returns the names of the private copies.
+func (d *StatefulDB) CloneNames() []string {
+	out := make([]string, len(d.clones))
+	for i, c := range d.clones {
+		out[i] = c.name
+	}
+	return out
+}
+
+// Stats returns the counters.
+func (d *StatefulDB) Stats() StatefulStats {
+	return StatefulStats{
+		Jobs: d.st.jobs.Load(), Busy: d.st.busy.Load(), SequenceResets: d.st.resets.Load(),
+		SessionRepairs: d.st.repairs.Load(), Escapes: d.st.escapes.Load(), Reclones: d.st.reclones.Load(),
+		Terminated: d.st.terminated.Load(),
+	}
+}
+
+// Close waits for the verifications in flight and the background re-clones,
+// then closes the sessions and drops the copies.
+func (d *StatefulDB) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.closing)
+	for d.active > 0 {
+		d.idle.Wait()
+	}
+	d.mu.Unlock()
+	d.bgCancel()
+	d.bg.Wait()
+	return d.dropAll()
+}
+
+// begin counts a checked-out copy; false once Close has begun.
+func (d *StatefulDB) begin() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.active++
+	return true
+}
+
+// end uncounts a checked-out copy.
+func (d *StatefulDB) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.active--
+	if d.active == 0 {
+		d.idle.Broadcast()
+	}
+}
+
+// dropAll closes every session and drops every copy.
+func (d *StatefulDB) dropAll() error {
+	errs := make([]error, len(d.clones))
+	parallel.Each(len(d.clones), cloneCreateParallelism, func(i int) {
+		c := d.clones[i]
+		c.closeConn()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		errs[i] = d.s.dropClone(ctx, c.name)
+	})
+	return errors.Join(errs...)
+}
+
+func (c *clone) closeConn() {
+	if c.pc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.pc.Close(ctx)
+		cancel()
+		c.pc = nil
+	}
+}
+
+// make (re)creates a copy: drop, clone, connect, record its pristine state.
+func (d *StatefulDB) make(ctx context.Context, c *clone) error {
+	c.closeConn()
+	if err := d.s.dropClone(ctx, c.name); err != nil {
+		return err
+	}
+	if err := d.s.createClone(ctx, c.name, d.tpl, d.work, d.inst); err != nil {
+		return err
+	}
+	c.dsn = d.s.cloneDSN(c.name)
+	c.uses = 0
+	_, err := d.connect(ctx, c, true)
+	return err
+}
+
+// errEscaped is a copy found changed outside a transaction.
+var errEscaped = errors.New("changed outside a transaction")
+
+// connect opens the copy's session and runs the full check: fresh (a new
+// copy) records the pristine state; otherwise the check must find the copy
+// pristine (its sequences reset), else the error wraps errEscaped.
+func (d *StatefulDB) connect(ctx context.Context, c *clone, fresh bool) (afterJob, error) {
+	pc, err := pgconn.ConnectConfig(ctx, d.s.cloneConnConfig(c.name))
+	if err != nil {
+		return afterJob{}, fmt.Errorf("postgres: connecting to clone %s as the policy role: %w", c.name, err)
+	}
+	c.pc = pc
+	if fresh {
+		seqs, err := readSequences(ctx, pc)
+		if err != nil {
+			return afterJob{}, fmt.Errorf("postgres: reading the sequences of clone %s: %w", c.name, err)
+		}
+		c.seqs, c.quick, c.full = seqs, checkSQL(seqs, false), checkSQL(seqs, true)
+	}
+	a, err := c.check(ctx)
+	if err != nil {
+		return afterJob{}, err
+	}
+	if fresh {
+		c.mods = a.mods
+	} else if a.escaped(c.mods) {
+		return afterJob{}, fmt.Errorf("postgres: clone %s: %w", c.name, errEscaped)
+	}
+	return a, nil
+}
+
+// check runs the full after-job check on the session.
+func (c *clone) check(ctx context.Context) (afterJob, error) {
+	res := c.pc.ExecParams(ctx, c.full, nil, nil, nil, nil).Read()
+	if res.Err != nil {
+		return afterJob{}, fmt.Errorf("postgres: checking clone %s: %w", c.name, res.Err)
+	}
+	return parseAfterJob(res.Rows)
+}
+
+// checkout takes a free copy, waiting at most opt.Wait.
+func (d *StatefulDB) checkout(ctx context.Context) (*clone, error) {
+	if !d.begin() {
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, nil, "stateful verification on %s is closed", d.work)
+	}
+	select {
+	case c := <-d.ready:
+		return c, nil
+	default:
+	}
+	t := time.NewTimer(d.opt.Wait)
+	defer t.Stop()
+	select {
+	case c := <-d.ready:
+		return c, nil
+	case <-t.C:
+		d.end()
+		d.st.busy.Add(1)
+		return nil, sqlexec.Errorf(sqlexec.KindBusy, nil,
+			"no private copy of %s became free within %v (%d in use); retry later", d.work, d.opt.Wait, len(d.clones))
+	case <-ctx.Done():
+		d.end()
+		return nil, canceled(ctx)
+	case <-d.closing:
+		d.end()
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, nil, "stateful verification on %s is closed", d.work)
+	}
+}
+
+// release returns a copy after a job: a is the after-job check's outcome
+// (from the job's own round trip), or aErr when it could not be run or the
+// session's state is unknown (broken). The copy goes back to the pool at
+// once when it is pristine again, after a new session when its session
+// must be replaced, and after a fresh clone (in the background) when
+// something escaped.
+func (d *StatefulDB) release(c *clone, a afterJob, aErr error, broken bool) {
+	defer d.end()
+	c.uses++
+	ctx, cancel := context.WithTimeout(context.Background(), afterJobTimeout)
+	defer cancel()
+	if broken || aErr != nil || c.pc == nil || c.pc.IsClosed() || c.pc.TxStatus() != 'I' || a.session > 0 {
+		d.st.repairs.Add(1)
+		c.closeConn()
+		// The old session ends, and its transaction rolls back, before the
+		// copy is used again.
+		n, err := d.s.waitSessionsGone(ctx, c.name, 0, d.opt.SessionGrace)
+		d.st.terminated.Add(int64(n))
+		if err == nil {
+			a, err = d.connect(ctx, c, false)
+		}
+		if err != nil {
+			if errors.Is(err, errEscaped) {
+				d.st.escapes.Add(1)
+			}
+			d.recycle(c)
+			return
+		}
+	}
+	if a.escaped(c.mods) {
+		d.st.escapes.Add(1)
+		d.recycle(c)
+		return
+	}
+	d.st.resets.Add(a.reset)
+	if c.uses >= d.opt.MaxUses {
+		d.recycle(c)
+		return
+	}
+	d.ready <- c
+}
+
+// recycle replaces a copy by a fresh clone in the background; it joins the
+// pool when ready (retried with backoff while it fails, until Close).
+func (d *StatefulDB) recycle(c *clone) {
+	d.st.reclones.Add(1)
+	c.closeConn()
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		pause := 100 * time.Millisecond
+		for {
+			select {
+			case <-d.closing:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(d.bgCtx, d.s.cfg.LoadTimeout)
+			_, ierr := d.s.ensureInstance(ctx)
+			err := ierr
+			if err == nil {
+				err = d.make(ctx, c)
+			}
+			cancel()
+			if err == nil {
+				d.ready <- c
+				return
+			}
+			d.s.warn("re-cloning %s failed (retrying): %v", c.name, err)
+			select {
+			case <-d.closing:
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, recloneBackoffMax)
+		}
+	}()
+}
+
+// Verify runs a stateful job on a private copy (sqlexec.Stateful). The
+// policy's statements are checked first (checkStateful): a denied or
+// malformed one is a failed verdict, and no copy is used. A job with Tests
+// goes to the PyRunner; otherwise the Checks' rows after the predicted
+// statements are compared with their rows after the reference statements
+// (computed once per Job.Key, on a copy), or without Checks the last
+// predicted statement's rows with the last reference statement's (with the
+// Policy's rewrites, as sqlexec.Check does). Job.Deadline bounds each run
+// of the job's statements (the reference's and the prediction's); the wait
+// for a free copy is bounded by StatefulOptions.Wait and does not count.
+// The Policy's rewrites (StripDistinct, ...) apply to the statements whose
+// results are compared only: the last predicted and last reference
+// statements, without Checks. A predicted statement that fails, or a check
+// or Cleanup statement after it, ends the run (the transaction is aborted)
+// and fails the verdict with Err set. Errors: Setup, Prior or the
+// reference failing, Cleanup failing after the reference, a copy not free
+// in time (KindBusy), the database unavailable, ctx ended.
+func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict, error) {
+	d.st.jobs.Add(1)
+	if len(j.Tests) > 0 {
+		return d.verifyPython(ctx, j)
+	}
+	last := len(j.Checks) == 0
+	p := j.Policy
+	pred, err := checkStateful(j.Predicted)
+	if err != nil {
+		return failed(err), nil
+	}
+	setup, prior, cleanup, err := corpusParts(j)
+	if err != nil {
+		return sqlexec.Verdict{}, err
+	}
+	var ref []string
+	for i, r := range j.Reference {
+		s, err := splitCorpus(r)
+		if err != nil {
+			return sqlexec.Verdict{}, fmt.Errorf("postgres: reference statement %d of %q: %w", i+1, j.Key, err)
+		}
+		ref = append(ref, s...)
+	}
+	if last {
+		if len(ref) == 0 {
+			return sqlexec.Verdict{}, fmt.Errorf("postgres: job %q has neither tests, checks nor reference statements", j.Key)
+		}
+		// The policy's rewrites apply to the statements whose results are
+		// compared: the last of each side.
+		if pred, err = rewriteLast(pred, p, checkStateful); err != nil {
+			return failed(err), nil
+		}
+		if ref, err = rewriteLast(ref, p, splitCorpus); err != nil {
+			return sqlexec.Verdict{}, fmt.Errorf("postgres: the last reference statement of %q: %w", j.Key, err)
+		}
+	}
+	checks := make([][]string, len(j.Checks))
+	for i, q := range j.Checks {
+		if checks[i], err = splitCorpus(q); err == nil && len(checks[i]) == 0 {
+			err = errors.New("no statement")
+		}
+		if err != nil {
+			return sqlexec.Verdict{}, fmt.Errorf("postgres: check %d of %q: %w", i+1, j.Key, err)
+		}
+	}
+	base := txn{setup: setup, prior: prior, checks: checks, cleanup: cleanup, lim: j.Limits, deadline: j.Deadline, collectLast: last}
+
+	key := ""
+	if j.Key != "" {
+		if last {
+			key = sqlexec.CacheKey(j.Key+"\x00stateful:last", p)
+		} else {
+			key = j.Key + "\x00stateful:checks"
+		}
+	}
+	want, err := d.refs.get(ctx, key, func(ctx context.Context) ([]*sqlexec.Result, error) {
+		t := base
+		t.main = ref
+		out, err := d.runJob(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: the reference of %q: %w", j.Key, err)
+		}
+		if out.failure != nil {
+			return nil, fmt.Errorf("postgres: the reference of %q failed: %w", j.Key, out.failure)
+		}
+		if last {
+			return []*sqlexec.Result{out.last}, nil
+		}
+		return out.checks, nil
+	})
+	if err != nil {
+		return sqlexec.Verdict{}, err
+	}
+	t := base
+	t.main, t.policy = pred, true
+	out, err := d.runJob(ctx, t)
+	if err != nil {
+		return sqlexec.Verdict{}, err
+	}
+	if out.failure != nil {
+		return failed(out.failure), nil
+	}
+	if last {
+		rp := p.Resolve(ref[len(ref)-1])
+		ok, reason := sqlexec.Compare(rp, out.last, want[0])
+		return sqlexec.Verdict{Success: ok, Reason: reason}, nil
+	}
+	for i, c := range checks {
+		cp := p.Resolve(c[len(c)-1])
+		if ok, reason := sqlexec.Compare(cp, out.checks[i], want[i]); !ok {
+			return sqlexec.Verdict{Reason: fmt.Sprintf("check %d of %d (%s): %s", i+1, len(checks), firstWords(c[len(c)-1], 6), reason)}, nil
+		}
+	}
+	return sqlexec.Verdict{Success: true}, nil
+}
+
+// rewriteLast applies p's rewrites to the last of stmts, which split checks
+// again (a rewritten statement is still one statement).
+func rewriteLast(stmts []string, p sqlexec.Policy, split func(string) ([]string, error)) ([]string, error) {
+	n := len(stmts) - 1
+	r := p.Rewrite(stmts[n])
+	if r == stmts[n] {
+		return stmts, nil
+	}
+	s, err := split(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(s) != 1 {
+		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "the statement (%s) is %d statements once rewritten", firstWords(stmts[n], 4), len(s))
+	}
+	return append(stmts[:n:n], s[0]), nil
+}
+
+// failed is the verdict of a predicted SQL that failed with err.
+func failed(err error) sqlexec.Verdict {
+	return sqlexec.Verdict{Success: false, Reason: err.Error(), Err: err}
+}
+
+// corpusParts splits the job's Setup and Cleanup (the corpus's) and checks
+// its Prior statements (the policy's own, accepted earlier) as the
+// prediction's are checked; a failure is the environment's.
+func corpusParts(j sqlexec.Job) (setup, prior, cleanup []string, err error) {
+	for i, s := range j.Setup {
+		st, err := splitCorpus(s)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("postgres: setup statement %d of %q: %w", i+1, j.Key, err)
+		}
+		setup = append(setup, st...)
+	}
+	for i, s := range j.Prior {
+		st, err := checkStateful(s)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
+		}
+		prior = append(prior, st...)
+	}
+	for i, s := range j.Cleanup {
+		st, err := splitCorpus(s)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("postgres: cleanup statement %d of %q: %w", i+1, j.Key, err)
+		}
+		cleanup = append(cleanup, st...)
+	}
+	return setup, prior, cleanup, nil
+}
+
+// verifyPython runs a job with Tests through the PyRunner, on a copy
+// checked out to it: the runner connects with the copy's DSN and runs the
+// whole job in a transaction it rolls back; afterwards its sessions must
+// end (they are terminated after SessionGrace) and the copy is checked and
+// reset as after any job, or cloned again when the runner committed.
+func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict, error) {
+	if d.opt.Python == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("postgres: job %q has Python tests and no PyRunner is configured", j.Key)
+	}
+	pred, err := checkStateful(j.Predicted)
+	if err != nil {
+		return failed(err), nil
+	}
+	for i, s := range j.Prior {
+		if _, err := checkStateful(s); err != nil {
+			return sqlexec.Verdict{}, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
+		}
+	}
+	c, err := d.checkout(ctx)
+	if err != nil {
+		return sqlexec.Verdict{}, err
+	}
+	pj := d.pyJobFor(c, j)
+	pj.Predicted = pred
+	rctx := ctx
+	if j.Deadline > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, j.Deadline+pythonGrace)
+		defer cancel()
+	}
+	res, rerr := d.opt.Python.Run(rctx, pj)
+
+	// The runner's sessions end before the copy is checked: their statistics
+	// are flushed when they exit, and no lock of theirs is left.
+	sctx, cancel := context.WithTimeout(context.Background(), afterJobTimeout)
+	defer cancel()
+	n, werr := d.s.waitSessionsGone(sctx, c.name, c.pc.PID(), d.opt.SessionGrace)
+	d.st.terminated.Add(int64(n))
+	var a afterJob
+	aErr := werr
+	if aErr == nil {
+		a, aErr = c.check(sctx)
+	}
+	d.release(c, a, aErr, false)
+
+	if rerr != nil {
+		return sqlexec.Verdict{}, fmt.Errorf("postgres: the Python tests of %q: %w", j.Key, rerr)
+	}
+	if res.Broken != "" {
+		return sqlexec.Verdict{}, &BrokenTestError{Key: j.Key, Reason: res.Broken}
+	}
+	if res.Passed {
+		return sqlexec.Verdict{Success: true}, nil
+	}
+	v := sqlexec.Verdict{Reason: res.Reason}
+	if res.Kind != 0 {
+		v.Err = sqlexec.Errorf(res.Kind, nil, "%s", res.Reason)
+	}
+	return v, nil
+}
+
+// pyJobFor is j as a PyRunner gets it on copy c (Predicted as given).
+func (d *StatefulDB) pyJobFor(c *clone, j sqlexec.Job) sqlexec.PyJob {
+	return sqlexec.PyJob{
+		DSN: c.dsn, DBName: d.dbName,
+		Setup: j.Setup, Prior: j.Prior, Cleanup: j.Cleanup,
+		Predicted: []string{j.Predicted}, Reference: j.Reference, Tests: j.Tests,
+		StatementTimeout: j.Limits.Timeout, Deadline: j.Deadline, MaxRows: j.Limits.MaxRows,
+	}
+}
+
+// BrokenTestError is a Job whose Python test is broken whatever the policy
+// did (PyResult.Broken): a corpus problem, with no verdict.
+type BrokenTestError struct {
+	Key, Reason string
+}
+
+func (e *BrokenTestError) Error() string {
+	return fmt.Sprintf("postgres: a Python test of %q is broken: %s", e.Key, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, sqlexec.ErrBrokenTest) true.
+func (e *BrokenTestError) Unwrap() error { return sqlexec.ErrBrokenTest }
+
+// txn is one run of a job's statements on a copy, in one transaction.
+type txn struct {
+	setup, prior, main []string
+	checks             [][]string
+	cleanup            []string
+	lim                sqlexec.Limits
+	deadline           time.Duration
+	// collectLast keeps main's last result; policy says main is the
+	// policy's (its failures, and the checks', are verdicts).
+	collectLast, policy bool
+}
+
+// txnOut is what a run produced: main's last result, each check's (last
+// statement's) result, or the failure that is the policy's.
+type txnOut struct {
+	last    *sqlexec.Result
+	checks  []*sqlexec.Result
+	failure error
+}
+
+// Phases of a job's pipeline.
+type phase uint8
+
+const (
+	phControl phase = iota
+	phSetup
+	phPrior
+	phMain
+	phConstraints
+	phChecks
+	phCleanup
+	phSync
+	phAfter
+)
+
+var phaseNames = [...]string{"", "setup", "prior", "predicted", "predicted", "check", "cleanup", "", "after-job check"}
+
+type jobReq struct {
+	ph    phase
+	i, n  int // the statement's index and count within its phase (or check)
+	check int // the check, for phChecks
+	text  string
+	keep  bool // collect this result
+}
+
+// runJob runs t on a free copy and releases it.
+func (d *StatefulDB) runJob(ctx context.Context, t txn) (txnOut, error) {
+	c, err := d.checkout(ctx)
+	if err != nil {
+		return txnOut{}, err
+	}
+	out, a, aErr, broken, err := d.run(ctx, c, t)
+	d.release(c, a, aErr, broken)
+	return out, err
+}
+
+// run sends the whole job as one pipeline: BEGIN, limits, DISCARD
+// SEQUENCES, the statements, SET CONSTRAINTS ALL IMMEDIATE after main, the
+// checks, cleanup; a sync point; ROLLBACK and the after-job check; a sync
+// point. The first failing statement skips the rest of the transaction.
+// It returns the job's outcome, the after-job check's, whether the session
+// is in an unknown state, and an error for a failure of the environment.
+func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a afterJob, aErr error, broken bool, err error) {
+	if c.pc == nil || c.pc.IsClosed() {
+		return txnOut{}, afterJob{}, errors.New("no session"), true,
+			sqlexec.Errorf(sqlexec.KindUnavailable, nil, "the session on the private copy %s was lost", c.name)
+	}
+	var reqs []jobReq
+	add := func(ph phase, texts []string) {
+		for i, s := range texts {
+			reqs = append(reqs, jobReq{ph: ph, i: i, n: len(texts), text: s})
+		}
+	}
+	reqs = append(reqs, jobReq{ph: phControl, text: "BEGIN READ WRITE"})
+	settings := settingsFor(t.lim)
+	for _, name := range limitSettings {
+		if v, ok := settings[name]; ok {
+			reqs = append(reqs, jobReq{ph: phControl, text: fmt.Sprintf("SET LOCAL %s = '%s'", name, v)})
+		}
+	}
+	reqs = append(reqs, jobReq{ph: phControl, text: "DISCARD SEQUENCES"})
+	add(phSetup, t.setup)
+	add(phPrior, t.prior)
+	add(phMain, t.main)
+	if t.collectLast && len(t.main) > 0 {
+		for i := len(reqs) - 1; i >= 0; i-- {
+			if reqs[i].ph == phMain {
+				reqs[i].keep = true
+				break
+			}
+		}
+	}
+	reqs = append(reqs, jobReq{ph: phConstraints, text: "SET CONSTRAINTS ALL IMMEDIATE"})
+	for k, q := range t.checks {
+		for i, s := range q {
+			reqs = append(reqs, jobReq{ph: phChecks, i: i, n: len(q), check: k, text: s, keep: i == len(q)-1})
+		}
+	}
+	add(phCleanup, t.cleanup)
+	reqs = append(reqs, jobReq{ph: phSync})
+	reqs = append(reqs, jobReq{ph: phAfter, text: "ROLLBACK"})
+	chk := c.quick
+	if c.uses%fullCheckEvery == fullCheckEvery-1 {
+		chk = c.full
+	}
+	reqs = append(reqs, jobReq{ph: phAfter, text: chk, keep: true})
+	reqs = append(reqs, jobReq{ph: phSync})
+
+	// Deadlines: the job's (t.deadline), and a client-side backstop of the
+	// server's per-statement timeouts.
+	jctx := ctx
+	if t.deadline > 0 {
+		var cancel context.CancelFunc
+		jctx, cancel = context.WithTimeout(ctx, t.deadline)
+		defer cancel()
+	}
+	qctx := jctx
+	{
+		per := t.lim.Timeout
+		if per <= 0 {
+			per = defaultStatefulStmtTime
+		}
+		n := time.Duration(len(reqs))
+		if per < time.Duration(math.MaxInt64)/(2*n) {
+			var cancel context.CancelFunc
+			qctx, cancel = context.WithTimeout(jctx, n*(per+per/2)+jobBackstopGrace)
+			defer cancel()
+		}
+	}
+	q := &query{ctx: ctx, qctx: qctx, lim: t.lim}
+	classify := func(err error, label string) error {
+		if ctx.Err() == nil && jctx.Err() != nil {
+			return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
+				"the job did not finish within its deadline of %v (%s was interrupted)", t.deadline, label)
+		}
+		return q.classify(err, label)
+	}
+
+	pc := c.pc
+	if t.lim.MaxBytes > 0 {
+		pc.Frontend().SetMaxBodyLen(int(min(max(t.lim.MaxBytes+1024, minMessageCap), 1<<30)))
+	} else {
+		pc.Frontend().SetMaxBodyLen(0)
+	}
+	p := pc.StartPipeline(qctx)
+	for i, r := range reqs {
+		if r.ph == phSync {
+			if i < len(reqs)-1 {
+				p.SendPipelineSync()
+			}
+			continue
+		}
+		p.SendQueryParams(r.text, nil, nil, nil, nil)
+	}
+	if serr := p.Sync(); serr != nil {
+		abandon(pc)
+		return txnOut{}, afterJob{}, serr, true, classify(serr, "the job")
+	}
+
+	out.checks = make([]*sqlexec.Result, len(t.checks))
+	aErr = errors.New("the after-job check did not run")
+	var failedAt = -1
+	var failure error
+	for i := 0; i < len(reqs); i++ {
+		r := reqs[i]
+		res, gerr := p.GetResults()
+		if gerr == nil {
+			if r.ph == phSync {
+				if _, ok := res.(*pgconn.PipelineSync); !ok {
+					gerr = fmt.Errorf("postgres: expected the end of the pipeline, got %T", res)
+				}
+			} else if rr, ok := res.(*pgconn.ResultReader); !ok {
+				gerr = fmt.Errorf("postgres: expected a result, got %T", res)
+			} else {
+				switch {
+				case r.ph == phAfter && r.keep:
+					rows := rr.Read()
+					gerr = rows.Err
+					if gerr == nil {
+						a, aErr = parseAfterJob(rows.Rows)
+					} else {
+						aErr = gerr
+					}
+				case r.keep:
+					var cr *sqlexec.Result
+					cr, gerr = collect(rr, t.lim)
+					if gerr != nil {
+						// A cap: the rest of the result is not read.
+						abandon(pc)
+						failure = gerr
+						if r.ph == phChecks || r.ph == phMain {
+							return d.capped(r, t, failure, out)
+						}
+						return txnOut{}, afterJob{}, failure, true, fmt.Errorf("postgres: %s %s: %w", phaseNames[r.ph], stmtLabel(r.i, r.n, r.text), failure)
+					}
+					if r.ph == phChecks {
+						out.checks[r.check] = cr
+					} else {
+						out.last = cr
+					}
+					_, gerr = rr.Close()
+				default:
+					for rr.NextRow() {
+					}
+					_, gerr = rr.Close()
+				}
+			}
+		}
+		if gerr == nil {
+			continue
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(gerr, &pgErr) || r.ph == phSync {
+			// The connection is lost, or in an unknown state.
+			abandon(pc)
+			label := "the job"
+			if r.ph != phSync && r.ph != phControl {
+				label = stmtLabel(r.i, r.n, r.text)
+			}
+			cerr := classify(gerr, label)
+			if failedAt < 0 && r.ph != phAfter {
+				failedAt, failure = i, cerr
+			}
+			return d.conclude(t, reqs, failedAt, failure, out, afterJob{}, gerr, true, ctx)
+		}
+		if r.ph == phAfter {
+			aErr = gerr
+		}
+		if failedAt < 0 && r.ph != phAfter {
+			label := stmtLabel(r.i, r.n, r.text)
+			if r.ph == phConstraints {
+				label = "the predicted statements (a deferred constraint, checked as a commit would)"
+			}
+			failedAt, failure = i, classify(gerr, label)
+		}
+		// The server skipped the rest of this segment: the next result is its
+		// sync point.
+		for i+1 < len(reqs) && reqs[i+1].ph != phSync {
+			i++
+		}
+	}
+	if cerr := p.Close(); cerr != nil {
+		broken = true
+	}
+	if pc.TxStatus() != 'I' {
+		broken = true
+	}
+	return d.conclude(t, reqs, failedAt, failure, out, a, aErr, broken, ctx)
+}
+
+// capped ends a run whose kept result passed a cap (the session is closed:
+// the rest was not read).
+func (d *StatefulDB) capped(r jobReq, t txn, failure error, out txnOut) (txnOut, afterJob, error, bool, error) {
+	if t.policy {
+		out.failure = failure
+		return out, afterJob{}, failure, true, nil
+	}
+	return txnOut{}, afterJob{}, failure, true, fmt.Errorf("postgres: %s %s: %w", phaseNames[r.ph], stmtLabel(r.i, r.n, r.text), failure)
+}
+
+// conclude attributes a run's failure: the policy's statements (and the
+// checks after them) fail the verdict; everything else, and the caller's
+// context ending, is the environment's.
+func (d *StatefulDB) conclude(t txn, reqs []jobReq, failedAt int, failure error, out txnOut, a afterJob, aErr error, broken bool, ctx context.Context) (txnOut, afterJob, error, bool, error) {
+	if failedAt < 0 {
+		return out, a, aErr, broken, nil
+	}
+	if ctx.Err() != nil {
+		return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: the job was interrupted: %w", canceled(ctx))
+	}
+	r := reqs[failedAt]
+	switch r.ph {
+	case phMain, phConstraints, phChecks, phCleanup:
+		// Cleanup after the predicted statements fails by their doing (the
+		// corpus's cleanup passed after the reference).
+		if t.policy {
+			switch sqlexec.KindOf(failure) {
+			case sqlexec.KindUnavailable, sqlexec.KindBusy:
+				return txnOut{}, a, aErr, broken, failure
+			}
+			out.failure = failure
+			return out, a, aErr, broken, nil
+		}
+	}
+	name := phaseNames[r.ph]
+	if name == "" {
+		name = "job"
+	}
+	if (r.ph == phMain || r.ph == phConstraints) && !t.policy {
+		name = "reference"
+	}
+	if r.ph == phControl || r.ph == phSync {
+		return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: running the job: %w", failure)
+	}
+	return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: the %s statement failed: %w", name, failure)
+}
+
+// refCache keeps the reference outcomes of jobs by key (computed once;
+// concurrent callers of one key wait for one computation; failures are not
+// kept), the least recently used dropped past max entries.
+type refCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]*refEntry
+	seq uint64
+}
+
+type refEntry struct {
+	done chan struct{}
+	res  []*sqlexec.Result
+	err  error
+	used uint64
+}
+
+func newRefCache(max int) *refCache { return &refCache{max: max, m: map[string]*refEntry{}} }
+
+// get returns key's outcome, computing it when it is missing ("" is never
+// cached).
+func (c *refCache) get(ctx context.Context, key string, compute func(context.Context) ([]*sqlexec.Result, error)) ([]*sqlexec.Result, error) {
+	if key == "" {
+		return compute(ctx)
+	}
+	for {
+		c.mu.Lock()
+		e, ok := c.m[key]
+		if !ok {
+			e = &refEntry{done: make(chan struct{})}
+			c.m[key] = e
+			c.seq++
+			e.used = c.seq
+			c.evict()
+			c.mu.Unlock()
+			e.res, e.err = compute(ctx)
+			c.mu.Lock()
+			if e.err != nil && c.m[key] == e {
+				delete(c.m, key)
+			}
+			c.mu.Unlock()
+			close(e.done)
+			return e.res, e.err
+		}
+		c.seq++
+		e.used = c.seq
+		c.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, canceled(ctx)
+		}
+		if e.err == nil {
+			return e.res, nil
+		}
+		// The computation failed (perhaps its caller left): compute again.
+		if ctx.Err() != nil {
+			return nil, canceled(ctx)
+		}
+	}
+}
+
+// evict drops the least recently used finished entries past max (called
+// with mu held).
+func (c *refCache) evict() {
+	for len(c.m) > c.max {
+		var oldKey string
+		var old *refEntry
+		for k, e := range c.m {
+			select {
+			case <-e.done:
+			default:
+				continue
+			}
+			if old == nil || e.used < old.used {
+				oldKey, old = k, e
+			}
+		}
+		if old == nil {
+			return
+		}
+		delete(c.m, oldKey)
+	}
+}
+
+// abandon closes a session whose state is unknown: its socket first, so
+// that nothing more is read, then a cancel request so that the server stops
+// too (the server then rolls the transaction back).
+func abandon(pc *pgconn.PgConn) {
+	if pc.IsClosed() {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		pc.CancelRequest(ctx)
+	}()
+	pc.Conn().Close()
+}
