@@ -522,8 +522,8 @@ func TestStatefulPythonEscapes(t *testing.T) {
 		}
 	}()
 	cases := []struct {
-		name  string
-		hook  func(ctx context.Context, conn *pgx.Conn) error
+		name string
+		hook func(ctx context.Context, conn *pgx.Conn) error
 		// check compares the stats after the case with those before: each
 		// repair is counted where it happened. Counts are compared as
 		// increases, not exact values: a copy whose escape the check only
