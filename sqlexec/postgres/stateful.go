@@ -1021,6 +1021,23 @@ func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a af
 	if pc.TxStatus() != 'I' {
 		broken = true
 	}
+	if failedAt < 0 && ctx.Err() == nil && jctx.Err() != nil {
+		// The deadline passed, and the cancel request (sent on a connection
+		// of its own, so late on a loaded server) did not stop the job
+		// before it ended: it ran over its deadline all the same. The
+		// session is replaced, so that a cancel request still in flight
+		// cannot reach the next job.
+		broken = true
+		failedAt = len(reqs) - 1
+		for i, r := range reqs {
+			if r.ph == phMain {
+				failedAt = i
+				break
+			}
+		}
+		failure = sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
+			"the job did not finish within its deadline of %v", t.deadline)
+	}
 	return d.conclude(t, reqs, failedAt, failure, out, a, aErr, broken, ctx)
 }
 
