@@ -529,6 +529,9 @@ func (a *App) wireModels(ecfg *env.Config) error {
 		for _, c := range a.corpora {
 			for _, t := range c.Tasks {
 				schemas[t.Record] = t.DB.Schema
+				if fu := t.FollowUpRecord(); fu != nil {
+					schemas[fu] = t.DB.Schema // the oracle of BIRD_C's sub-task 2
+				}
 			}
 		}
 		schema := func(r *corpus.Record) string { return schemas[r] }

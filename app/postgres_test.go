@@ -361,3 +361,62 @@ func BenchmarkLiteVerifyVsRawPgx(b *testing.B) {
 	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/op")
 	b.ReportMetric(float64(verify)/float64(raw), "verify/raw")
 }
+
+// TestLiteBirdC is issue 15's check on the lite sample (PostgreSQL): under
+// BIRD_C, asking each counted ambiguity and submitting the references
+// reaches reward 1 on every task — each follow-up verified on the state
+// its phase 1 left (the Management tasks' by their Python tests on private
+// copies) — while a wrong reading of phase 1 scores 0, twice (the debug
+// retry), and never sees the follow-up.
+func TestLiteBirdC(t *testing.T) {
+	dir := importLite(t, "pgbirdc")
+	s := testutil.StartServer(t, app.Config{Corpora: []string{dir}, PostgresURL: pgtest.URL(t)})
+	env := s.Client.Env
+	ctx := context.Background()
+	step := func(tok []byte, a *pb.Action) *pb.StepResponse {
+		t.Helper()
+		r, err := env.Step(ctx, &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for task, wrongs := range wrongReadings {
+		reset, err := env.Reset(ctx, &pb.ResetRequest{TaskId: task, IncludePrivileged: true,
+			Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}})
+		if err != nil {
+			t.Fatalf("%s: %v", task, err)
+		}
+		e := reset.Episodes[0]
+		tok := e.Token
+		for _, a := range e.Privileged.GetAmbiguities() {
+			if a.Counted {
+				r := step(tok, ask("What do you mean by '"+a.Term+"'?"))
+				if r.Done {
+					t.Fatalf("%s: asking %q ended the episode: %v", task, a.Term, r)
+				}
+				tok = r.Token
+			}
+		}
+		ref := strings.Join(e.Privileged.GetReferenceSql(), ";\n")
+		wrongTok := tok
+		r := step(tok, submit(ref))
+		if r.Done || r.Observation.Subtask != 2 {
+			t.Fatalf("%s: the reference did not release the follow-up: %v (%s)", task, r, r.Privileged.GetVerifierReason())
+		}
+		r = step(r.Token, submit(strings.Join(r.Privileged.GetFollowUpReferenceSql(), ";\n")))
+		if !r.Done || r.Reward.GetValue() != 1 {
+			t.Errorf("%s: the follow-up's reference: reward %v, done %v: %s", task, r.Reward, r.Done, r.Privileged.GetVerifierReason())
+		}
+		w := wrongs[0]
+		wrong := strings.Replace(ref, w.snippet, w.other, 1)
+		r = step(wrongTok, submit(wrong))
+		if r.Done || !r.Observation.SqlRequired || r.Observation.Subtask != 1 {
+			t.Fatalf("%s: the wrong reading of %q: %v", task, w.term, r)
+		}
+		r = step(r.Token, submit(wrong))
+		if !r.Done || r.Reward.GetValue() != 0 || r.Observation.Subtask != 1 || len(r.Reward.GetComponents()) != 1 {
+			t.Errorf("%s: the wrong reading's retry: %v", task, r)
+		}
+	}
+}

@@ -469,18 +469,7 @@ func (a *auditor) checkFollowUp(ctx context.Context, t *corpus.Task) result {
 		return result{check: FollowUp, verdict: skip}
 	}
 	ref := strings.Join(fu.Reference.SQL, ";\n")
-	var (
-		v   sqlexec.Verdict
-		err error
-	)
-	switch {
-	case t.FollowUpStateful() && t.DB.Stateful == nil:
-		return failed(FollowUp, t, "the follow-up needs a stateful verification, and database %q has no stateful verifier", t.Record.DB)
-	case t.FollowUpStateful():
-		v, err = t.DB.Stateful.Verify(ctx, t.FollowUpJob(t.Reference.SQL, ref, a.opt.Limits))
-	default:
-		v, err = sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey+"\x00follow_up", t.FollowUpPolicy, ref, ref, a.opt.Limits)
-	}
+	v, err := t.VerifyFollowUp(ctx, t.Reference.SQL, ref, a.opt.Limits)
 	var se *sqlexec.Error
 	switch {
 	case errors.As(err, &se):

@@ -4,8 +4,10 @@
 package corpus
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,6 +82,9 @@ type Task struct {
 	// File and Line locate the record in its records file.
 	File string
 	Line int
+
+	// followUp is FollowUpRecord's record, made once at load.
+	followUp *Record
 }
 
 // Task returns the task with the given id.
@@ -251,4 +256,61 @@ func (t *Task) FollowUpJob(phase1 []string, predicted string, lim sqlexec.Limits
 		Limits:    lim,
 		Deadline:  time.Duration(steps) * lim.Timeout,
 	}
+}
+
+// Verify verifies sql as t's solution (PROTOCOL.md §4): a read-only Query
+// by comparing its result with the reference's (cached under RefKey); a
+// Management record, or one with tests, on a private copy of its database.
+// Errors are the verifier's own failures (sqlexec.KindBusy among them);
+// SQL that fails is a failed Verdict.
+func (t *Task) Verify(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+	if !t.Stateful() {
+		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, lim)
+	}
+	if t.DB.Stateful == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("database %q has no stateful verifier for task %s", t.Record.DB, t.ID)
+	}
+	return t.DB.Stateful.Verify(ctx, t.Job(nil, sql, lim))
+}
+
+// VerifyFollowUp verifies sql as t's follow-up (PROTOCOL.md §8) on the
+// state phase1 (the statements phase 1 accepted) leaves: on a private copy
+// when phase 1 or the follow-up is stateful (FollowUpJob), else by result
+// comparison with the follow-up's reference on the database as loaded.
+// t must have a follow-up.
+func (t *Task) VerifyFollowUp(ctx context.Context, phase1 []string, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+	if t.FollowUp == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("task %s has no follow-up", t.ID)
+	}
+	if !t.FollowUpStateful() {
+		ref := strings.Join(t.FollowUp.Reference.SQL, ";\n")
+		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey+"\x00follow_up", t.FollowUpPolicy, sql, ref, lim)
+	}
+	if t.DB.Stateful == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("the follow-up of task %s needs a stateful verification, and database %q has no stateful verifier", t.ID, t.Record.DB)
+	}
+	return t.DB.Stateful.Verify(ctx, t.FollowUpJob(phase1, sql, lim))
+}
+
+// FollowUpRecord is t's follow-up as a record of its own, for the oracle
+// of phase 2 (PROTOCOL.md §8): the follow-up's request and reference, the
+// record's database, and no registered ambiguities (BIRD-Interact's
+// follow-ups have none), so that clarifications route to unlabeled or
+// unanswerable. Its id is t's with "/follow-up" appended (oracle caches
+// key on it). Nil without a follow-up. The same record every call (made
+// once at load), so that it can key a map as t.Record does.
+func (t *Task) FollowUpRecord() *Record { return t.followUp }
+
+func followUpRecord(t *Task) *Record {
+	if t.FollowUp == nil {
+		return nil
+	}
+	r := *t.Record
+	r.ID = t.ID + "/follow-up"
+	r.Request = t.FollowUp.Request
+	r.Category = t.FollowUp.Category
+	r.Reference = t.FollowUp.Reference
+	r.Ambiguities = nil
+	r.FollowUp, r.FollowUps = nil, nil
+	return &r
 }

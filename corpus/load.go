@@ -575,6 +575,7 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 		Line:           lineNo,
 	}
 	copy(t.Hash[:], h.Sum(nil))
+	t.followUp = followUpRecord(t)
 	for _, k := range db.Spec.Knowledge {
 		if !masked[k.ID] {
 			t.PublicKnowledge = append(t.PublicKnowledge, k)

@@ -1,6 +1,8 @@
 // Package driver is the one episode loop of avtgym's client side: an
-// Episode started on an environment, stepped with Ask, Stop and SubmitSQL
-// (alone or many at once with StepAll), and summed up as a Record. The
+// Episode started on an environment, stepped with Ask, Stop, SubmitSQL
+// and Unparsed (alone or many at once with StepAll), and summed up as a
+// Record. It follows the episode's protocol (PROTOCOL.md §11): AMBITAB's
+// ask-then-solve, or BIRD_C's two sub-tasks with their turn budget. The
 // environment is a small interface that both the gRPC client (Remote) and
 // the in-process env.Env satisfy, so that every policy, probe, audit and
 // benchmark plays through this code, over the wire or in process, and
@@ -70,6 +72,16 @@ type Episode struct {
 	phase               pb.Phase
 	budget, asked, left int
 	questions, replies  []string
+
+	// The protocol's state, as the last observation gave it: the
+	// sub-task (1, or 2 once the follow-up is released), the interaction
+	// budget, whether only SQL is accepted now, and the follow-up's
+	// reference SQL (privileged, from the step that released it).
+	protocol    pb.Protocol
+	subtask     int
+	allowance   *pb.Budget
+	sqlRequired bool
+	followUpSQL []string
 
 	// FallbackStop and FallbackSQL are set by a policy whose output could
 	// not be parsed (PROTOCOL.md §6): the episode ended by a fallback STOP,
@@ -177,12 +189,72 @@ func (e *Episode) Reset() *pb.Episode { return e.reset }
 // defaults).
 func (e *Episode) Options() *pb.EpisodeOptions { return e.opts }
 
-// NeedsSQL reports whether the episode waits for the client's SQL after
-// STOP: the outcome reward with the client as solver (the default solver).
+// NeedsSQL reports whether the client writes the episode's SQL: under
+// AMBITAB, whether the episode waits for it after STOP (the outcome reward
+// with the client as solver, the default solver); under BIRD_C always
+// (each sub-task is solved by the client's submit_sql, and a STOP ends it
+// unsolved).
 func (e *Episode) NeedsSQL() bool {
+	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_C {
+		return true
+	}
 	return e.opts.GetReward() == pb.RewardType_REWARD_TYPE_OUTCOME &&
 		(e.opts.GetSolver() == pb.Solver_SOLVER_UNSPECIFIED || e.opts.GetSolver() == pb.Solver_SOLVER_CLIENT)
 }
+
+// Protocol is the episode's protocol: as the server reported it in the
+// observation, else as the reset asked for it, else AMBITAB (never
+// UNSPECIFIED).
+func (e *Episode) Protocol() pb.Protocol {
+	if e.protocol != pb.Protocol_PROTOCOL_UNSPECIFIED {
+		return e.protocol
+	}
+	if p := e.opts.GetProtocol(); p != pb.Protocol_PROTOCOL_UNSPECIFIED {
+		return p
+	}
+	return pb.Protocol_PROTOCOL_AMBITAB
+}
+
+// Subtask is the sub-task being played: 1, or 2 once the follow-up has
+// been released (BIRD_C; its request is then the last REQUEST turn of the
+// history). Distinct from Phase, which says whether the policy may ask.
+func (e *Episode) Subtask() int { return e.subtask }
+
+// Allowance is the episode's interaction budget in the protocol's unit,
+// as the last observation gave it (AMBITAB: questions; BIRD_C: turns); nil
+// from a server that does not report it.
+func (e *Episode) Allowance() *pb.Budget { return e.allowance }
+
+// TurnsLeft is what remains of the budget in whole units (BIRD_C: turns,
+// the one kept for the follow-up's SQL included once it is released);
+// for a server that reports no budget, the questions remaining.
+func (e *Episode) TurnsLeft() int {
+	if e.allowance == nil {
+		return e.left
+	}
+	return int(e.allowance.GetRemainingMilli() / 1000)
+}
+
+// SQLRequired reports whether only submit_sql is accepted now (BIRD_C: the
+// last turn, or a debug retry after a failed submission): any other action
+// ends the sub-task unsolved. False once the episode is done.
+func (e *Episode) SQLRequired() bool { return !e.Done() && e.sqlRequired }
+
+// ReferenceSQL is the current sub-task's reference SQL, its statements
+// joined as the corpus joins them (";\n"), from the privileged channel:
+// the task's reference in sub-task 1 (from the reset), the follow-up's
+// in sub-task 2 (from the step that released it). Empty when the reset or
+// the steps did not ask for the privileged field.
+func (e *Episode) ReferenceSQL() string {
+	if e.subtask >= 2 {
+		return strings.Join(e.followUpSQL, ";\n")
+	}
+	return strings.Join(e.reset.GetPrivileged().GetReferenceSql(), ";\n")
+}
+
+// FollowUpReferenceSQL is the follow-up's reference statements, as the step
+// that released the follow-up gave them (privileged; nil before).
+func (e *Episode) FollowUpReferenceSQL() []string { return e.followUpSQL }
 
 // Turns is the history so far: the request, then every turn of every step.
 func (e *Episode) Turns() []*pb.Turn { return e.turns }
@@ -199,8 +271,12 @@ func (e *Episode) Remaining() int { return e.left }
 // Done reports whether the episode has ended.
 func (e *Episode) Done() bool { return e.last.GetDone() }
 
-// Asking reports whether the episode still takes questions.
-func (e *Episode) Asking() bool { return !e.Done() && e.phase == pb.Phase_PHASE_ASKING }
+// Asking reports whether the episode still takes questions: not done, in
+// the asking phase, and not waiting for SQL only (BIRD_C's last turn or
+// debug retry; see SQLRequired).
+func (e *Episode) Asking() bool {
+	return !e.Done() && e.phase == pb.Phase_PHASE_ASKING && !e.sqlRequired
+}
 
 // Last is the last step's response (nil before the first step).
 func (e *Episode) Last() *pb.StepResponse { return e.last }
@@ -221,6 +297,15 @@ func (e *Episode) Stop(ctx context.Context) error {
 // SubmitSQL submits the solution.
 func (e *Episode) SubmitSQL(ctx context.Context, sql string) error {
 	return e.Do(ctx, &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}})
+}
+
+// Unparsed reports model output the policy could not parse into an
+// action, so that the protocol's own rule applies (PROTOCOL.md §11):
+// AMBITAB answers the first with a notice and takes the second in a row
+// as STOP; BIRD_C spends a turn on it, and ends the sub-task unsolved when
+// only SQL was accepted.
+func (e *Episode) Unparsed(ctx context.Context, text string) error {
+	return e.Do(ctx, &pb.Action{Kind: &pb.Action_Unparsed_{Unparsed: &pb.Action_Unparsed{Text: text}}})
 }
 
 // Do takes one action. An error leaves the episode as it was: the same
@@ -246,6 +331,8 @@ func actionName(a *pb.Action) string {
 		return "stop"
 	case *pb.Action_SubmitSql_:
 		return "submit_sql"
+	case *pb.Action_Unparsed_:
+		return "unparsed"
 	}
 	return "step"
 }
@@ -256,6 +343,9 @@ func (e *Episode) apply(a *pb.Action, resp *pb.StepResponse) {
 	obs := resp.GetObservation()
 	e.turns = append(e.turns, obs.GetTurns()...)
 	e.observe(obs)
+	if fu := resp.GetPrivileged().GetFollowUpReferenceSql(); len(fu) > 0 {
+		e.followUpSQL = slices.Clone(fu)
+	}
 	for _, t := range obs.GetTurns() {
 		switch {
 		case t.GetRole() == pb.Role_ROLE_POLICY && t.GetKind() == pb.TurnKind_TURN_KIND_QUESTION:
@@ -272,6 +362,18 @@ func (e *Episode) observe(obs *pb.Observation) {
 		e.budget = int(b)
 	}
 	e.asked, e.left = int(obs.GetQuestionsAsked()), int(obs.GetQuestionsRemaining())
+	if p := obs.GetProtocol(); p != pb.Protocol_PROTOCOL_UNSPECIFIED {
+		e.protocol = p
+	}
+	if st := int(obs.GetSubtask()); st > 0 {
+		e.subtask = st
+	} else if e.subtask == 0 {
+		e.subtask = 1
+	}
+	if b := obs.GetBudget(); b != nil {
+		e.allowance = b
+	}
+	e.sqlRequired = obs.GetSqlRequired()
 }
 
 // StepAll takes one action on each of eps with one StepBatch call (actions

@@ -1,6 +1,12 @@
 package driver
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pb "avtgym/proto/avtgym/v1"
+)
 
 // Record is what one played episode comes to: a line of `avtgym rollout
 // --episodes-out`, and, with eval's labels, of an evaluation run's
@@ -43,6 +49,21 @@ type Record struct {
 	// submitted for unparsable output.
 	FallbackStop bool `json:"fallback_stop,omitempty"`
 	FallbackSQL  bool `json:"fallback_sql,omitempty"`
+	// Protocol is the episode's protocol as `--protocol` names it
+	// (ProtocolName), left out for AMBITAB so that its records read as
+	// before.
+	Protocol string `json:"protocol,omitempty"`
+	// Under BIRD_C: Subtask is the last sub-task reached (2 when the
+	// follow-up was released); Phase1 and Phase2 are the reward's
+	// components phase1 (0.7, 0.5 after the debug retry, else 0) and
+	// phase2 (0.3 / 0.2 / 0; null when the follow-up was never released);
+	// TurnsUsed and TurnBudget are the turns spent and allowed (the one
+	// added for the follow-up's SQL included).
+	Subtask    int      `json:"subtask,omitempty"`
+	Phase1     *float64 `json:"phase1,omitempty"`
+	Phase2     *float64 `json:"phase2,omitempty"`
+	TurnsUsed  int      `json:"turns_used,omitempty"`
+	TurnBudget int      `json:"turn_budget,omitempty"`
 	// Error explains an episode that could not be played or scored (for
 	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
@@ -61,6 +82,16 @@ func (e *Episode) Record(err error) *Record {
 		EpisodeID: e.reset.GetEpisodeId(), Seed: e.reset.GetSeed(),
 		Questions: nonNil(e.questions), Replies: nonNil(e.replies), CreditedTerms: []string{},
 		FallbackStop: e.FallbackStop, FallbackSQL: e.FallbackSQL,
+	}
+	bird := e.Protocol() == pb.Protocol_PROTOCOL_BIRD_C
+	if p := e.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
+		r.Protocol = ProtocolName(p)
+	}
+	if bird {
+		r.Subtask = e.subtask
+		if b := e.allowance; b != nil && b.GetUnit() == pb.BudgetUnit_BUDGET_UNIT_TURNS {
+			r.TurnsUsed, r.TurnBudget = int(b.GetUsedMilli()/1000), int(b.GetTotalMilli()/1000)
+		}
 	}
 	priv := e.reset.GetPrivileged()
 	r.AVTID = priv.GetAvtId()
@@ -105,6 +136,7 @@ func (e *Episode) Record(err error) *Record {
 			return nil
 		}
 		r.Precision, r.Recall, r.Success = get("precision"), get("recall"), get("outcome")
+		r.Phase1, r.Phase2 = get("phase1"), get("phase2")
 		if r.Counted > 0 {
 			r.F1 = get("question_f1")
 		} else {
@@ -112,6 +144,27 @@ func (e *Episode) Record(err error) *Record {
 		}
 	}
 	return r
+}
+
+// ProtocolName is a protocol's name as `--protocol` spells it: ambitab,
+// bird-c, bird-a, tide-f or tide-p (UNSPECIFIED is AMBITAB, the default).
+func ProtocolName(p pb.Protocol) string {
+	if p == pb.Protocol_PROTOCOL_UNSPECIFIED {
+		p = pb.Protocol_PROTOCOL_AMBITAB
+	}
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(p.String(), "PROTOCOL_")), "_", "-")
+}
+
+// ParseProtocol maps a `--protocol` name (ambitab, bird-c, bird-a, tide-f,
+// tide-p; case and "_" for "-" tolerated) to its protocol. Whether the
+// server serves it is the server's to say.
+func ParseProtocol(s string) (pb.Protocol, error) {
+	name := strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(s), "-", "_"))
+	v, ok := pb.Protocol_value["PROTOCOL_"+name]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("unknown protocol %q (want ambitab, bird-c, bird-a, tide-f or tide-p)", s)
+	}
+	return pb.Protocol(v), nil
 }
 
 func nonNil(s []string) []string {

@@ -73,6 +73,9 @@ type Env struct {
 	corpora map[string]*corpus.Corpus
 	views   map[*corpus.Task]*pb.TaskView
 	splits  map[*corpus.Corpus]map[string][]*corpus.Task
+	// twoPhase holds the tasks with a follow-up by split (the tasks
+	// PROTOCOL_BIRD_C draws from).
+	twoPhase map[*corpus.Corpus]map[string][]*corpus.Task
 	// maxState bounds every state seal writes, and maxToken every token
 	// open reads (limits.go); maxStep bounds one StepResponse.
 	maxState, maxToken, maxStep int
@@ -99,10 +102,11 @@ func New(cfg Config) (*Env, error) {
 		cfg.Now = time.Now
 	}
 	e := &Env{
-		cfg:     cfg,
-		corpora: map[string]*corpus.Corpus{},
-		views:   map[*corpus.Task]*pb.TaskView{},
-		splits:  map[*corpus.Corpus]map[string][]*corpus.Task{},
+		cfg:      cfg,
+		corpora:  map[string]*corpus.Corpus{},
+		views:    map[*corpus.Task]*pb.TaskView{},
+		splits:   map[*corpus.Corpus]map[string][]*corpus.Task{},
+		twoPhase: map[*corpus.Corpus]map[string][]*corpus.Task{},
 	}
 	for _, c := range cfg.Corpora {
 		if _, dup := e.corpora[c.Name]; dup {
@@ -110,15 +114,23 @@ func New(cfg Config) (*Env, error) {
 		}
 		e.corpora[c.Name] = c
 		bySplit := map[string][]*corpus.Task{"": c.Tasks}
+		twoPhase := map[string][]*corpus.Task{}
 		for _, t := range c.Tasks {
 			e.views[t] = PublicView(t)
 			if t.Split != "" {
 				bySplit[t.Split] = append(bySplit[t.Split], t)
 			}
+			if t.FollowUp != nil {
+				twoPhase[""] = append(twoPhase[""], t)
+				if t.Split != "" {
+					twoPhase[t.Split] = append(twoPhase[t.Split], t)
+				}
+			}
 			e.maxState = max(e.maxState, StateBound(len(c.Name), len(t.ID)))
 			e.maxStep = max(e.maxStep, StepResponseBound(t))
 		}
 		e.splits[c] = bySplit
+		e.twoPhase[c] = twoPhase
 	}
 	longest := func(f func(*corpus.Task) int) int {
 		n := idAllowance
@@ -218,6 +230,13 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		}
 	} else {
 		pool := e.splits[c][req.GetSplit()]
+		if req.GetOptions().GetProtocol() == pb.Protocol_PROTOCOL_BIRD_C {
+			// BIRD_C plays tasks with a follow-up only.
+			pool = e.twoPhase[c][req.GetSplit()]
+			if len(pool) == 0 {
+				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task with a follow-up in split %q (PROTOCOL_BIRD_C needs two sub-tasks)", c.Name, req.GetSplit())
+			}
+		}
 		if len(pool) == 0 {
 			return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task in split %q", c.Name, req.GetSplit())
 		}
@@ -235,13 +254,14 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		return nil, err
 	}
 	p := &ResetPlan{Episodes: n, task: task, base: base, seed: seed}
-	p.obs = &pb.Observation{
-		Task:               e.views[task],
-		Turns:              []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
-		Phase:              pb.Phase_PHASE_ASKING,
-		QuestionBudget:     base.Budget,
-		QuestionsRemaining: base.Budget,
+	if sqlRequired(base) {
+		base.Phase = pb.Phase_PHASE_SOLVING // BIRD_C with one turn
 	}
+	p.obs = &pb.Observation{
+		Task:  e.views[task],
+		Turns: []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
+	}
+	observe(p.obs, base)
 	if req.GetIncludePrivileged() {
 		p.priv = resetPrivileged(task)
 	}
@@ -319,6 +339,12 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 		st.Oracle = k
 	}
 	st.StrictCredit = o.GetStrictCredit()
+	if err := resolveProtocol(t, o, st); err != nil {
+		return nil, err
+	}
+	if st.Protocol != pb.Protocol_PROTOCOL_AMBITAB {
+		return st, nil // its budget is set
+	}
 	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
 	if o != nil && o.ExtraQuestions != nil {
 		extra = o.GetExtraQuestions()

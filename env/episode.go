@@ -57,6 +57,13 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 	if st.Phase == pb.Phase_PHASE_DONE {
 		return errorf(FailedPrecondition, ReasonEpisodeDone, "action", "the episode is done (%s); reset a new one", st.Status)
 	}
+	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C {
+		return ep.applyBirdC(ctx, a)
+	}
+	if u, ok := a.GetKind().(*pb.Action_Unparsed_); ok {
+		return ep.applyUnparsed(ctx, u.Unparsed.GetText())
+	}
+	st.UnparsedInRow = 0
 	switch k := a.GetKind().(type) {
 	case *pb.Action_Ask_:
 		if st.Phase != pb.Phase_PHASE_ASKING {
@@ -89,7 +96,7 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
 		return ep.verify(ctx, sql)
 	default:
-		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, stop or submit_sql)")
+		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, stop, submit_sql or unparsed)")
 	}
 }
 
@@ -109,7 +116,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		q = BoundText(q, MaxQuestionBytes)
 	}
 	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, q)
-	if int32(len(st.Questions)) >= st.Budget {
+	if st.Protocol == pb.Protocol_PROTOCOL_AMBITAB && int32(len(st.Questions)) >= st.Budget {
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, budgetNotice)
 		return ep.endAsking(ctx, true)
 	}
@@ -120,7 +127,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
-		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, ep.task.Record, dialogue(st), q, oracle.AskOptions{StrictCredit: st.StrictCredit})
+		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, ep.subtaskRecord(), ep.subtaskDialogue(), q, oracle.AskOptions{StrictCredit: st.StrictCredit})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
 			// ERROR, and the caller may retry the same token later.
@@ -130,7 +137,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	}
 	var mask uint64
 	for _, c := range reply.Credits {
-		if c < 0 || c >= min(len(ep.task.Ambiguities), corpus.MaxAmbiguities) {
+		if c < 0 || c >= min(len(ep.subtaskRecord().Ambiguities), corpus.MaxAmbiguities) {
 			ep.fail(fmt.Sprintf("the oracle credited ambiguity %d, which does not exist", c))
 			return nil
 		}
@@ -205,19 +212,6 @@ func (ep *episode) endAsking(ctx context.Context, truncated bool) error {
 	return nil
 }
 
-// check verifies sql on task t: a read-only Query by comparing its result
-// with the reference's; a Management record, or one with tests, on a
-// private copy of its database (PROTOCOL.md §4).
-func check(ctx context.Context, t *corpus.Task, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
-	if !t.Stateful() {
-		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, lim)
-	}
-	if t.DB.Stateful == nil {
-		return sqlexec.Verdict{}, fmt.Errorf("database %q has no stateful verifier for task %s", t.Record.DB, t.ID)
-	}
-	return t.DB.Stateful.Verify(ctx, t.Job(nil, sql, lim))
-}
-
 // verifierBusyDelay is the retry delay suggested when the verifier is
 // saturated.
 const verifierBusyDelay = time.Second
@@ -229,10 +223,9 @@ const verifierBusyDelay = time.Second
 // retried; any other failure of the verifier ends the episode in ERROR.
 func (ep *episode) verify(ctx context.Context, sql string) error {
 	st, t := ep.st, ep.task
-	v, err := check(ctx, t, sql, ep.env.cfg.Limits)
-	var se *sqlexec.Error
-	if errors.As(err, &se) && se.Kind == sqlexec.KindBusy {
-		return &Error{Code: ResourceExhausted, Reason: ReasonVerifierBusy, Msg: se.Msg, Retryable: true, RetryDelay: verifierBusyDelay}
+	v, err := t.Verify(ctx, sql, ep.env.cfg.Limits)
+	if verr := ep.verifierError(err); verr != nil {
+		return verr
 	}
 	if err != nil {
 		ep.fail("the verifier failed: " + err.Error())
@@ -253,6 +246,18 @@ func (ep *episode) verify(ctx context.Context, sql string) error {
 		}
 	}
 	st.Phase = pb.Phase_PHASE_DONE
+	return nil
+}
+
+// verifierError is the step's error for a verifier that is saturated
+// (no query slot within its wait bound): an environment condition that
+// says nothing about the SQL, so the step fails with RESOURCE_EXHAUSTED /
+// VERIFIER_BUSY and the same token can be retried. Nil for any other err.
+func (ep *episode) verifierError(err error) error {
+	var se *sqlexec.Error
+	if errors.As(err, &se) && se.Kind == sqlexec.KindBusy {
+		return &Error{Code: ResourceExhausted, Reason: ReasonVerifierBusy, Msg: se.Msg, Retryable: true, RetryDelay: verifierBusyDelay}
+	}
 	return nil
 }
 
@@ -277,10 +282,13 @@ func (ep *episode) fail(reason string) {
 // the reward.
 func (ep *episode) finish() {
 	st, o := ep.st, ep.out.Observation
-	o.Phase = st.Phase
-	o.QuestionBudget = st.Budget
-	o.QuestionsAsked = int32(len(st.Questions))
-	o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
+	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C && st.Phase != pb.Phase_PHASE_DONE {
+		st.Phase = pb.Phase_PHASE_ASKING
+		if sqlRequired(st) {
+			st.Phase = pb.Phase_PHASE_SOLVING
+		}
+	}
+	observe(o, st)
 	ep.out.Status = st.Status
 	if st.Phase != pb.Phase_PHASE_DONE {
 		ep.out.Status = pb.EpisodeStatus_EPISODE_STATUS_RUNNING
@@ -291,11 +299,7 @@ func (ep *episode) finish() {
 		ep.out.Privileged.VerifierReason = st.VerifierReason
 		ep.out.Privileged.EpisodeCredits = ep.credits(unionCredits(st))
 	}
-	if st.Status == pb.EpisodeStatus_EPISODE_STATUS_ERROR {
-		return // never scored
-	}
-	r := reward.Score(rewardKind(st.Reward), Quantities(ep.task, st))
-	ep.out.Reward = &pb.Reward{Type: st.Reward, Value: r.Value, Components: r.Components}
+	ep.out.Reward = score(ep.task, st) // nil for ERROR: never scored
 }
 
 func rewardKind(t pb.RewardType) reward.Kind {

@@ -51,9 +51,13 @@ import (
 // a token longer than TokenBound before decrypting it (TOKEN_MALFORMED).
 //
 // Later protocols extend the arithmetic by adding terms where the state or
-// a step grows: a BIRD-Interact follow-up phase adds a second SQL solution
-// and verifier reason to StateBound (and a follow-up request turn to
-// StepResponseBound); agentic tool calls add MaxToolCalls × (call + result)
+// a step grows. BIRD_C's follow-up adds phase 1's accepted SQL to
+// StateBound (MaxSQLBytes) and, to StepResponseBound, the step that
+// releases the follow-up (the SQL and the follow-up's request turn: a
+// corpus-dependent term) with the follow-up's reference in the privileged
+// field; its questions stay within MaxAnswered (m + patience ≤ 64 + 32 +
+// 1). An unparsed output is kept like a question (MaxQuestionBytes).
+// Agentic tool calls add MaxToolCalls × (call + result)
 // with their own per-turn limits; TIDE drift turns add MaxDriftTurns ×
 // MaxNoticeBytes. Each new term gets its per-turn limit here, enforced by
 // env at the point where the text enters the episode, and a field in
@@ -135,7 +139,14 @@ func StateBound(corpusBytes, idBytes int) int {
 		boolField(16) + boolField(17) + // verified, outcome
 		bytesField(18, MaxNoticeBytes) + // verifier reason
 		varintField(19) + // issued
-		boolField(20) // strict credit
+		boolField(20) + // strict credit
+		varintField(21) + varintField(22) + // protocol, subtask
+		varintField(23) + varintField(24) + // BIRD_C turns total, used
+		boolField(25) + // BIRD_C retry pending
+		bytesField(27, MaxSQLBytes) + // BIRD_C phase-1 SQL
+		varintField(28) + varintField(29) + // BIRD_C sub-task rewards
+		varintField(30) + // unparsed in a row
+		varintField(31) // first question of sub-task 2
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound
@@ -171,7 +182,7 @@ func creditBound(n int) int {
 // rewardBound bounds a pb.Reward with every component present.
 func rewardBound() int {
 	n := varintField(1) + doubleField(2) // type, value
-	for _, c := range []string{reward.ComponentQuestionF1, reward.ComponentPrecision, reward.ComponentRecall, reward.ComponentOutcome} {
+	for _, c := range []string{reward.ComponentQuestionF1, reward.ComponentPrecision, reward.ComponentRecall, reward.ComponentOutcome, reward.ComponentPhase1, reward.ComponentPhase2} {
 		n += bytesField(3, bytesField(1, len(c))+doubleField(2)) // map entry
 	}
 	return n
@@ -193,7 +204,17 @@ func StepResponseBound(t *corpus.Task) int {
 		credits + // the episode's credits (field 7: same tag size)
 		bytesField(8, MaxSQLBytes) + // solver SQL
 		bytesField(9, MaxReplyBytes) // oracle action
-	obs := stepTurnsBound() + varintField(3) + varintField(4) + varintField(5) + varintField(6)
+	turns := stepTurnsBound()
+	if fu := t.FollowUp; fu != nil {
+		for _, s := range fu.Reference.SQL {
+			priv += bytesField(10, len(s)) // the follow-up's reference, on release
+		}
+		// The release: the SQL and the follow-up's request.
+		turns = max(turns, bytesField(2, turnBound(MaxSQLBytes))+bytesField(2, turnBound(len(fu.Request))))
+	}
+	budget := varintField(1) + varintField(2) + varintField(3) + varintField(4)
+	obs := turns + varintField(3) + varintField(4) + varintField(5) + varintField(6) + // phase, question counters
+		varintField(7) + varintField(8) + bytesField(9, budget) + boolField(10) // protocol, subtask, budget, sql_required
 	return bytesField(1, TokenBound(len(t.Corpus.Name), len(t.ID))) +
 		bytesField(2, obs) +
 		boolField(3) + varintField(4) + // done, status

@@ -40,6 +40,17 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		VerifierReason: strings.Repeat("v", MaxNoticeBytes),
 		IssuedUnix:     -1,
 		StrictCredit:   true,
+
+		Protocol:              pb.Protocol(-1),
+		Subtask:               -1,
+		TurnsTotal:            -1,
+		TurnsUsed:             -1,
+		RetryPending:          true,
+		Phase1Sql:             strings.Repeat("p", MaxSQLBytes),
+		Phase1RewardMilli:     -1,
+		Phase2RewardMilli:     -1,
+		UnparsedInRow:         -1,
+		Subtask2FirstQuestion: -1,
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
@@ -88,14 +99,29 @@ func TestSealRefusesStateAboveBound(t *testing.T) {
 
 // TestStepResponseBoundIsExact builds the largest StepResponse of each
 // shape a step can have on a task and checks it against
-// StepResponseBound: the largest equals it, none exceeds it.
+// StepResponseBound: the largest equals it, none exceeds it. For a task
+// with a follow-up (BIRD_C) the shapes include the release step, with
+// the follow-up's request (short or longer than a question) and its
+// reference in the privileged field.
 func TestStepResponseBoundIsExact(t *testing.T) {
-	task := &corpus.Task{
-		Record: &corpus.Record{ID: "task-1", AVTID: "avt-one", Interpretation: "by amount", Ambiguities: []corpus.Ambiguity{
-			{Term: "top region"}, {Term: "recent year"}, {Term: "é"},
-		}},
-		Corpus: &corpus.Corpus{Name: "tiny"},
+	base := &corpus.Record{ID: "task-1", AVTID: "avt-one", Interpretation: "by amount", Ambiguities: []corpus.Ambiguity{
+		{Term: "top region"}, {Term: "recent year"}, {Term: "é"},
+	}}
+	withFollowUp := func(request int) *corpus.Record {
+		r := *base
+		r.FollowUp = &corpus.FollowUp{Request: strings.Repeat("f", request), Reference: corpus.Reference{SQL: corpus.SQLList{"SELECT 1", "SELECT 2"}}}
+		return &r
 	}
+	for name, rec := range map[string]*corpus.Record{
+		"no follow-up": base, "short follow-up": withFollowUp(20), "long follow-up": withFollowUp(300 << 10),
+	} {
+		task := &corpus.Task{Record: rec, Corpus: &corpus.Corpus{Name: "tiny"}}
+		checkStepBound(t, name, task)
+	}
+}
+
+func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
+	t.Helper()
 	credits := func() []*pb.Credit {
 		var out []*pb.Credit
 		for _, a := range task.Ambiguities {
@@ -112,33 +138,42 @@ func TestStepResponseBoundIsExact(t *testing.T) {
 		"submit":           {turn(MaxSQLBytes), turn(MaxNoticeBytes)},
 		"stop then verify": {turn(0), turn(MaxNoticeBytes)},
 	}
+	var fuRef []string
+	if fu := task.FollowUp; fu != nil {
+		shapes["release"] = []*pb.Turn{turn(MaxSQLBytes), turn(len(fu.Request))}
+		fuRef = fu.Reference.SQL
+	}
 	bound := StepResponseBound(task)
 	largest := 0
 	for name, turns := range shapes {
 		resp := &pb.StepResponse{
-			Token:       make([]byte, TokenBound(len(task.Corpus.Name), len(task.ID))),
-			Observation: &pb.Observation{Turns: turns, Phase: pb.Phase(-1), QuestionBudget: -1, QuestionsAsked: -1, QuestionsRemaining: -1},
-			Done:        true,
-			Status:      pb.EpisodeStatus(-1),
+			Token: make([]byte, TokenBound(len(task.Corpus.Name), len(task.ID))),
+			Observation: &pb.Observation{Turns: turns, Phase: pb.Phase(-1), QuestionBudget: -1, QuestionsAsked: -1, QuestionsRemaining: -1,
+				Protocol: pb.Protocol(-1), Subtask: -1, SqlRequired: true,
+				Budget: &pb.Budget{Unit: pb.BudgetUnit(-1), TotalMilli: -1, UsedMilli: -1, RemainingMilli: -1}},
+			Done:   true,
+			Status: pb.EpisodeStatus(-1),
 			Reward: &pb.Reward{Type: pb.RewardType(-1), Value: 0.5, Components: map[string]float64{
 				reward.ComponentQuestionF1: 1, reward.ComponentPrecision: 1, reward.ComponentRecall: 1, reward.ComponentOutcome: 1,
+				reward.ComponentPhase1: 1, reward.ComponentPhase2: 1,
 			}},
 			Privileged: &pb.Privileged{
 				AvtId: task.AVTID, Interpretation: task.Interpretation,
 				Credits: credits(), EpisodeCredits: credits(),
-				VerifierReason: strings.Repeat("v", MaxNoticeBytes),
-				SolverSql:      strings.Repeat("s", MaxSQLBytes),
-				OracleAction:   strings.Repeat("o", MaxReplyBytes),
+				VerifierReason:       strings.Repeat("v", MaxNoticeBytes),
+				SolverSql:            strings.Repeat("s", MaxSQLBytes),
+				OracleAction:         strings.Repeat("o", MaxReplyBytes),
+				FollowUpReferenceSql: fuRef,
 			},
 		}
 		n := resp.SizeVT()
 		if n > bound {
-			t.Errorf("%s: the largest response is %d bytes, more than StepResponseBound %d", name, n, bound)
+			t.Errorf("%s, %s: the largest response is %d bytes, more than StepResponseBound %d", taskName, name, n, bound)
 		}
 		largest = max(largest, n)
 	}
 	if largest != bound {
-		t.Errorf("the largest response of any shape is %d bytes, StepResponseBound says %d", largest, bound)
+		t.Errorf("%s: the largest response of any shape is %d bytes, StepResponseBound says %d", taskName, largest, bound)
 	}
 }
 

@@ -2,7 +2,6 @@ package env
 
 import (
 	pb "avtgym/proto/avtgym/v1"
-	"avtgym/reward"
 )
 
 // Transcript is what an episode token holds, decoded: the trainer-side
@@ -66,7 +65,7 @@ func (e *Env) Transcript(token []byte) (*Transcript, error) {
 		Seed:       st.Seed,
 		GroupIndex: st.GroupIndex,
 		Options: &pb.EpisodeOptions{Reward: st.Reward, Solver: st.Solver, Oracle: st.Oracle,
-			StrictCredit: st.StrictCredit},
+			StrictCredit: st.StrictCredit, Protocol: st.Protocol},
 		Budget:      st.Budget,
 		Phase:       st.Phase,
 		Status:      st.Status,
@@ -83,9 +82,6 @@ func (e *Env) Transcript(token []byte) (*Transcript, error) {
 	tr.Privileged = resetPrivileged(t)
 	tr.Privileged.EpisodeCredits = ep.credits(unionCredits(st))
 	tr.Privileged.VerifierReason = st.VerifierReason
-	if st.Phase == pb.Phase_PHASE_DONE && st.Status != pb.EpisodeStatus_EPISODE_STATUS_ERROR {
-		r := reward.Score(rewardKind(st.Reward), Quantities(t, st))
-		tr.Reward = &pb.Reward{Type: st.Reward, Value: r.Value, Components: r.Components}
-	}
+	tr.Reward = score(t, st)
 	return tr, nil
 }

@@ -31,7 +31,11 @@ func PublicView(t *corpus.Task) *pb.TaskView {
 
 // Summary builds a task's listing entry.
 func Summary(t *corpus.Task) *pb.TaskSummary {
-	return &pb.TaskSummary{Corpus: t.Corpus.Name, TaskId: t.ID, Split: t.Split, Database: t.DB.Spec.ID, Request: t.Request}
+	n := int32(1)
+	if t.FollowUp != nil {
+		n = 2
+	}
+	return &pb.TaskSummary{Corpus: t.Corpus.Name, TaskId: t.ID, Split: t.Split, Database: t.DB.Spec.ID, Request: t.Request, Subtasks: n}
 }
 
 // resetPrivileged is the privileged data of a reset: the ambiguities with

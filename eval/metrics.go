@@ -216,6 +216,13 @@ type Report struct {
 	// Cells lists the per-seed cell metrics, sorted by oracle, condition
 	// and seed.
 	Cells []CellEntry `json:"cells"`
+	// Protocol is the episodes' protocol when it is not ambitab ("bird-c");
+	// left out for ambitab, whose report reads as before.
+	Protocol string `json:"protocol,omitempty"`
+	// BirdC is the analysis of a bird-c run: BIRD-Interact's phase-1 and
+	// phase-2 SR, mean and normalised reward. Rows and Cells, AMBITAB's
+	// metrics, are then empty.
+	BirdC *BirdCReport `json:"bird_c,omitempty"`
 }
 
 // AnalyzeOptions configures Analyze.
@@ -237,6 +244,9 @@ type AnalyzeOptions struct {
 	// with the deterministic matcher and a leaky responder maps to
 	// "deterministic".
 	HybridOf map[string]string
+	// Run is what the run directory's RunInfoFile says of the run (its
+	// protocol's patience, the tasks it skipped); nil when unknown.
+	Run *RunInfo
 }
 
 func (o *AnalyzeOptions) hybridOf(oracle string) string {
@@ -292,10 +302,13 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 	if len(eps) == 0 {
 		return nil, errors.New("eval: no episodes to analyze")
 	}
-	corpus := eps[0].Corpus
+	corpus, protocol := eps[0].Corpus, eps[0].Protocol
 	for i := range eps {
 		if eps[i].Corpus != corpus {
 			return nil, fmt.Errorf("eval: episodes of two corpora (%q and %q); analyze each corpus separately", corpus, eps[i].Corpus)
+		}
+		if eps[i].Protocol != protocol {
+			return nil, fmt.Errorf("eval: episodes of two protocols (%s and %s); analyze each protocol separately", protocolOrDefault(protocol), protocolOrDefault(eps[i].Protocol))
 		}
 	}
 	d, err := index(eps)
@@ -309,6 +322,15 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 		BootstrapSeed: opt.BootstrapSeed,
 		Reference:     opt.Reference,
 		Hybrid:        opt.Hybrid,
+		Protocol:      protocol,
+	}
+	if protocol != "" {
+		if protocol != BirdC {
+			return nil, fmt.Errorf("eval: no analysis for protocol %s (want ambitab or bird-c)", protocol)
+		}
+		r.Rows, r.Cells = []Row{}, []CellEntry{}
+		r.BirdC = analyzeBirdC(d, &opt)
+		return r, nil
 	}
 	var metrics []*metric
 	for _, o := range d.oracles {
@@ -328,6 +350,14 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 	}
 	r.Cells = d.cellEntries()
 	return r, nil
+}
+
+// protocolOrDefault names a protocol as episodes record it ("" is ambitab).
+func protocolOrDefault(p string) string {
+	if p == "" {
+		return "ambitab"
+	}
+	return p
 }
 
 // index deduplicates the episodes and builds the AVT units and the donor

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -172,6 +173,22 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 // document with one Table 8 (rows = corpus × oracle).
 func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	var b strings.Builder
+	var bird []*Report
+	rs = slices.DeleteFunc(slices.Clone(rs), func(r *Report) bool {
+		if r.BirdC != nil {
+			bird = append(bird, r)
+			return true
+		}
+		return false
+	})
+	if len(bird) > 0 {
+		writeBirdCMarkdown(&b, bird)
+		if len(rs) == 0 {
+			_, err := io.WriteString(w, b.String())
+			return err
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString("## Inference and leakage across oracles\n\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s\n",
@@ -184,18 +201,23 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	b.WriteString("\n### Environment failures\n\n" + errorsLegend + "\n\n")
 	mdTable(&b, rs, errorsHeader, errorsCells)
 	for _, r := range rs {
-		if len(r.GroupSignal) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "\n### GRPO groups with a training signal (%s)\n\n", r.Corpus)
-		b.WriteString(mdRow([]string{"Reward", "Groups with unequal rewards"}))
-		b.WriteString(mdSep(2))
-		for _, k := range sortedKeys(r.GroupSignal) {
-			b.WriteString(mdRow([]string{k, pct(r.GroupSignal[k]) + "%"}))
-		}
+		writeGroupSignal(&b, r)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeGroupSignal writes a report's GRPO group signal, when set.
+func writeGroupSignal(b *strings.Builder, r *Report) {
+	if len(r.GroupSignal) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n### GRPO groups with a training signal (%s)\n\n", r.Corpus)
+	b.WriteString(mdRow([]string{"Reward", "Groups with unequal rewards"}))
+	b.WriteString(mdSep(2))
+	for _, k := range sortedKeys(r.GroupSignal) {
+		b.WriteString(mdRow([]string{k, pct(r.GroupSignal[k]) + "%"}))
+	}
 }
 
 // cellsLegend explains the cells of the tables.

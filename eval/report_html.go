@@ -41,6 +41,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n")
 	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
 	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
+	if r.BirdC != nil {
+		writeBirdCHTML(&b, r)
+		writeHTMLGroupSignal(&b, r)
+		b.WriteString("</body>\n</html>\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s</p>\n",
 		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r)))
 
@@ -74,16 +81,23 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
 	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
 	writeHTMLTable(&b, "errors", errorsHeader, r, errorsCells)
-	if len(r.GroupSignal) > 0 {
-		b.WriteString("<h2>GRPO groups with a training signal</h2>\n<table id=\"group-signal\">\n<tr><th class=\"l\">Reward</th><th>Groups with unequal rewards</th></tr>\n")
-		for _, k := range sortedKeys(r.GroupSignal) {
-			fmt.Fprintf(&b, "<tr><td class=\"l\">%s</td><td>%s%%</td></tr>\n", esc(k), pct(r.GroupSignal[k]))
-		}
-		b.WriteString("</table>\n")
-	}
+	writeHTMLGroupSignal(&b, r)
 	b.WriteString("</body>\n</html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeHTMLGroupSignal writes a report's GRPO group signal, when set.
+func writeHTMLGroupSignal(b *strings.Builder, r *Report) {
+	if len(r.GroupSignal) == 0 {
+		return
+	}
+	esc := html.EscapeString
+	b.WriteString("<h2>GRPO groups with a training signal</h2>\n<table id=\"group-signal\">\n<tr><th class=\"l\">Reward</th><th>Groups with unequal rewards</th></tr>\n")
+	for _, k := range sortedKeys(r.GroupSignal) {
+		fmt.Fprintf(b, "<tr><td class=\"l\">%s</td><td>%s%%</td></tr>\n", esc(k), pct(r.GroupSignal[k]))
+	}
+	b.WriteString("</table>\n")
 }
 
 func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row, *notes) []string) {

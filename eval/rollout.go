@@ -26,6 +26,23 @@ type RolloutSummary struct {
 	// or more interpretations in this rollout, beside the success a
 	// uniform guess among them would reach (the mean of 1/k).
 	MultiInterpretation MultiSummary `json:"multi_interpretation"`
+	// Protocol is the episodes' protocol when it is not ambitab (left out
+	// for ambitab, so that its summary reads as before).
+	Protocol string `json:"protocol,omitempty"`
+	// BirdC holds BIRD-Interact's rates under bird-c.
+	BirdC *BirdCSummary `json:"bird_c,omitempty"`
+}
+
+// BirdCSummary is a rollout's BIRD-Interact results: phase-1 and phase-2
+// success over the scored episodes (an episode whose phase 1 failed counts
+// as a phase-2 failure, as BIRD-Interact counts it) and the normalised
+// reward, the mean reward × 100.
+type BirdCSummary struct {
+	Phase1SR         *float64 `json:"phase1_sr"`
+	Phase2SR         *float64 `json:"phase2_sr"`
+	NormalizedReward *float64 `json:"normalized_reward"`
+	// Released counts the episodes whose follow-up was released.
+	Released int `json:"released"`
 }
 
 // MultiSummary is success on multi-interpretation AVTs against chance.
@@ -46,6 +63,9 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 	for _, r := range rs {
 		if s.Corpus == "" {
 			s.Corpus = r.Corpus
+		}
+		if s.Protocol == "" {
+			s.Protocol = r.Protocol
 		}
 		if !r.Scored() {
 			s.Errors++
@@ -74,6 +94,26 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 		}
 	}
 	s.MultiInterpretation.SuccessRate, s.MultiInterpretation.Chance = multi.mean(), chance.mean()
+	if s.Protocol == BirdC {
+		var p1, p2 sum
+		b := &BirdCSummary{}
+		for i := range eps {
+			if v, ok := phase1Of(&eps[i]); ok {
+				p1.add(&v)
+			}
+			if v, ok := phase2Of(&eps[i]); ok {
+				p2.add(&v)
+			}
+			if eps[i].Phase2 != nil {
+				b.Released++
+			}
+		}
+		b.Phase1SR, b.Phase2SR = p1.mean(), p2.mean()
+		if m := s.RewardMean; m != nil {
+			b.NormalizedReward = ptr(100 * *m)
+		}
+		s.BirdC = b
+	}
 	return s
 }
 

@@ -189,8 +189,19 @@ type Config struct {
 	// warning.
 	Conditions []Condition
 	// Solver writes the SQL at STOP: SOLVER_LOOKUP (the default) or
-	// SOLVER_LLM. Every episode uses the outcome reward.
+	// SOLVER_LLM. Every episode uses the outcome reward. Under BIRD_C the
+	// policy writes the SQL: Solver must be left unset.
 	Solver pb.Solver
+	// Protocol is the episodes' protocol (PROTOCOL.md §11): AMBITAB (the
+	// default; unset means it) or BIRD_C, under which only the tasks with a
+	// follow-up are evaluated, the episodes take BIRD-Interact's reward, the
+	// conditions are asker (default) and full, no oracle is added for
+	// leakage diagnostics, and the report gives phase-1 and phase-2 SR and
+	// the mean and normalised reward. The server refuses the reserved
+	// protocols, and the run stops with its reason.
+	Protocol pb.Protocol
+	// Patience is BIRD_C's patience in turns (nil: the server's default).
+	Patience *int32
 	// Dir is the run directory (created when missing).
 	Dir string
 	// Concurrency bounds the episodes in flight; 0 means 16.
@@ -235,6 +246,9 @@ type Result struct {
 	Retried int
 	// Donors maps each evaluated task to its donor (asker_spec only).
 	Donors map[string]string
+	// SkippedTasks counts the tasks of the corpus (and split) the protocol
+	// does not serve: under BIRD_C those without a follow-up.
+	SkippedTasks int
 }
 
 // Key identifies an episode's cell: results are resumed by it.
@@ -248,6 +262,27 @@ type runSettings struct {
 	Asker     string `json:"asker"`
 	Solver    string `json:"solver"`
 	DonorSeed uint64 `json:"donor_seed"`
+	// Protocol and Patience are left out for ambitab (so that earlier
+	// run directories match).
+	Protocol string `json:"protocol,omitempty"`
+	Patience *int32 `json:"patience,omitempty"`
+}
+
+func (s runSettings) equal(o runSettings) bool {
+	a, b := s, o
+	a.Patience, b.Patience = nil, nil
+	if a != b || (s.Patience == nil) != (o.Patience == nil) {
+		return false
+	}
+	return s.Patience == nil || *s.Patience == *o.Patience
+}
+
+func (s runSettings) String() string {
+	p := "default"
+	if s.Patience != nil {
+		p = fmt.Sprint(*s.Patience)
+	}
+	return fmt.Sprintf("{corpus %q, asker %q, solver %q, donor seed %d, protocol %s, patience %s}", s.Corpus, s.Asker, s.Solver, s.DonorSeed, protocolOrDefault(s.Protocol), p)
 }
 
 // cell is one episode to play.
@@ -280,8 +315,21 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	if len(tasks) == 0 {
 		return nil, fmt.Errorf("eval: no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
 	}
+	res := &Result{}
+	tasks, res.SkippedTasks = policy.ProtocolTasks(tasks, cfg.Protocol)
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("eval: no task of corpus %q split %q has a follow-up, which %s needs", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol))
+	}
+	if res.SkippedTasks > 0 {
+		fmt.Fprintf(cfg.Warn, "eval: %s serves only tasks with a follow-up: %d task(s) without one skipped\n", driver.ProtocolName(cfg.Protocol), res.SkippedTasks)
+	}
 	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
 		tasks = tasks[:cfg.Limit]
+	}
+	if tc, ok := cfg.Asker.(policy.TaskChecker); ok && slices.Contains(cfg.Conditions, Asker) {
+		if err := tc.CheckTasks(tasks); err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
 	}
 	corpus := tasks[0].GetCorpus()
 	oracles, err := ListOracleMap(ctx, c)
@@ -291,6 +339,10 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	all, added, err := oracles.complete(cfg.Oracles)
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.ambitab() {
+		// No leakage diagnostics: only the requested oracles run.
+		all, added = cfg.Oracles, nil
 	}
 	if len(added) > 0 {
 		fmt.Fprintf(cfg.Warn, "eval: also running %s: the oracles the requested ones' leakage diagnostics compare with (hybrid: ΔJ_resp, ΔRec_spec^Q; reference: ΔJ_full, ΔRec_none)\n", strings.Join(added, ", "))
@@ -305,7 +357,12 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	if err := writeJSONFile(filepath.Join(cfg.Dir, OraclesFile), oracles); err != nil {
 		return nil, err
 	}
-	res := &Result{}
+	if !cfg.ambitab() {
+		info := RunInfo{Protocol: driver.ProtocolName(cfg.Protocol), Patience: cfg.Patience, Tasks: len(tasks), Skipped: res.SkippedTasks, Asker: cfg.Asker.Name()}
+		if err := writeJSONFile(filepath.Join(cfg.Dir, RunInfoFile), info); err != nil {
+			return nil, err
+		}
+	}
 	donors, err := cfg.donors(ctx, c, corpus, tasks, res)
 	if err != nil {
 		return nil, err
@@ -335,14 +392,26 @@ func (cfg *Config) defaults() error {
 	if len(cfg.Seeds) == 0 {
 		cfg.Seeds = []uint64{0}
 	}
-	if len(cfg.Conditions) == 0 {
-		cfg.Conditions = AllConditions
+	if cfg.Protocol == pb.Protocol_PROTOCOL_AMBITAB {
+		cfg.Protocol = pb.Protocol_PROTOCOL_UNSPECIFIED
 	}
-	if cfg.Solver == pb.Solver_SOLVER_UNSPECIFIED {
-		cfg.Solver = pb.Solver_SOLVER_LOOKUP
-	}
-	if cfg.Solver != pb.Solver_SOLVER_LOOKUP && cfg.Solver != pb.Solver_SOLVER_LLM {
-		return fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
+	if !cfg.ambitab() {
+		if err := cfg.protocolDefaults(); err != nil {
+			return err
+		}
+	} else {
+		if cfg.Patience != nil {
+			return errors.New("eval: patience applies to the bird-c protocol only")
+		}
+		if len(cfg.Conditions) == 0 {
+			cfg.Conditions = AllConditions
+		}
+		if cfg.Solver == pb.Solver_SOLVER_UNSPECIFIED {
+			cfg.Solver = pb.Solver_SOLVER_LOOKUP
+		}
+		if cfg.Solver != pb.Solver_SOLVER_LOOKUP && cfg.Solver != pb.Solver_SOLVER_LLM {
+			return fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
+		}
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
@@ -365,6 +434,45 @@ func (cfg *Config) defaults() error {
 	return nil
 }
 
+// ambitab reports whether the run plays AMBITAB (the default protocol).
+func (cfg *Config) ambitab() bool {
+	return cfg.Protocol == pb.Protocol_PROTOCOL_UNSPECIFIED || cfg.Protocol == pb.Protocol_PROTOCOL_AMBITAB
+}
+
+// BirdCConditions are the conditions a bird-c run can play: the asker
+// (which must write SQL: scripted full or the wrong-reading policy; an
+// asker that writes none scores 0) and full, which submits the references.
+var BirdCConditions = []Condition{Asker, Full}
+
+// protocolDefaults fills the defaults of a run under another protocol
+// than AMBITAB (the rest of defaults is done).
+func (cfg *Config) protocolDefaults() error {
+	if cfg.Solver != pb.Solver_SOLVER_UNSPECIFIED && cfg.Solver != pb.Solver_SOLVER_CLIENT {
+		return fmt.Errorf("eval: under %s the policy writes the SQL: no solver (not %s)", driver.ProtocolName(cfg.Protocol), solverName(cfg.Solver))
+	}
+	cfg.Solver = pb.Solver_SOLVER_UNSPECIFIED
+	if len(cfg.Conditions) == 0 {
+		cfg.Conditions = []Condition{Asker}
+	}
+	for _, c := range cfg.Conditions {
+		if !slices.Contains(BirdCConditions, c) {
+			return fmt.Errorf("eval: the %s condition does not run under %s (want asker or full: the others measure AMBITAB's leakage)", c, driver.ProtocolName(cfg.Protocol))
+		}
+	}
+	if cfg.Asker == nil {
+		cfg.Asker = policy.Scripted(probe.Full)
+	}
+	return nil
+}
+
+// options are the episode options of a cell under oracle o.
+func (cfg *Config) options(o pb.OracleType) *pb.EpisodeOptions {
+	if cfg.ambitab() {
+		return &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o}
+	}
+	return &pb.EpisodeOptions{Protocol: cfg.Protocol, Patience: cfg.Patience, Oracle: o}
+}
+
 // preflight plays one short episode per requested oracle on task (a
 // generic question, then STOP, with the run's solver) and checks the
 // asker (policy.Preflighter), so that an oracle, solver or asker the run
@@ -377,11 +485,16 @@ func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskS
 		}
 	}
 	probeQ := policy.Replay("preflight", []string{probe.Generic1})
+	if !cfg.ambitab() {
+		if err := policy.CheckOptions(ctx, env, task, cfg.options(cfg.Oracles[0])); err != nil {
+			return fmt.Errorf("eval: pre-flight: %w", err)
+		}
+	}
 	for _, o := range cfg.Oracles {
 		seed := uint64(0)
 		reset := &pb.ResetRequest{
 			Corpus: task.GetCorpus(), TaskId: task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
-			Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o},
+			Options: cfg.options(o),
 		}
 		r := policy.PlayOne(ctx, env, probeQ, reset)
 		// Only the server's ERROR may be transient; a refused option is not.
@@ -392,8 +505,12 @@ func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskS
 			r = policy.PlayOne(ctx, env, probeQ, reset)
 		}
 		if !r.Scored() {
-			return fmt.Errorf("eval: pre-flight: the %s oracle with the %s solver cannot play task %s (%s): %s",
-				OracleName(o), solverName(cfg.Solver), task.GetTaskId(), r.Status, r.Error)
+			how := "the " + solverName(cfg.Solver) + " solver"
+			if !cfg.ambitab() {
+				how = "protocol " + driver.ProtocolName(cfg.Protocol)
+			}
+			return fmt.Errorf("eval: pre-flight: the %s oracle with %s cannot play task %s (%s): %s",
+				OracleName(o), how, task.GetTaskId(), r.Status, r.Error)
 		}
 	}
 	return nil
@@ -414,9 +531,12 @@ func (cfg *Config) checkDir(corpus string) error {
 	if cfg.Asker != nil {
 		askerName = cfg.Asker.Name()
 	}
-	return checkSettings(filepath.Join(cfg.Dir, RunFile), runSettings{
-		Corpus: corpus, Asker: askerName, Solver: solverName(cfg.Solver), DonorSeed: cfg.DonorSeed,
-	})
+	s := runSettings{Corpus: corpus, Asker: askerName, Solver: solverName(cfg.Solver), DonorSeed: cfg.DonorSeed}
+	if !cfg.ambitab() {
+		s.Solver = "client"
+		s.Protocol, s.Patience = driver.ProtocolName(cfg.Protocol), cfg.Patience
+	}
+	return checkSettings(filepath.Join(cfg.Dir, RunFile), s)
 }
 
 // donors draws and fetches the spec-randomization donors when asker_spec
@@ -550,8 +670,8 @@ func checkSettings(path string, s runSettings) error {
 	if err := json.Unmarshal(b, &old); err != nil {
 		return fmt.Errorf("eval: %s: %w", path, err)
 	}
-	if old != s {
-		return fmt.Errorf("eval: the run directory was made with other settings (%s: %+v, now %+v): use another --out", path, old, s)
+	if !old.equal(s) {
+		return fmt.Errorf("eval: the run directory was made with other settings (%s: %v, now %v): use another --out", path, old, s)
 	}
 	return nil
 }
@@ -689,7 +809,7 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 	seed := cl.seed
 	reset := &pb.ResetRequest{
 		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
-		Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: cl.oracle},
+		Options: cfg.options(cl.oracle),
 	}
 	out := &Episode{Condition: cl.cond, Oracle: OracleName(cl.oracle)}
 	var donor *donorInfo

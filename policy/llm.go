@@ -67,6 +67,10 @@ func (a *LLMAsker) Style() AskerStyle { return a.style }
 // Name implements Player: "llm:<style>".
 func (a *LLMAsker) Name() string { return "llm:" + string(a.style) }
 
+// ErrAmbiTabOnly says that the LLM asker plays AMBITAB only: its prompts
+// know neither BIRD_C's turn budget and debug retry nor the follow-up.
+var ErrAmbiTabOnly = errors.New("the LLM asker plays the ambitab protocol only: its prompts show neither the debug retry nor the follow-up")
+
 // fallbackSQL is submitted when the asker's SQL output cannot be parsed in
 // the solving phase: a valid query whose result matches no reference, so
 // that the episode ends as a failed solution (outcome 0).
@@ -247,6 +251,9 @@ func correction(err error, st *promptState) string {
 // Play implements Player. It reads only public data: the task view the
 // episode shows, its turns and its budget counters.
 func (a *LLMAsker) Play(ctx context.Context, ep *driver.Episode) error {
+	if p := ep.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
+		return &AskerError{Err: fmt.Errorf("%w (protocol %s)", ErrAmbiTabOnly, driver.ProtocolName(p))}
+	}
 	ps := &promptState{task: ep.Task(), offerSQL: ep.NeedsSQL()}
 	cacheKey := fmt.Sprintf("%s|%s|%s/%s|seed=%d", AskerPromptVersion, a.style, ps.task.GetCorpus(), ps.task.GetTaskId(), ep.Reset().GetSeed())
 	observe := func() {

@@ -8,6 +8,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 
@@ -51,7 +52,11 @@ var ErrNeedsSQL = errors.New("the episode waits for SQL after STOP, which this p
 // Scripted is a scripted policy of PROTOCOL.md §5: it asks the questions of
 // probe.Questions for the episode's counted terms (ep.Terms, read from the
 // privileged field at reset, or the donor's under Show) and budget, then
-// stops.
+// stops. Where the client writes the SQL (ep.NeedsSQL: BIRD_C, or AMBITAB's
+// outcome reward with the client solver), full and full_adv submit the
+// reference SQL of the privileged channel instead of stopping (and, under
+// BIRD_C, the follow-up's once it is released: Solve); none and none_adv,
+// which know no SQL, stop (under BIRD_C that ends the sub-task unsolved).
 func Scripted(n probe.Name) Player { return scripted(n) }
 
 type scripted probe.Name
@@ -59,7 +64,67 @@ type scripted probe.Name
 func (s scripted) Name() string { return string(s) }
 
 func (s scripted) Play(ctx context.Context, ep *driver.Episode) error {
-	return Ask(ctx, ep, probe.Questions(probe.Name(s), ep.Terms(), ep.Budget()))
+	qs := probe.Questions(probe.Name(s), ep.Terms(), ep.Budget())
+	if (probe.Name(s) == probe.Full || probe.Name(s) == probe.FullAdv) && ep.NeedsSQL() {
+		return Solve(ctx, ep, qs, ReferenceSQL)
+	}
+	return Ask(ctx, ep, qs)
+}
+
+// ReferenceSQL is the SQL source of the full policy: the current
+// sub-task's reference SQL from the privileged channel (the task's, then
+// under BIRD_C the follow-up's, from the step that released it). It is an
+// error when the episode was not reset with include_privileged.
+func ReferenceSQL(ep *driver.Episode) (string, error) {
+	if sql := ep.ReferenceSQL(); sql != "" {
+		return sql, nil
+	}
+	what := "the task's reference SQL"
+	if ep.Subtask() >= 2 {
+		what = "the follow-up's reference SQL"
+	}
+	return "", fmt.Errorf("%s is unknown: reset the episode with include_privileged", what)
+}
+
+// Solve plays ep to its end for a policy that writes its own SQL: it asks
+// qs in order while the episode takes questions (in sub-task 1 only, and
+// never where only SQL is accepted: the last BIRD_C turn, a debug retry),
+// then submits sql(ep). Under AMBITAB it stops before the SQL (which the
+// episode then waits for, when the client is the solver); under BIRD_C it
+// submits in the asking phase, again on the debug retry after a failed
+// submission, and for the follow-up once it is released, until the
+// episode ends.
+func Solve(ctx context.Context, ep *driver.Episode, qs []string, sql func(*driver.Episode) (string, error)) error {
+	bird := ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_C
+	// A bound on the steps, against a server that would never end the
+	// episode: every question, a stop, and two submissions (the debug
+	// retry) per sub-task, with room to spare.
+	limit := 2*(len(qs)+ep.Budget()) + 16
+	for steps := 0; !ep.Done(); steps++ {
+		if steps >= limit {
+			return fmt.Errorf("the episode did not end after %d steps (phase %s, sub-task %d)", steps, ep.Phase(), ep.Subtask())
+		}
+		var err error
+		switch {
+		case ep.Asking() && len(qs) > 0 && ep.Subtask() <= 1:
+			err = ep.Ask(ctx, qs[0])
+			qs = qs[1:]
+		case ep.Asking() && !bird:
+			err = ep.Stop(ctx)
+		case !bird && ep.Phase() != pb.Phase_PHASE_SOLVING:
+			return fmt.Errorf("the episode neither asks nor waits for SQL (phase %s)", ep.Phase())
+		default:
+			var q string
+			if q, err = sql(ep); err != nil {
+				return err
+			}
+			err = ep.SubmitSQL(ctx, q)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PartialName is the name of the Partial asker.
@@ -107,6 +172,9 @@ func (r replay) Play(ctx context.Context, ep *driver.Episode) error { return Ask
 
 // Ask asks qs in order while the episode takes questions, then stops. The
 // episode must then be done: a policy that only asks cannot write SQL.
+// Under BIRD_C, where every sub-task needs the client's SQL, it stops even
+// where only SQL is accepted: the sub-task ends unsolved, and the episode
+// with it (an asker that writes no SQL scores 0 there).
 func Ask(ctx context.Context, ep *driver.Episode, qs []string) error {
 	err := ep.Play(ctx, func(ep *driver.Episode) *pb.Action {
 		if !ep.Asking() || len(qs) == 0 {
@@ -118,6 +186,11 @@ func Ask(ctx context.Context, ep *driver.Episode, qs []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if !ep.Done() && ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_C {
+		if err := ep.Stop(ctx); err != nil {
+			return err
+		}
 	}
 	if !ep.Done() {
 		return ErrNeedsSQL

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"avtgym/driver"
 	"avtgym/internal/parallel"
 	pb "avtgym/proto/avtgym/v1"
@@ -23,6 +26,9 @@ type RolloutConfig struct {
 	Concurrency int
 	// Progress, when set, is called after each episode.
 	Progress func(done, total int)
+	// Notice, when set, receives what the rollout left out (under BIRD_C,
+	// the tasks without a follow-up).
+	Notice func(string)
 }
 
 // Rollout plays cfg.Player once on each task of a corpus (in corpus order,
@@ -37,16 +43,34 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 	if err != nil {
 		return nil, err
 	}
+	all := len(tasks)
+	tasks, skipped := ProtocolTasks(tasks, cfg.Options.GetProtocol())
+	if skipped > 0 && cfg.Notice != nil {
+		cfg.Notice(fmt.Sprintf("%s serves only tasks with a follow-up: %d of %d tasks kept, %d skipped", driver.ProtocolName(cfg.Options.GetProtocol()), len(tasks), all, skipped))
+	}
 	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
 		tasks = tasks[:cfg.Limit]
 	}
 	if len(tasks) == 0 {
+		if skipped > 0 {
+			return nil, fmt.Errorf("no task of corpus %q split %q has a follow-up, which %s needs", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Options.GetProtocol()))
+		}
 		return nil, fmt.Errorf("no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
+	}
+	if tc, ok := cfg.Player.(TaskChecker); ok {
+		if err := tc.CheckTasks(tasks); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 16
 	}
 	env := driver.Remote(c)
+	if p := cfg.Options.GetProtocol(); p != pb.Protocol_PROTOCOL_UNSPECIFIED && p != pb.Protocol_PROTOCOL_AMBITAB {
+		if err := CheckOptions(ctx, env, tasks[0], cfg.Options); err != nil {
+			return nil, err
+		}
+	}
 	records := make([]*driver.Record, len(tasks))
 	var (
 		mu   sync.Mutex
@@ -68,6 +92,37 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 		return nil, err
 	}
 	return records, nil
+}
+
+// ProtocolTasks keeps the tasks a protocol serves: under BIRD_C those with
+// a follow-up (TaskSummary.subtasks = 2), under the others all. It returns
+// them, in order, and how many were left out.
+func ProtocolTasks(tasks []*pb.TaskSummary, p pb.Protocol) ([]*pb.TaskSummary, int) {
+	if p != pb.Protocol_PROTOCOL_BIRD_C {
+		return tasks, 0
+	}
+	var kept []*pb.TaskSummary
+	for _, t := range tasks {
+		if t.GetSubtasks() >= 2 {
+			kept = append(kept, t)
+		}
+	}
+	return kept, len(tasks) - len(kept)
+}
+
+// CheckOptions resets one episode on task with opts and reports the
+// server's refusal of the options (INVALID_ARGUMENT: a protocol it does not
+// serve, a reward or solver the protocol does not take, a patience out of
+// range) as one error that quotes it, so that a run stops at once instead
+// of recording the same refusal for every task. Other failures are left to
+// the episodes.
+func CheckOptions(ctx context.Context, env driver.Env, task *pb.TaskSummary, opts *pb.EpisodeOptions) error {
+	seed := uint64(0)
+	_, err := env.Reset(ctx, &pb.ResetRequest{Corpus: task.GetCorpus(), TaskId: task.GetTaskId(), Seed: &seed, Options: opts, GroupSize: 1})
+	if st, ok := status.FromError(err); ok && err != nil && st.Code() == codes.InvalidArgument {
+		return fmt.Errorf("the server refused the episode options (protocol %s) on task %s: %s", driver.ProtocolName(opts.GetProtocol()), task.GetTaskId(), st.Message())
+	}
+	return nil
 }
 
 // PlayOne starts one episode with reset, has p play it and returns its
@@ -94,13 +149,17 @@ func Finish(ep *driver.Episode, err error) *driver.Record {
 
 // Failed is the record of an episode that could not even start.
 func Failed(reset *pb.ResetRequest, err error) *driver.Record {
-	status := "RPC_FAILED"
+	kind := "RPC_FAILED"
 	var ae *AskerError
 	if errors.As(err, &ae) {
-		status = "ASKER_FAILED"
+		kind = "ASKER_FAILED"
 	}
-	return &driver.Record{Corpus: reset.GetCorpus(), TaskID: reset.GetTaskId(), AVTID: reset.GetTaskId(), Seed: reset.GetSeed(),
-		Status: status, Error: err.Error(), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{}}
+	r := &driver.Record{Corpus: reset.GetCorpus(), TaskID: reset.GetTaskId(), AVTID: reset.GetTaskId(), Seed: reset.GetSeed(),
+		Status: kind, Error: err.Error(), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{}}
+	if p := reset.GetOptions().GetProtocol(); p != pb.Protocol_PROTOCOL_UNSPECIFIED && p != pb.Protocol_PROTOCOL_AMBITAB {
+		r.Protocol = driver.ProtocolName(p)
+	}
+	return r
 }
 
 // ListTasks lists the tasks of a corpus (and split), all pages.

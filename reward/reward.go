@@ -39,6 +39,12 @@ const (
 	// ComponentOutcome is the verifier's result as 0 or 1; present iff a
 	// solution was verified.
 	ComponentOutcome = "outcome"
+	// ComponentPhase1 is BIRD-Interact's sub-task 1 reward (0.7, 0.5
+	// after the debug retry, or 0); always present in its reward.
+	ComponentPhase1 = "phase1"
+	// ComponentPhase2 is BIRD-Interact's sub-task 2 reward (0.3, 0.2 or
+	// 0); present iff the follow-up was released.
+	ComponentPhase2 = "phase2"
 )
 
 // ParseKind parses a reward name ("question_f1" or "outcome").

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ type evalFlags struct {
 	progress, quiet                                                            bool
 	timeout                                                                    time.Duration
 	llmAsker                                                                   askerFlags
+	proto                                                                      protocolFlags
 	cfg                                                                        eval.Config
 }
 
@@ -36,12 +38,12 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions})")
+	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c the default is scripted:full")
 	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, llm, llm_scoped, hybrid, hybrid_scoped, or a test oracle; each one's hybrid and the reference are added (the diagnostics compare with them)")
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
-	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions")
-	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url)")
+	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c: asker, full; default asker)")
+	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c, where the policy writes it")
 	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
 	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
 	fs.StringVar(&f.groups, "groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
@@ -54,6 +56,7 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
 	f.llmAsker.register(fs, "--asker llm")
+	f.proto.register(fs)
 }
 
 // config checks the flags and fills the run's configuration (all but the
@@ -63,6 +66,23 @@ func (f *evalFlags) config() error {
 		return errors.New("--out DIR is required")
 	}
 	f.cfg.Dir = f.out
+	var opts pb.EpisodeOptions
+	if err := f.proto.options(&opts); err != nil {
+		return err
+	}
+	f.cfg.Protocol, f.cfg.Patience = opts.GetProtocol(), opts.Patience
+	ambitab := f.cfg.Protocol == pb.Protocol_PROTOCOL_UNSPECIFIED
+	if !ambitab {
+		if !f.proto.set["conditions"] {
+			f.conds = string(eval.Asker)
+		}
+		if !f.proto.set["asker"] {
+			f.asker = "scripted:" + string(probe.Full)
+		}
+		if f.proto.set["solver"] {
+			return fmt.Errorf("--solver does not apply to --protocol %s: the policy writes the SQL", f.proto.protocol)
+		}
+	}
 	for _, s := range splitList(f.oracles) {
 		o, err := eval.ParseOracle(s)
 		if err != nil {
@@ -82,15 +102,19 @@ func (f *evalFlags) config() error {
 		if err != nil {
 			return err
 		}
+		if !ambitab && !slices.Contains(eval.BirdCConditions, c) {
+			return fmt.Errorf("the %s condition does not run under --protocol %s (want asker or full)", c, f.proto.protocol)
+		}
 		f.cfg.Conditions = append(f.cfg.Conditions, c)
 	}
 	if len(f.cfg.Oracles) == 0 || len(f.cfg.Seeds) == 0 || len(f.cfg.Conditions) == 0 {
 		return errors.New("--oracles, --seeds and --conditions must not be empty")
 	}
-	switch f.solver {
-	case "lookup":
+	switch {
+	case !ambitab:
+	case f.solver == "lookup":
 		f.cfg.Solver = pb.Solver_SOLVER_LOOKUP
-	case "llm":
+	case f.solver == "llm":
 		f.cfg.Solver = pb.Solver_SOLVER_LLM
 	default:
 		return fmt.Errorf("unknown solver %q (want lookup or llm)", f.solver)
@@ -114,6 +138,15 @@ func (f *evalFlags) player() (policy.Player, func(), error) {
 	switch a := f.asker; {
 	case a == "scripted:"+policy.PartialName:
 		return policy.Partial(), func() {}, nil
+	case a == "scripted:"+policy.WrongReadingName:
+		w, err := f.proto.wrongReading()
+		if err != nil {
+			return nil, nil, err
+		}
+		if f.cfg.Protocol == pb.Protocol_PROTOCOL_UNSPECIFIED {
+			return nil, nil, fmt.Errorf("--asker scripted:%s writes its own SQL, which eval takes under --protocol bird-c only (ambitab's eval uses the lookup or llm solver); use rollout --policy %s for ambitab", policy.WrongReadingName, policy.WrongReadingName)
+		}
+		return w, func() {}, nil
 	case strings.HasPrefix(a, "scripted:"):
 		name, err := probe.Parse(strings.TrimPrefix(a, "scripted:"))
 		if err != nil {
@@ -127,6 +160,9 @@ func (f *evalFlags) player() (policy.Player, func(), error) {
 		}
 		return tr, func() {}, nil
 	case a == "llm":
+		if f.cfg.Protocol != pb.Protocol_PROTOCOL_UNSPECIFIED {
+			return nil, nil, policy.ErrAmbiTabOnly
+		}
 		asker, closeAsker, err := f.llmAsker.build("--asker llm")
 		if err != nil {
 			return nil, nil, err
@@ -148,6 +184,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
+	f.proto.visited(fs)
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "eval: "+format+"\n", a...)
 		return code
@@ -226,6 +263,11 @@ func (f *evalFlags) report() ([]byte, error) {
 		return nil, err
 	}
 	om.Apply(&opt)
+	ri, err := eval.ReadRunInfo(f.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	ri.Apply(&opt)
 	if f.reference != "" {
 		opt.Reference = f.reference
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +55,89 @@ func TestEvalCommand(t *testing.T) {
 	} {
 		if code, _, _ := runCmd(t, bad...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+// TestEvalBirdC: `eval --protocol bird-c` evaluates the demo's tasks with
+// a follow-up and writes BIRD-Interact's numbers in the three reports:
+// the wrong-reading asker's phase-1 SR and normalised reward 0 beside
+// full's 100.
+func TestEvalBirdC(t *testing.T) {
+	s := testutil.StartServer(t, app.Config{})
+	n := followUpCount(t, s)
+	dir := filepath.Join(t.TempDir(), "run")
+	args := []string{"eval", "--server", s.Addr, "--corpus", "demo", "--protocol", "bird-c", "--asker", "scripted:wrong-reading",
+		"--wrong-readings", demoReadings, "--conditions", "asker,full", "--seeds", "0,1", "--out", dir, "--resamples", "200", "--quiet"}
+	code, stdout, stderr := runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("| demo | deterministic | asker (wrong-reading) | %d | 0.0 ± 0.0 [", 2*n),
+		fmt.Sprintf("| demo | deterministic | full | %d | 100.0 ± 0.0 [", 2*n),
+		"task(s) without a follow-up skipped",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Protocol != "bird-c" || rep.BirdC == nil || len(rep.BirdC.Rows) != 2 {
+		t.Fatalf("report.json: %s", b)
+	}
+	for _, row := range rep.BirdC.Rows {
+		want := 0.0
+		if row.Condition == eval.Full {
+			want = 100
+		}
+		if row.NormalizedReward.Mean == nil || *row.NormalizedReward.Mean != want || *row.Phase1SR.Mean != want/100 {
+			t.Errorf("%s: normalised reward %v, phase-1 SR %v; want %v", row.Condition, row.NormalizedReward.Mean, row.Phase1SR.Mean, want)
+		}
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil || !strings.Contains(string(html), "Normalised reward") || !strings.Contains(string(html), "chart-birdc") {
+		t.Errorf("report.html: %v", err)
+	}
+	eps, err := eval.ReadEpisodes(dir)
+	if err != nil || len(eps) != n*2*2 {
+		t.Fatalf("%d episodes, %v", len(eps), err)
+	}
+	for _, e := range eps {
+		if e.Phase1 == nil || e.Protocol != "bird-c" {
+			t.Errorf("episode %s/%s: no phase1 component", e.TaskID, e.Condition)
+		}
+	}
+
+	// The defaults under bird-c: the full asker, the asker condition.
+	dir2 := filepath.Join(t.TempDir(), "run")
+	if code, stdout, stderr := runCmd(t, "eval", "--server", s.Addr, "--protocol", "bird-c", "--patience", "5", "--out", dir2, "--resamples", "50", "--quiet"); code != 0 ||
+		!strings.Contains(stdout, fmt.Sprintf("| demo | deterministic | asker (full) | %d | 100.0 [", n)) || !strings.Contains(stdout, "patience 5") {
+		t.Errorf("defaults: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+
+	if code, _, stderr := runCmd(t, "eval", "--server", s.Addr, "--protocol", "bird-a", "--out", filepath.Join(t.TempDir(), "a"), "--quiet"); code != 1 ||
+		!strings.Contains(stderr, "refused") {
+		t.Errorf("--protocol bird-a: exit %d, stderr %q", code, stderr)
+	}
+	for _, bad := range [][]string{
+		{"eval", "--out", dir, "--protocol", "bird-c", "--solver", "lookup"},
+		{"eval", "--out", dir, "--protocol", "bird-c", "--conditions", "none"},
+		{"eval", "--out", dir, "--patience", "3"},
+		{"eval", "--out", dir, "--protocol", "nosuch"},
+		{"eval", "--out", dir, "--asker", "scripted:wrong-reading", "--wrong-readings", demoReadings},
+		{"eval", "--out", dir, "--protocol", "bird-c", "--asker", "scripted:wrong-reading"},
+		{"eval", "--out", dir, "--protocol", "bird-c", "--asker", "llm", "--asker-url", "http://127.0.0.1:1/v1", "--asker-model", "m"},
+	} {
+		if code, _, stderr := runCmd(t, bad...); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", bad, code, stderr)
 		}
 	}
 }

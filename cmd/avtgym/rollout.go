@@ -24,7 +24,59 @@ type rolloutFlags struct {
 	json                                      bool
 	timeout                                   time.Duration
 	asker                                     askerFlags
+	proto                                     protocolFlags
 	cfg                                       policy.RolloutConfig
+}
+
+// protocolFlags choose the episodes' protocol (rollout and eval):
+// --protocol, --patience and the wrong-reading policy's --wrong-readings.
+type protocolFlags struct {
+	protocol, wrongReadings string
+	patience                int
+	// set records which flags the command line gave (flag.FlagSet.Visit).
+	set map[string]bool
+}
+
+func (p *protocolFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.protocol, "protocol", "ambitab", "interaction protocol: ambitab, bird-c (BIRD-Interact's c-Interact: only tasks with a follow-up are played), or bird-a, tide-f, tide-p (reserved: the server refuses them for now)")
+	fs.IntVar(&p.patience, "patience", 3, "bird-c: turns beyond the m counted ambiguities (BIRD-Interact used 0, 3, 5, 7); default: the server's, 3")
+	fs.StringVar(&p.wrongReadings, "wrong-readings", "", "the wrong-reading policy's file of SQL of another reading per task (fixtures/wrong-readings/*.json); required by that policy")
+}
+
+// visited records the flags fs's command line set.
+func (p *protocolFlags) visited(fs *flag.FlagSet) {
+	p.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { p.set[f.Name] = true })
+}
+
+// options checks --protocol and --patience and sets them on opts.
+func (p *protocolFlags) options(opts *pb.EpisodeOptions) error {
+	proto, err := driver.ParseProtocol(p.protocol)
+	if err != nil {
+		return err
+	}
+	if proto != pb.Protocol_PROTOCOL_AMBITAB {
+		opts.Protocol = proto
+	}
+	if p.set["patience"] {
+		if proto == pb.Protocol_PROTOCOL_AMBITAB {
+			return fmt.Errorf("--patience applies to --protocol bird-c (ambitab's budget is m + extra questions)")
+		}
+		if p.patience < 0 {
+			return fmt.Errorf("--patience must not be negative")
+		}
+		n := int32(p.patience)
+		opts.Patience = &n
+	}
+	return nil
+}
+
+// wrongReading loads the wrong-reading policy's file (--wrong-readings).
+func (p *protocolFlags) wrongReading() (*policy.WrongReading, error) {
+	if p.wrongReadings == "" {
+		return nil, fmt.Errorf("the %s policy needs --wrong-readings FILE (such as fixtures/wrong-readings/demo.json)", policy.WrongReadingName)
+	}
+	return policy.LoadWrongReadings(p.wrongReadings)
 }
 
 // askerFlags configure the LLM asker (--policy llm, eval --asker llm).
@@ -80,22 +132,24 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "server", "127.0.0.1:50051", "server address")
-	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted) or llm (the LLM asker) (required)")
+	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted), wrong-reading (asks like full, then submits another reading's SQL: --wrong-readings) or llm (the LLM asker; ambitab only) (required)")
 	f.asker.register(fs, "--policy llm")
+	f.proto.register(fs)
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks (0: all)")
 	fs.Uint64Var(&f.cfg.Seed, "seed", 0, "seed of the first task; task i gets seed+i")
 	fs.IntVar(&f.cfg.Concurrency, "concurrency", 16, "episodes in flight")
-	fs.StringVar(&f.reward, "reward", "question_f1", "reward: question_f1 or outcome")
-	fs.StringVar(&f.solver, "solver", "", "fixed solver: lookup (default: lookup for the outcome reward, none otherwise)")
+	fs.StringVar(&f.reward, "reward", "question_f1", "reward: question_f1 or outcome (ambitab; wrong-reading: outcome), bird_interact (bird-c's own, its default)")
+	fs.StringVar(&f.solver, "solver", "", "who writes the SQL: lookup (the server's fixed solver; default for the outcome reward) or client (the policy: full and full_adv submit the reference, wrong-reading its wrong SQL; its default)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON summary object")
 	fs.StringVar(&f.episodesOut, "episodes-out", "", "write one JSON line per episode to this file")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
-	opts, err := rolloutOptions(f.reward, f.solver)
+	f.proto.visited(fs)
+	opts, err := f.options()
 	if err != nil {
 		fmt.Fprintln(stderr, "rollout:", err)
 		return 2
@@ -110,6 +164,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	f.cfg.Player = player
 	if !f.json {
 		f.cfg.Progress = progressLine(stderr, "episodes")
+		f.cfg.Notice = func(s string) { fmt.Fprintln(stderr, "rollout:", s) }
 	}
 	c, err := client.Dial(f.addr, client.Options{CallTimeout: time.Minute})
 	if err != nil {
@@ -139,24 +194,52 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-// rolloutOptions turns --reward and --solver into episode options.
-func rolloutOptions(reward, solver string) (*pb.EpisodeOptions, error) {
+// options turns --protocol, --patience, --reward and --solver into
+// episode options. Under ambitab the reward defaults to question_f1 (the
+// wrong-reading policy's to outcome with the client solver, since it
+// writes its own SQL); under the other protocols reward and solver are
+// left to the protocol unless given (the server refuses what the protocol
+// does not take).
+func (f *rolloutFlags) options() (*pb.EpisodeOptions, error) {
 	opts := &pb.EpisodeOptions{}
+	if err := f.proto.options(opts); err != nil {
+		return nil, err
+	}
+	ambitab := opts.GetProtocol() == pb.Protocol_PROTOCOL_UNSPECIFIED
+	reward, solver := f.reward, f.solver
+	if !f.proto.set["reward"] {
+		switch {
+		case !ambitab:
+			reward = ""
+		case f.policy == policy.WrongReadingName:
+			reward = "outcome"
+		}
+	}
+	if solver == "" && f.policy == policy.WrongReadingName && reward == "outcome" {
+		solver = "client"
+	}
 	switch reward {
+	case "":
 	case "question_f1":
 		opts.Reward = pb.RewardType_REWARD_TYPE_QUESTION_F1
 	case "outcome":
 		opts.Reward = pb.RewardType_REWARD_TYPE_OUTCOME
-		opts.Solver = pb.Solver_SOLVER_LOOKUP
+		if solver == "" {
+			opts.Solver = pb.Solver_SOLVER_LOOKUP
+		}
+	case "bird_interact":
+		opts.Reward = pb.RewardType_REWARD_TYPE_BIRD_INTERACT
 	default:
-		return nil, fmt.Errorf("unknown reward %q (want question_f1 or outcome)", reward)
+		return nil, fmt.Errorf("unknown reward %q (want question_f1, outcome or bird_interact)", reward)
 	}
 	switch solver {
 	case "":
 	case "lookup":
 		opts.Solver = pb.Solver_SOLVER_LOOKUP
+	case "client":
+		opts.Solver = pb.Solver_SOLVER_CLIENT
 	default:
-		return nil, fmt.Errorf("unknown solver %q (want lookup)", solver)
+		return nil, fmt.Errorf("unknown solver %q (want lookup or client)", solver)
 	}
 	return opts, nil
 }
@@ -164,7 +247,17 @@ func rolloutOptions(reward, solver string) (*pb.EpisodeOptions, error) {
 // rolloutPlayer is the policy --policy names; the function releases what
 // it holds.
 func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
+	if f.policy == policy.WrongReadingName {
+		w, err := f.proto.wrongReading()
+		if err != nil {
+			return nil, nil, err
+		}
+		return w, func() {}, nil
+	}
 	if f.policy == "llm" {
+		if f.cfg.Options.GetProtocol() != pb.Protocol_PROTOCOL_UNSPECIFIED {
+			return nil, nil, policy.ErrAmbiTabOnly
+		}
 		asker, closeAsker, err := f.asker.build("--policy llm")
 		if err != nil {
 			return nil, nil, err
@@ -173,7 +266,7 @@ func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
 	}
 	name, err := probe.Parse(f.policy)
 	if err != nil {
-		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv or llm)", f.policy)
+		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv, wrong-reading or llm)", f.policy)
 	}
 	return policy.Scripted(name), func() {}, nil
 }
@@ -212,10 +305,22 @@ func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 		return fmt.Sprintf("%.3f", *x)
 	}
 	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated, %d fallback stops)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated, sum.FallbackStops)
+	if b := sum.BirdC; b != nil {
+		fmt.Fprintf(w, "protocol %s: phase-1 SR %s  phase-2 SR %s  reward %s  normalised reward %s\n", sum.Protocol, f(b.Phase1SR), f(b.Phase2SR), f(sum.RewardMean), normalised(b.NormalizedReward))
+		return
+	}
 	fmt.Fprintf(w, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))
 	if m := sum.MultiInterpretation; m.Episodes > 0 {
 		fmt.Fprintf(w, "multi-interpretation AVTs: %d episodes, success %s (chance %s)\n", m.Episodes, f(m.SuccessRate), f(m.Chance))
 	}
+}
+
+// normalised formats BIRD-Interact's normalised reward (mean × 100).
+func normalised(x *float64) string {
+	if x == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", *x)
 }
 
 func writeRecords(name string, rs []*driver.Record) error {

@@ -93,6 +93,56 @@ def test_async_client_and_action_forms(addr):
         AvtgymAction()
 
 
+def test_bird_c_episode(addr):
+    """BIRD_C through AvtgymEnv: protocol and patience pass through to reset; a malformed message
+    is reported as an unparsed action (a turn spent, not STOP); the follow-up's request arrives
+    as a new user message once phase 1's SQL passes; budget and sub-task are observed."""
+    from avtgym import Client
+    from avtgym.trainers import BIRD_C_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT
+
+    with Client(addr) as c:
+        task = next(t.task_id for t in c.list_tasks() if t.subtasks == 2)
+        ref = ";\n".join(c.reset(task_id=task, protocol="bird-c", privileged=True).privileged["reference_sql"])
+    with AvtgymEnv(base_url=addr, protocol="bird-c").sync() as env:
+        obs = env.reset(task_id=task, patience=5).observation
+        assert (obs.protocol, obs.subtask, obs.sql_required) == ("bird-c", 1, False)
+        assert obs.budget["unit"] == "turns" and obs.budget["used"] == 0.0
+        total = obs.budget["total"]
+        assert obs.messages[0] == {"role": "system", "content": BIRD_C_SYSTEM_PROMPT}
+
+        r = env.step("I am not sure what to do.\nLet me think.")
+        obs = r.observation
+        assert not r.done and "no action found" in obs.metadata["malformed"]
+        assert [t["kind"] for t in obs.turns] == ["unparsed", "notice"]
+        assert obs.budget == {"unit": "turns", "total": total, "used": 1.0, "remaining": total - 1.0}
+
+        r = env.step(json.dumps({"type": "sql", "sql": ref}))
+        obs = r.observation
+        assert not r.done and r.reward is None and obs.subtask == 2
+        assert obs.turns[-1]["role"] == "environment" and obs.turns[-1]["kind"] == "request"
+        assert obs.messages[-1] == {"role": "user", "content": obs.turns[-1]["text"]} == {
+            "role": "user", "content": obs.reply}
+        assert obs.messages[-2]["role"] == "assistant"
+        assert env.state().protocol == "bird-c" and env.state().subtask == 2
+
+        r = env.step(AvtgymAction.stop())  # STOP leaves sub-task 2 unsolved: phase 1's 0.7 stays
+        assert r.done and r.reward == pytest.approx(0.7)
+        assert r.observation.metadata["reward_components"] == {"phase1": pytest.approx(0.7),
+                                                               "phase2": 0.0}
+    with AvtgymEnv(base_url=addr).sync() as env:  # AMBITAB keeps its prompt and its STOP fallback
+        obs = env.reset(task_id="shop-001").observation
+        assert obs.protocol == "ambitab" and obs.messages[0]["content"] == DEFAULT_SYSTEM_PROMPT
+        assert obs.budget == {"unit": "questions", "total": 3.0, "used": 0.0, "remaining": 3.0}
+    with AvtgymEnv(base_url=addr, on_malformed="unparsed").sync() as env:  # AMBITAB's server rule
+        env.reset(task_id="shop-001")
+        r = env.step("blah blah")
+        assert not r.done and r.observation.turns[-1]["kind"] == "notice"
+        assert env.step("blah blah").done
+    assert AvtgymAction.unparsed("x").to_avtgym() == (AvtAction.unparsed("x"), None)
+    with pytest.raises(ValueError):
+        AvtgymEnv(base_url=addr, on_malformed="retry")
+
+
 def test_json_forms_round_trip(addr):
     env = AvtgymEnv(base_url=addr)
     assert env._step_payload(AvtgymAction.ask("Which year?")) == {"kind": "ask", "text": "Which year?", "metadata": {}}

@@ -69,9 +69,34 @@ type EpisodeState struct {
 	// When the token chain started, in Unix seconds (for the optional TTL).
 	IssuedUnix int64 `protobuf:"varint,19,opt,name=issued_unix,json=issuedUnix,proto3" json:"issued_unix,omitempty"`
 	// The strict-credit matcher option (EpisodeOptions.strict_credit).
-	StrictCredit  bool `protobuf:"varint,20,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StrictCredit bool `protobuf:"varint,20,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
+	// The protocol (never UNSPECIFIED once resolved).
+	Protocol v1.Protocol `protobuf:"varint,21,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
+	// The sub-task being played: 1, or 2 once the follow-up is released.
+	Subtask int32 `protobuf:"varint,22,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	// BIRD_C: the turn budget so far (m + patience, at least 1; one more
+	// when the follow-up is released).
+	TurnsTotal int32 `protobuf:"varint,23,opt,name=turns_total,json=turnsTotal,proto3" json:"turns_total,omitempty"`
+	// BIRD_C: the turns used.
+	TurnsUsed int32 `protobuf:"varint,24,opt,name=turns_used,json=turnsUsed,proto3" json:"turns_used,omitempty"`
+	// BIRD_C: the current sub-task's debug retry is pending: its one SQL is
+	// all that is accepted, and passing earns the reduced reward.
+	RetryPending bool `protobuf:"varint,25,opt,name=retry_pending,json=retryPending,proto3" json:"retry_pending,omitempty"`
+	// BIRD_C: sub-task 1's accepted SQL, replayed before the follow-up's
+	// verification (bounded like any policy SQL).
+	Phase1Sql string `protobuf:"bytes,27,opt,name=phase1_sql,json=phase1Sql,proto3" json:"phase1_sql,omitempty"`
+	// BIRD_C: sub-task 1's reward in thousandths (700, 500 or 0).
+	Phase1RewardMilli int32 `protobuf:"varint,28,opt,name=phase1_reward_milli,json=phase1RewardMilli,proto3" json:"phase1_reward_milli,omitempty"`
+	// BIRD_C: sub-task 2's reward in thousandths (300, 200 or 0); meaningful
+	// once subtask is 2.
+	Phase2RewardMilli int32 `protobuf:"varint,29,opt,name=phase2_reward_milli,json=phase2RewardMilli,proto3" json:"phase2_reward_milli,omitempty"`
+	// Unparsed actions in a row (AMBITAB: the second is taken as STOP).
+	UnparsedInRow int32 `protobuf:"varint,30,opt,name=unparsed_in_row,json=unparsedInRow,proto3" json:"unparsed_in_row,omitempty"`
+	// The index in questions of the first question of sub-task 2 (the
+	// follow-up's oracle answers from there on).
+	Subtask2FirstQuestion int32 `protobuf:"varint,31,opt,name=subtask2_first_question,json=subtask2FirstQuestion,proto3" json:"subtask2_first_question,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *EpisodeState) Reset() {
@@ -244,6 +269,76 @@ func (x *EpisodeState) GetStrictCredit() bool {
 	return false
 }
 
+func (x *EpisodeState) GetProtocol() v1.Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return v1.Protocol(0)
+}
+
+func (x *EpisodeState) GetSubtask() int32 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetTurnsTotal() int32 {
+	if x != nil {
+		return x.TurnsTotal
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetTurnsUsed() int32 {
+	if x != nil {
+		return x.TurnsUsed
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetRetryPending() bool {
+	if x != nil {
+		return x.RetryPending
+	}
+	return false
+}
+
+func (x *EpisodeState) GetPhase1Sql() string {
+	if x != nil {
+		return x.Phase1Sql
+	}
+	return ""
+}
+
+func (x *EpisodeState) GetPhase1RewardMilli() int32 {
+	if x != nil {
+		return x.Phase1RewardMilli
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetPhase2RewardMilli() int32 {
+	if x != nil {
+		return x.Phase2RewardMilli
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetUnparsedInRow() int32 {
+	if x != nil {
+		return x.UnparsedInRow
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetSubtask2FirstQuestion() int32 {
+	if x != nil {
+		return x.Subtask2FirstQuestion
+	}
+	return 0
+}
+
 // AnsweredQuestion is one question with its reply and credits.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -314,7 +409,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xde\x05\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xf3\b\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -339,7 +434,20 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x0fverifier_reason\x18\x12 \x01(\tR\x0everifierReason\x12\x1f\n" +
 	"\vissued_unix\x18\x13 \x01(\x03R\n" +
 	"issuedUnix\x12#\n" +
-	"\rstrict_credit\x18\x14 \x01(\bR\fstrictCredit\"z\n" +
+	"\rstrict_credit\x18\x14 \x01(\bR\fstrictCredit\x12/\n" +
+	"\bprotocol\x18\x15 \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x18\n" +
+	"\asubtask\x18\x16 \x01(\x05R\asubtask\x12\x1f\n" +
+	"\vturns_total\x18\x17 \x01(\x05R\n" +
+	"turnsTotal\x12\x1d\n" +
+	"\n" +
+	"turns_used\x18\x18 \x01(\x05R\tturnsUsed\x12#\n" +
+	"\rretry_pending\x18\x19 \x01(\bR\fretryPending\x12\x1d\n" +
+	"\n" +
+	"phase1_sql\x18\x1b \x01(\tR\tphase1Sql\x12.\n" +
+	"\x13phase1_reward_milli\x18\x1c \x01(\x05R\x11phase1RewardMilli\x12.\n" +
+	"\x13phase2_reward_milli\x18\x1d \x01(\x05R\x11phase2RewardMilli\x12&\n" +
+	"\x0funparsed_in_row\x18\x1e \x01(\x05R\runparsedInRow\x126\n" +
+	"\x17subtask2_first_question\x18\x1f \x01(\x05R\x15subtask2FirstQuestionJ\x04\b\x1a\x10\x1b\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +
@@ -368,6 +476,7 @@ var file_avtgym_internal_state_v1_state_proto_goTypes = []any{
 	(v1.OracleType)(0),       // 4: avtgym.v1.OracleType
 	(v1.Phase)(0),            // 5: avtgym.v1.Phase
 	(v1.EpisodeStatus)(0),    // 6: avtgym.v1.EpisodeStatus
+	(v1.Protocol)(0),         // 7: avtgym.v1.Protocol
 }
 var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
 	2, // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
@@ -376,11 +485,12 @@ var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
 	5, // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
 	6, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
 	1, // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_internal_state_v1_state_proto_init() }

@@ -50,6 +50,83 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Subtask2FirstQuestion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask2FirstQuestion))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xf8
+	}
+	if m.UnparsedInRow != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.UnparsedInRow))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xf0
+	}
+	if m.Phase2RewardMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Phase2RewardMilli))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xe8
+	}
+	if m.Phase1RewardMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Phase1RewardMilli))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xe0
+	}
+	if len(m.Phase1Sql) > 0 {
+		i -= len(m.Phase1Sql)
+		copy(dAtA[i:], m.Phase1Sql)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Phase1Sql)))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xda
+	}
+	if m.RetryPending {
+		i--
+		if m.RetryPending {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xc8
+	}
+	if m.TurnsUsed != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsUsed))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xc0
+	}
+	if m.TurnsTotal != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsTotal))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xb8
+	}
+	if m.Subtask != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xb0
+	}
+	if m.Protocol != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Protocol))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xa8
+	}
 	if m.StrictCredit {
 		i--
 		if m.StrictCredit {
@@ -321,6 +398,37 @@ func (m *EpisodeState) SizeVT() (n int) {
 	}
 	if m.StrictCredit {
 		n += 3
+	}
+	if m.Protocol != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Protocol))
+	}
+	if m.Subtask != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Subtask))
+	}
+	if m.TurnsTotal != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.TurnsTotal))
+	}
+	if m.TurnsUsed != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.TurnsUsed))
+	}
+	if m.RetryPending {
+		n += 3
+	}
+	l = len(m.Phase1Sql)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Phase1RewardMilli != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Phase1RewardMilli))
+	}
+	if m.Phase2RewardMilli != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Phase2RewardMilli))
+	}
+	if m.UnparsedInRow != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.UnparsedInRow))
+	}
+	if m.Subtask2FirstQuestion != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Subtask2FirstQuestion))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -841,6 +949,210 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.StrictCredit = bool(v != 0)
+		case 21:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Protocol", wireType)
+			}
+			m.Protocol = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Protocol |= v1.Protocol(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 22:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask", wireType)
+			}
+			m.Subtask = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Subtask |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 23:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsTotal", wireType)
+			}
+			m.TurnsTotal = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.TurnsTotal |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 24:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
+			}
+			m.TurnsUsed = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.TurnsUsed |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 25:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RetryPending", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.RetryPending = bool(v != 0)
+		case 27:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Phase1Sql", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Phase1Sql = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 28:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Phase1RewardMilli", wireType)
+			}
+			m.Phase1RewardMilli = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Phase1RewardMilli |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 29:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Phase2RewardMilli", wireType)
+			}
+			m.Phase2RewardMilli = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Phase2RewardMilli |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 30:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+			}
+			m.UnparsedInRow = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.UnparsedInRow |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 31:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2FirstQuestion", wireType)
+			}
+			m.Subtask2FirstQuestion = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Subtask2FirstQuestion |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -108,6 +108,9 @@ const (
 	// kind, not by the text, which is a fixed refusal sentence but may
 	// differ between oracles and versions.
 	TurnKind_TURN_KIND_REFUSAL TurnKind = 8
+	// Model output the client could not parse, reported with an unparsed
+	// action (role POLICY). What it costs depends on the protocol.
+	TurnKind_TURN_KIND_UNPARSED TurnKind = 9
 )
 
 // Enum value maps for TurnKind.
@@ -122,6 +125,7 @@ var (
 		6: "TURN_KIND_FEEDBACK",
 		7: "TURN_KIND_NOTICE",
 		8: "TURN_KIND_REFUSAL",
+		9: "TURN_KIND_UNPARSED",
 	}
 	TurnKind_value = map[string]int32{
 		"TURN_KIND_UNSPECIFIED": 0,
@@ -133,6 +137,7 @@ var (
 		"TURN_KIND_FEEDBACK":    6,
 		"TURN_KIND_NOTICE":      7,
 		"TURN_KIND_REFUSAL":     8,
+		"TURN_KIND_UNPARSED":    9,
 	}
 )
 
@@ -161,6 +166,139 @@ func (x TurnKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use TurnKind.Descriptor instead.
 func (TurnKind) EnumDescriptor() ([]byte, []int) {
 	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1}
+}
+
+// Protocol is the interaction protocol of an episode (PROTOCOL.md §11),
+// chosen at reset and sealed in the token with every rule it implies.
+type Protocol int32
+
+const (
+	// The server's default: AMBITAB.
+	Protocol_PROTOCOL_UNSPECIFIED Protocol = 0
+	// AmbiTab's ask-then-solve (PROTOCOL.md §2): questions within the
+	// budget B = m + C, stop, then one SQL (or none, with the question-F1
+	// reward).
+	Protocol_PROTOCOL_AMBITAB Protocol = 1
+	// BIRD-Interact's conversational mode, c-Interact (PROTOCOL.md §8): two
+	// sub-tasks (the follow-up is revealed once phase 1's SQL passes), at
+	// most m + patience turns, the last one for SQL only, one debug retry
+	// per sub-task; reward 0.7 or 0.5 (after the retry) for sub-task 1 plus
+	// 0.3 or 0.2 for sub-task 2. Only tasks with a follow-up are served.
+	Protocol_PROTOCOL_BIRD_C Protocol = 2
+	// BIRD-Interact's agentic mode, a-Interact. Reserved: not served yet
+	// (INVALID_ARGUMENT / INVALID_OPTION).
+	Protocol_PROTOCOL_BIRD_A Protocol = 3
+	// TIDE-Bench's full-disclosure protocol. Reserved: not served yet
+	// (INVALID_ARGUMENT / INVALID_OPTION).
+	Protocol_PROTOCOL_TIDE_F Protocol = 4
+	// TIDE-Bench's partial-disclosure protocol. Reserved: not served yet
+	// (INVALID_ARGUMENT / INVALID_OPTION).
+	Protocol_PROTOCOL_TIDE_P Protocol = 5
+)
+
+// Enum value maps for Protocol.
+var (
+	Protocol_name = map[int32]string{
+		0: "PROTOCOL_UNSPECIFIED",
+		1: "PROTOCOL_AMBITAB",
+		2: "PROTOCOL_BIRD_C",
+		3: "PROTOCOL_BIRD_A",
+		4: "PROTOCOL_TIDE_F",
+		5: "PROTOCOL_TIDE_P",
+	}
+	Protocol_value = map[string]int32{
+		"PROTOCOL_UNSPECIFIED": 0,
+		"PROTOCOL_AMBITAB":     1,
+		"PROTOCOL_BIRD_C":      2,
+		"PROTOCOL_BIRD_A":      3,
+		"PROTOCOL_TIDE_F":      4,
+		"PROTOCOL_TIDE_P":      5,
+	}
+)
+
+func (x Protocol) Enum() *Protocol {
+	p := new(Protocol)
+	*p = x
+	return p
+}
+
+func (x Protocol) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Protocol) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[2].Descriptor()
+}
+
+func (Protocol) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[2]
+}
+
+func (x Protocol) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Protocol.Descriptor instead.
+func (Protocol) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{2}
+}
+
+// BudgetUnit is what an episode's interaction budget counts.
+type BudgetUnit int32
+
+const (
+	// Not set; never sent by the server.
+	BudgetUnit_BUDGET_UNIT_UNSPECIFIED BudgetUnit = 0
+	// Answered questions (AMBITAB: B = m + C).
+	BudgetUnit_BUDGET_UNIT_QUESTIONS BudgetUnit = 1
+	// Agent turns (BIRD_C: each question, SQL submission or unparsed output
+	// is one turn; a debug retry is not).
+	BudgetUnit_BUDGET_UNIT_TURNS BudgetUnit = 2
+	// Coins, charged per action (BIRD_A).
+	BudgetUnit_BUDGET_UNIT_COINS BudgetUnit = 3
+)
+
+// Enum value maps for BudgetUnit.
+var (
+	BudgetUnit_name = map[int32]string{
+		0: "BUDGET_UNIT_UNSPECIFIED",
+		1: "BUDGET_UNIT_QUESTIONS",
+		2: "BUDGET_UNIT_TURNS",
+		3: "BUDGET_UNIT_COINS",
+	}
+	BudgetUnit_value = map[string]int32{
+		"BUDGET_UNIT_UNSPECIFIED": 0,
+		"BUDGET_UNIT_QUESTIONS":   1,
+		"BUDGET_UNIT_TURNS":       2,
+		"BUDGET_UNIT_COINS":       3,
+	}
+)
+
+func (x BudgetUnit) Enum() *BudgetUnit {
+	p := new(BudgetUnit)
+	*p = x
+	return p
+}
+
+func (x BudgetUnit) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BudgetUnit) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[3].Descriptor()
+}
+
+func (BudgetUnit) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[3]
+}
+
+func (x BudgetUnit) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BudgetUnit.Descriptor instead.
+func (BudgetUnit) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{3}
 }
 
 // Phase is where an episode stands in the ask-then-solve protocol
@@ -205,11 +343,11 @@ func (x Phase) String() string {
 }
 
 func (Phase) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[2].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[4].Descriptor()
 }
 
 func (Phase) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[2]
+	return &file_avtgym_v1_episode_proto_enumTypes[4]
 }
 
 func (x Phase) Number() protoreflect.EnumNumber {
@@ -218,7 +356,7 @@ func (x Phase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Phase.Descriptor instead.
 func (Phase) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{2}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{4}
 }
 
 // EpisodeStatus tells a trainer whether to keep or drop an episode.
@@ -269,11 +407,11 @@ func (x EpisodeStatus) String() string {
 }
 
 func (EpisodeStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[3].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[5].Descriptor()
 }
 
 func (EpisodeStatus) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[3]
+	return &file_avtgym_v1_episode_proto_enumTypes[5]
 }
 
 func (x EpisodeStatus) Number() protoreflect.EnumNumber {
@@ -282,7 +420,7 @@ func (x EpisodeStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EpisodeStatus.Descriptor instead.
 func (EpisodeStatus) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{3}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{5}
 }
 
 // RewardType selects the episode's reward (PROTOCOL.md §6).
@@ -296,6 +434,11 @@ const (
 	// The outcome reward V(θ, ŝ) ∈ {0, 1}: the episode ends when SQL has
 	// been verified.
 	RewardType_REWARD_TYPE_OUTCOME RewardType = 2
+	// BIRD-Interact's sub-task reward, the only one of BIRD_C (its default
+	// there): components "phase1" (0.7 first try, 0.5 after the debug
+	// retry, else 0) and "phase2" (0.3 / 0.2 / 0; absent when the follow-up
+	// was never released); the value is their sum.
+	RewardType_REWARD_TYPE_BIRD_INTERACT RewardType = 3
 )
 
 // Enum value maps for RewardType.
@@ -304,11 +447,13 @@ var (
 		0: "REWARD_TYPE_UNSPECIFIED",
 		1: "REWARD_TYPE_QUESTION_F1",
 		2: "REWARD_TYPE_OUTCOME",
+		3: "REWARD_TYPE_BIRD_INTERACT",
 	}
 	RewardType_value = map[string]int32{
-		"REWARD_TYPE_UNSPECIFIED": 0,
-		"REWARD_TYPE_QUESTION_F1": 1,
-		"REWARD_TYPE_OUTCOME":     2,
+		"REWARD_TYPE_UNSPECIFIED":   0,
+		"REWARD_TYPE_QUESTION_F1":   1,
+		"REWARD_TYPE_OUTCOME":       2,
+		"REWARD_TYPE_BIRD_INTERACT": 3,
 	}
 )
 
@@ -323,11 +468,11 @@ func (x RewardType) String() string {
 }
 
 func (RewardType) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[4].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[6].Descriptor()
 }
 
 func (RewardType) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[4]
+	return &file_avtgym_v1_episode_proto_enumTypes[6]
 }
 
 func (x RewardType) Number() protoreflect.EnumNumber {
@@ -336,7 +481,7 @@ func (x RewardType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RewardType.Descriptor instead.
 func (RewardType) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{4}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{6}
 }
 
 // Solver says who writes the SQL when the episode needs one.
@@ -382,11 +527,11 @@ func (x Solver) String() string {
 }
 
 func (Solver) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[5].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[7].Descriptor()
 }
 
 func (Solver) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[5]
+	return &file_avtgym_v1_episode_proto_enumTypes[7]
 }
 
 func (x Solver) Number() protoreflect.EnumNumber {
@@ -395,7 +540,7 @@ func (x Solver) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Solver.Descriptor instead.
 func (Solver) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{5}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{7}
 }
 
 // OracleType selects the simulated user that answers questions. The
@@ -477,11 +622,11 @@ func (x OracleType) String() string {
 }
 
 func (OracleType) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[6].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[8].Descriptor()
 }
 
 func (OracleType) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[6]
+	return &file_avtgym_v1_episode_proto_enumTypes[8]
 }
 
 func (x OracleType) Number() protoreflect.EnumNumber {
@@ -490,7 +635,7 @@ func (x OracleType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OracleType.Descriptor instead.
 func (OracleType) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{6}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{8}
 }
 
 // AmbiguityKind is the kind of a registered ambiguity (PROTOCOL.md §1).
@@ -534,11 +679,11 @@ func (x AmbiguityKind) String() string {
 }
 
 func (AmbiguityKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_avtgym_v1_episode_proto_enumTypes[7].Descriptor()
+	return file_avtgym_v1_episode_proto_enumTypes[9].Descriptor()
 }
 
 func (AmbiguityKind) Type() protoreflect.EnumType {
-	return &file_avtgym_v1_episode_proto_enumTypes[7]
+	return &file_avtgym_v1_episode_proto_enumTypes[9]
 }
 
 func (x AmbiguityKind) Number() protoreflect.EnumNumber {
@@ -547,7 +692,7 @@ func (x AmbiguityKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AmbiguityKind.Descriptor instead.
 func (AmbiguityKind) EnumDescriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{7}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{9}
 }
 
 // Turn is one utterance of the dialogue, labelled with who produced it.
@@ -625,6 +770,7 @@ type Action struct {
 	//	*Action_Ask_
 	//	*Action_Stop_
 	//	*Action_SubmitSql_
+	//	*Action_Unparsed_
 	Kind          isAction_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -694,6 +840,15 @@ func (x *Action) GetSubmitSql() *Action_SubmitSql {
 	return nil
 }
 
+func (x *Action) GetUnparsed() *Action_Unparsed {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_Unparsed_); ok {
+			return x.Unparsed
+		}
+	}
+	return nil
+}
+
 type isAction_Kind interface {
 	isAction_Kind()
 }
@@ -713,11 +868,18 @@ type Action_SubmitSql_ struct {
 	SubmitSql *Action_SubmitSql `protobuf:"bytes,3,opt,name=submit_sql,json=submitSql,proto3,oneof"`
 }
 
+type Action_Unparsed_ struct {
+	// Report output that could not be parsed.
+	Unparsed *Action_Unparsed `protobuf:"bytes,4,opt,name=unparsed,proto3,oneof"`
+}
+
 func (*Action_Ask_) isAction_Kind() {}
 
 func (*Action_Stop_) isAction_Kind() {}
 
 func (*Action_SubmitSql_) isAction_Kind() {}
+
+func (*Action_Unparsed_) isAction_Kind() {}
 
 // EpisodeOptions are the per-episode options chosen at reset. Unset fields
 // take the server's defaults.
@@ -749,7 +911,14 @@ type EpisodeOptions struct {
 	// exactly the request's content words and no others (requests with
 	// fewer). The scripted full and full_adv probes keep recall = precision
 	// = 1 under it. Sealed in the episode token like the other options.
-	StrictCredit  bool `protobuf:"varint,6,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
+	StrictCredit bool `protobuf:"varint,6,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
+	// The interaction protocol; default AMBITAB. BIRD_C takes only the
+	// default reward (REWARD_TYPE_BIRD_INTERACT) and the client as solver.
+	Protocol Protocol `protobuf:"varint,7,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
+	// BIRD_C: the patience, in turns beyond the m counted ambiguities
+	// (BIRD-Interact used 0, 3, 5 and 7); default 3, at most 32. Other
+	// protocols reject it.
+	Patience      *int32 `protobuf:"varint,8,opt,name=patience,proto3,oneof" json:"patience,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +993,20 @@ func (x *EpisodeOptions) GetStrictCredit() bool {
 		return x.StrictCredit
 	}
 	return false
+}
+
+func (x *EpisodeOptions) GetProtocol() Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return Protocol_PROTOCOL_UNSPECIFIED
+}
+
+func (x *EpisodeOptions) GetPatience() int32 {
+	if x != nil && x.Patience != nil {
+		return *x.Patience
+	}
+	return 0
 }
 
 // KnowledgeEntry is one public external-knowledge definition.
@@ -1076,7 +1259,10 @@ type TaskSummary struct {
 	// The database id.
 	Database string `protobuf:"bytes,4,opt,name=database,proto3" json:"database,omitempty"`
 	// The request text.
-	Request       string `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	Request string `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	// The number of sub-tasks: 2 when the task has a follow-up, whose
+	// request is revealed only after phase 1 is solved; else 1.
+	Subtasks      int32 `protobuf:"varint,6,opt,name=subtasks,proto3" json:"subtasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1332,13 @@ func (x *TaskSummary) GetRequest() string {
 	return ""
 }
 
+func (x *TaskSummary) GetSubtasks() int32 {
+	if x != nil {
+		return x.Subtasks
+	}
+	return 0
+}
+
 // Observation is what the policy sees after a reset or a step.
 type Observation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1163,8 +1356,20 @@ type Observation struct {
 	QuestionsAsked int32 `protobuf:"varint,5,opt,name=questions_asked,json=questionsAsked,proto3" json:"questions_asked,omitempty"`
 	// Questions that may still be asked: question_budget - questions_asked.
 	QuestionsRemaining int32 `protobuf:"varint,6,opt,name=questions_remaining,json=questionsRemaining,proto3" json:"questions_remaining,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The episode's protocol.
+	Protocol Protocol `protobuf:"varint,7,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
+	// The sub-task being played: 1, or 2 once the follow-up is released (its
+	// request is then a REQUEST turn of this step). Distinct from phase,
+	// which says whether the policy may still ask.
+	Subtask int32 `protobuf:"varint,8,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	// The interaction budget in the protocol's unit (AMBITAB: the question
+	// budget above, in QUESTIONS).
+	Budget *Budget `protobuf:"bytes,9,opt,name=budget,proto3" json:"budget,omitempty"`
+	// True when only submit_sql is accepted now (BIRD_C: the last turn, or a
+	// debug retry); any other action then ends the sub-task unsolved.
+	SqlRequired   bool `protobuf:"varint,10,opt,name=sql_required,json=sqlRequired,proto3" json:"sql_required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Observation) Reset() {
@@ -1239,6 +1444,110 @@ func (x *Observation) GetQuestionsRemaining() int32 {
 	return 0
 }
 
+func (x *Observation) GetProtocol() Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return Protocol_PROTOCOL_UNSPECIFIED
+}
+
+func (x *Observation) GetSubtask() int32 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+func (x *Observation) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *Observation) GetSqlRequired() bool {
+	if x != nil {
+		return x.SqlRequired
+	}
+	return false
+}
+
+// Budget is an episode's interaction budget. Amounts are fixed-point, in
+// thousandths of the unit, so that fractional costs (a-Interact charges
+// 0.5 and 0.2 coins) are exact: 3 turns are 3000, 0.5 coins 500.
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the budget counts.
+	Unit BudgetUnit `protobuf:"varint,1,opt,name=unit,proto3,enum=avtgym.v1.BudgetUnit" json:"unit,omitempty"`
+	// The budget so far, in thousandths (BIRD_C: it grows by one turn when
+	// the follow-up is released, for its SQL).
+	TotalMilli int64 `protobuf:"varint,2,opt,name=total_milli,json=totalMilli,proto3" json:"total_milli,omitempty"`
+	// What has been spent, in thousandths.
+	UsedMilli int64 `protobuf:"varint,3,opt,name=used_milli,json=usedMilli,proto3" json:"used_milli,omitempty"`
+	// total_milli - used_milli, never below 0.
+	RemainingMilli int64 `protobuf:"varint,4,opt,name=remaining_milli,json=remainingMilli,proto3" json:"remaining_milli,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Budget) GetUnit() BudgetUnit {
+	if x != nil {
+		return x.Unit
+	}
+	return BudgetUnit_BUDGET_UNIT_UNSPECIFIED
+}
+
+func (x *Budget) GetTotalMilli() int64 {
+	if x != nil {
+		return x.TotalMilli
+	}
+	return 0
+}
+
+func (x *Budget) GetUsedMilli() int64 {
+	if x != nil {
+		return x.UsedMilli
+	}
+	return 0
+}
+
+func (x *Budget) GetRemainingMilli() int64 {
+	if x != nil {
+		return x.RemainingMilli
+	}
+	return 0
+}
+
 // Reward is a scalar reward with its named components.
 type Reward struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1246,9 +1555,11 @@ type Reward struct {
 	Type RewardType `protobuf:"varint,1,opt,name=type,proto3,enum=avtgym.v1.RewardType" json:"type,omitempty"`
 	// The scalar reward.
 	Value float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
-	// Named components: "question_f1", "precision", "recall", "outcome". A
-	// component that is undefined for the episode (precision without any
-	// question, outcome without a verified solution) is absent, not 0.
+	// Named components: "question_f1", "precision", "recall", "outcome"
+	// (AMBITAB); "phase1", "phase2" (REWARD_TYPE_BIRD_INTERACT). A component
+	// that is undefined for the episode (precision without any question,
+	// outcome without a verified solution, phase2 before the follow-up was
+	// released) is absent, not 0.
 	Components    map[string]float64 `protobuf:"bytes,3,rep,name=components,proto3" json:"components,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1256,7 +1567,7 @@ type Reward struct {
 
 func (x *Reward) Reset() {
 	*x = Reward{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[8]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1579,7 @@ func (x *Reward) String() string {
 func (*Reward) ProtoMessage() {}
 
 func (x *Reward) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[8]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1592,7 @@ func (x *Reward) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reward.ProtoReflect.Descriptor instead.
 func (*Reward) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{8}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Reward) GetType() RewardType {
@@ -1326,7 +1637,7 @@ type AmbiguityInfo struct {
 
 func (x *AmbiguityInfo) Reset() {
 	*x = AmbiguityInfo{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[9]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1649,7 @@ func (x *AmbiguityInfo) String() string {
 func (*AmbiguityInfo) ProtoMessage() {}
 
 func (x *AmbiguityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[9]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1662,7 @@ func (x *AmbiguityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AmbiguityInfo.ProtoReflect.Descriptor instead.
 func (*AmbiguityInfo) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{9}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AmbiguityInfo) GetIndex() int32 {
@@ -1411,7 +1722,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[10]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1734,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[10]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1747,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{10}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Credit) GetIndex() int32 {
@@ -1489,14 +1800,17 @@ type Privileged struct {
 	// The oracle's validated stage-1 action for the question this step
 	// asked (LLM and hybrid oracles): labeled("term"), unlabeled("segment")
 	// or unanswerable().
-	OracleAction  string `protobuf:"bytes,9,opt,name=oracle_action,json=oracleAction,proto3" json:"oracle_action,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OracleAction string `protobuf:"bytes,9,opt,name=oracle_action,json=oracleAction,proto3" json:"oracle_action,omitempty"`
+	// The follow-up's reference SQL statements; set on the step that
+	// releases the follow-up (BIRD_C), never before.
+	FollowUpReferenceSql []string `protobuf:"bytes,10,rep,name=follow_up_reference_sql,json=followUpReferenceSql,proto3" json:"follow_up_reference_sql,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Privileged) Reset() {
 	*x = Privileged{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[11]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1822,7 @@ func (x *Privileged) String() string {
 func (*Privileged) ProtoMessage() {}
 
 func (x *Privileged) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[11]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1835,7 @@ func (x *Privileged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Privileged.ProtoReflect.Descriptor instead.
 func (*Privileged) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{11}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Privileged) GetAvtId() string {
@@ -1587,6 +1901,13 @@ func (x *Privileged) GetOracleAction() string {
 	return ""
 }
 
+func (x *Privileged) GetFollowUpReferenceSql() []string {
+	if x != nil {
+		return x.FollowUpReferenceSql
+	}
+	return nil
+}
+
 // Ask is a clarifying question.
 type Action_Ask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1601,7 +1922,7 @@ type Action_Ask struct {
 
 func (x *Action_Ask) Reset() {
 	*x = Action_Ask{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[12]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1934,7 @@ func (x *Action_Ask) String() string {
 func (*Action_Ask) ProtoMessage() {}
 
 func (x *Action_Ask) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[12]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1967,7 @@ type Action_Stop struct {
 
 func (x *Action_Stop) Reset() {
 	*x = Action_Stop{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1979,7 @@ func (x *Action_Stop) String() string {
 func (*Action_Stop) ProtoMessage() {}
 
 func (x *Action_Stop) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +2010,7 @@ type Action_SubmitSql struct {
 
 func (x *Action_SubmitSql) Reset() {
 	*x = Action_SubmitSql{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +2022,7 @@ func (x *Action_SubmitSql) String() string {
 func (*Action_SubmitSql) ProtoMessage() {}
 
 func (x *Action_SubmitSql) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,6 +2045,57 @@ func (x *Action_SubmitSql) GetSql() string {
 	return ""
 }
 
+// Unparsed reports model output that the client could not parse into
+// an action, so that the protocol's own rule applies (PROTOCOL.md §11):
+// AMBITAB answers the first with a notice asking for a valid action and
+// takes the second in a row as STOP; BIRD_C spends a turn on it (on the
+// last turn, or in a debug retry, it ends the sub-task unsolved).
+type Action_Unparsed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's output as it was; the server keeps a bounded, valid
+	// UTF-8 copy (16 KiB) in the transcript.
+	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_Unparsed) Reset() {
+	*x = Action_Unparsed{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_Unparsed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_Unparsed) ProtoMessage() {}
+
+func (x *Action_Unparsed) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_Unparsed.ProtoReflect.Descriptor instead.
+func (*Action_Unparsed) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 3}
+}
+
+func (x *Action_Unparsed) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 var File_avtgym_v1_episode_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_episode_proto_rawDesc = "" +
@@ -1732,27 +2104,33 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x04Turn\x12#\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x0f.avtgym.v1.RoleR\x04role\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.avtgym.v1.TurnKindR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xe9\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xc3\x02\n" +
 	"\x06Action\x12)\n" +
 	"\x03ask\x18\x01 \x01(\v2\x15.avtgym.v1.Action.AskH\x00R\x03ask\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.avtgym.v1.Action.StopH\x00R\x04stop\x12<\n" +
 	"\n" +
-	"submit_sql\x18\x03 \x01(\v2\x1b.avtgym.v1.Action.SubmitSqlH\x00R\tsubmitSql\x1a\x19\n" +
+	"submit_sql\x18\x03 \x01(\v2\x1b.avtgym.v1.Action.SubmitSqlH\x00R\tsubmitSql\x128\n" +
+	"\bunparsed\x18\x04 \x01(\v2\x1a.avtgym.v1.Action.UnparsedH\x00R\bunparsed\x1a\x19\n" +
 	"\x03Ask\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x1a\x06\n" +
 	"\x04Stop\x1a\x1d\n" +
 	"\tSubmitSql\x12\x10\n" +
-	"\x03sql\x18\x01 \x01(\tR\x03sqlB\x06\n" +
-	"\x04kind\"\xd3\x02\n" +
+	"\x03sql\x18\x01 \x01(\tR\x03sql\x1a\x1e\n" +
+	"\bUnparsed\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04textB\x06\n" +
+	"\x04kind\"\xb2\x03\n" +
 	"\x0eEpisodeOptions\x12-\n" +
 	"\x06reward\x18\x01 \x01(\x0e2\x15.avtgym.v1.RewardTypeR\x06reward\x12)\n" +
 	"\x06solver\x18\x02 \x01(\x0e2\x11.avtgym.v1.SolverR\x06solver\x12,\n" +
 	"\x0fextra_questions\x18\x03 \x01(\x05H\x00R\x0eextraQuestions\x88\x01\x01\x127\n" +
 	"\x15zero_ambiguity_budget\x18\x04 \x01(\x05H\x01R\x13zeroAmbiguityBudget\x88\x01\x01\x12-\n" +
 	"\x06oracle\x18\x05 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracle\x12#\n" +
-	"\rstrict_credit\x18\x06 \x01(\bR\fstrictCreditB\x12\n" +
+	"\rstrict_credit\x18\x06 \x01(\bR\fstrictCredit\x12/\n" +
+	"\bprotocol\x18\a \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x1f\n" +
+	"\bpatience\x18\b \x01(\x05H\x02R\bpatience\x88\x01\x01B\x12\n" +
 	"\x10_extra_questionsB\x18\n" +
-	"\x16_zero_ambiguity_budget\"T\n" +
+	"\x16_zero_ambiguity_budgetB\v\n" +
+	"\t_patience\"T\n" +
 	"\x0eKnowledgeEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
@@ -1774,20 +2152,33 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x05split\x18\x03 \x01(\tR\x05split\x12\x18\n" +
 	"\arequest\x18\x04 \x01(\tR\arequest\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x123\n" +
-	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\x8a\x01\n" +
+	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\xa6\x01\n" +
 	"\vTaskSummary\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05split\x18\x03 \x01(\tR\x05split\x12\x1a\n" +
 	"\bdatabase\x18\x04 \x01(\tR\bdatabase\x12\x18\n" +
-	"\arequest\x18\x05 \x01(\tR\arequest\"\x88\x02\n" +
+	"\arequest\x18\x05 \x01(\tR\arequest\x12\x1a\n" +
+	"\bsubtasks\x18\x06 \x01(\x05R\bsubtasks\"\xa1\x03\n" +
 	"\vObservation\x12'\n" +
 	"\x04task\x18\x01 \x01(\v2\x13.avtgym.v1.TaskViewR\x04task\x12%\n" +
 	"\x05turns\x18\x02 \x03(\v2\x0f.avtgym.v1.TurnR\x05turns\x12&\n" +
 	"\x05phase\x18\x03 \x01(\x0e2\x10.avtgym.v1.PhaseR\x05phase\x12'\n" +
 	"\x0fquestion_budget\x18\x04 \x01(\x05R\x0equestionBudget\x12'\n" +
 	"\x0fquestions_asked\x18\x05 \x01(\x05R\x0equestionsAsked\x12/\n" +
-	"\x13questions_remaining\x18\x06 \x01(\x05R\x12questionsRemaining\"\xcb\x01\n" +
+	"\x13questions_remaining\x18\x06 \x01(\x05R\x12questionsRemaining\x12/\n" +
+	"\bprotocol\x18\a \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x18\n" +
+	"\asubtask\x18\b \x01(\x05R\asubtask\x12)\n" +
+	"\x06budget\x18\t \x01(\v2\x11.avtgym.v1.BudgetR\x06budget\x12!\n" +
+	"\fsql_required\x18\n" +
+	" \x01(\bR\vsqlRequired\"\x9c\x01\n" +
+	"\x06Budget\x12)\n" +
+	"\x04unit\x18\x01 \x01(\x0e2\x15.avtgym.v1.BudgetUnitR\x04unit\x12\x1f\n" +
+	"\vtotal_milli\x18\x02 \x01(\x03R\n" +
+	"totalMilli\x12\x1d\n" +
+	"\n" +
+	"used_milli\x18\x03 \x01(\x03R\tusedMilli\x12'\n" +
+	"\x0fremaining_milli\x18\x04 \x01(\x03R\x0eremainingMilli\"\xcb\x01\n" +
 	"\x06Reward\x12)\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x15.avtgym.v1.RewardTypeR\x04type\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value\x12A\n" +
@@ -1809,7 +2200,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x06Credit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
-	"\acounted\x18\x03 \x01(\bR\acounted\"\x82\x03\n" +
+	"\acounted\x18\x03 \x01(\bR\acounted\"\xb9\x03\n" +
 	"\n" +
 	"Privileged\x12\x15\n" +
 	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12&\n" +
@@ -1821,12 +2212,14 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x0fepisode_credits\x18\a \x03(\v2\x11.avtgym.v1.CreditR\x0eepisodeCredits\x12\x1d\n" +
 	"\n" +
 	"solver_sql\x18\b \x01(\tR\tsolverSql\x12#\n" +
-	"\roracle_action\x18\t \x01(\tR\foracleAction*T\n" +
+	"\roracle_action\x18\t \x01(\tR\foracleAction\x125\n" +
+	"\x17follow_up_reference_sql\x18\n" +
+	" \x03(\tR\x14followUpReferenceSql*T\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
 	"\vROLE_ORACLE\x10\x02\x12\x14\n" +
-	"\x10ROLE_ENVIRONMENT\x10\x03*\xd5\x01\n" +
+	"\x10ROLE_ENVIRONMENT\x10\x03*\xed\x01\n" +
 	"\bTurnKind\x12\x19\n" +
 	"\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TURN_KIND_REQUEST\x10\x01\x12\x16\n" +
@@ -1836,7 +2229,21 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\rTURN_KIND_SQL\x10\x05\x12\x16\n" +
 	"\x12TURN_KIND_FEEDBACK\x10\x06\x12\x14\n" +
 	"\x10TURN_KIND_NOTICE\x10\a\x12\x15\n" +
-	"\x11TURN_KIND_REFUSAL\x10\b*S\n" +
+	"\x11TURN_KIND_REFUSAL\x10\b\x12\x16\n" +
+	"\x12TURN_KIND_UNPARSED\x10\t*\x8e\x01\n" +
+	"\bProtocol\x12\x18\n" +
+	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10PROTOCOL_AMBITAB\x10\x01\x12\x13\n" +
+	"\x0fPROTOCOL_BIRD_C\x10\x02\x12\x13\n" +
+	"\x0fPROTOCOL_BIRD_A\x10\x03\x12\x13\n" +
+	"\x0fPROTOCOL_TIDE_F\x10\x04\x12\x13\n" +
+	"\x0fPROTOCOL_TIDE_P\x10\x05*r\n" +
+	"\n" +
+	"BudgetUnit\x12\x1b\n" +
+	"\x17BUDGET_UNIT_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15BUDGET_UNIT_QUESTIONS\x10\x01\x12\x15\n" +
+	"\x11BUDGET_UNIT_TURNS\x10\x02\x12\x15\n" +
+	"\x11BUDGET_UNIT_COINS\x10\x03*S\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPHASE_ASKING\x10\x01\x12\x11\n" +
@@ -1848,12 +2255,13 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x16EPISODE_STATUS_RUNNING\x10\x01\x12\x1d\n" +
 	"\x19EPISODE_STATUS_TERMINATED\x10\x02\x12\x1c\n" +
 	"\x18EPISODE_STATUS_TRUNCATED\x10\x03\x12\x18\n" +
-	"\x14EPISODE_STATUS_ERROR\x10\x04*_\n" +
+	"\x14EPISODE_STATUS_ERROR\x10\x04*~\n" +
 	"\n" +
 	"RewardType\x12\x1b\n" +
 	"\x17REWARD_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REWARD_TYPE_QUESTION_F1\x10\x01\x12\x17\n" +
-	"\x13REWARD_TYPE_OUTCOME\x10\x02*V\n" +
+	"\x13REWARD_TYPE_OUTCOME\x10\x02\x12\x1d\n" +
+	"\x19REWARD_TYPE_BIRD_INTERACT\x10\x03*V\n" +
 	"\x06Solver\x12\x16\n" +
 	"\x12SOLVER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSOLVER_CLIENT\x10\x01\x12\x11\n" +
@@ -1888,61 +2296,70 @@ func file_avtgym_v1_episode_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_episode_proto_rawDescData
 }
 
-var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Role)(0),                // 0: avtgym.v1.Role
 	(TurnKind)(0),            // 1: avtgym.v1.TurnKind
-	(Phase)(0),               // 2: avtgym.v1.Phase
-	(EpisodeStatus)(0),       // 3: avtgym.v1.EpisodeStatus
-	(RewardType)(0),          // 4: avtgym.v1.RewardType
-	(Solver)(0),              // 5: avtgym.v1.Solver
-	(OracleType)(0),          // 6: avtgym.v1.OracleType
-	(AmbiguityKind)(0),       // 7: avtgym.v1.AmbiguityKind
-	(*Turn)(nil),             // 8: avtgym.v1.Turn
-	(*Action)(nil),           // 9: avtgym.v1.Action
-	(*EpisodeOptions)(nil),   // 10: avtgym.v1.EpisodeOptions
-	(*KnowledgeEntry)(nil),   // 11: avtgym.v1.KnowledgeEntry
-	(*DatabaseView)(nil),     // 12: avtgym.v1.DatabaseView
-	(*TaskView)(nil),         // 13: avtgym.v1.TaskView
-	(*TaskSummary)(nil),      // 14: avtgym.v1.TaskSummary
-	(*Observation)(nil),      // 15: avtgym.v1.Observation
-	(*Reward)(nil),           // 16: avtgym.v1.Reward
-	(*AmbiguityInfo)(nil),    // 17: avtgym.v1.AmbiguityInfo
-	(*Credit)(nil),           // 18: avtgym.v1.Credit
-	(*Privileged)(nil),       // 19: avtgym.v1.Privileged
-	(*Action_Ask)(nil),       // 20: avtgym.v1.Action.Ask
-	(*Action_Stop)(nil),      // 21: avtgym.v1.Action.Stop
-	(*Action_SubmitSql)(nil), // 22: avtgym.v1.Action.SubmitSql
-	nil,                      // 23: avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	nil,                      // 24: avtgym.v1.Reward.ComponentsEntry
+	(Protocol)(0),            // 2: avtgym.v1.Protocol
+	(BudgetUnit)(0),          // 3: avtgym.v1.BudgetUnit
+	(Phase)(0),               // 4: avtgym.v1.Phase
+	(EpisodeStatus)(0),       // 5: avtgym.v1.EpisodeStatus
+	(RewardType)(0),          // 6: avtgym.v1.RewardType
+	(Solver)(0),              // 7: avtgym.v1.Solver
+	(OracleType)(0),          // 8: avtgym.v1.OracleType
+	(AmbiguityKind)(0),       // 9: avtgym.v1.AmbiguityKind
+	(*Turn)(nil),             // 10: avtgym.v1.Turn
+	(*Action)(nil),           // 11: avtgym.v1.Action
+	(*EpisodeOptions)(nil),   // 12: avtgym.v1.EpisodeOptions
+	(*KnowledgeEntry)(nil),   // 13: avtgym.v1.KnowledgeEntry
+	(*DatabaseView)(nil),     // 14: avtgym.v1.DatabaseView
+	(*TaskView)(nil),         // 15: avtgym.v1.TaskView
+	(*TaskSummary)(nil),      // 16: avtgym.v1.TaskSummary
+	(*Observation)(nil),      // 17: avtgym.v1.Observation
+	(*Budget)(nil),           // 18: avtgym.v1.Budget
+	(*Reward)(nil),           // 19: avtgym.v1.Reward
+	(*AmbiguityInfo)(nil),    // 20: avtgym.v1.AmbiguityInfo
+	(*Credit)(nil),           // 21: avtgym.v1.Credit
+	(*Privileged)(nil),       // 22: avtgym.v1.Privileged
+	(*Action_Ask)(nil),       // 23: avtgym.v1.Action.Ask
+	(*Action_Stop)(nil),      // 24: avtgym.v1.Action.Stop
+	(*Action_SubmitSql)(nil), // 25: avtgym.v1.Action.SubmitSql
+	(*Action_Unparsed)(nil),  // 26: avtgym.v1.Action.Unparsed
+	nil,                      // 27: avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	nil,                      // 28: avtgym.v1.Reward.ComponentsEntry
 }
 var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	0,  // 0: avtgym.v1.Turn.role:type_name -> avtgym.v1.Role
 	1,  // 1: avtgym.v1.Turn.kind:type_name -> avtgym.v1.TurnKind
-	20, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
-	21, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
-	22, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
-	4,  // 5: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
-	5,  // 6: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
-	6,  // 7: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
-	23, // 8: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	11, // 9: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
-	12, // 10: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
-	13, // 11: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
-	8,  // 12: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
-	2,  // 13: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
-	4,  // 14: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
-	24, // 15: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
-	7,  // 16: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
-	17, // 17: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
-	18, // 18: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
-	18, // 19: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	23, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
+	24, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
+	25, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
+	26, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
+	6,  // 6: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
+	7,  // 7: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
+	8,  // 8: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
+	2,  // 9: avtgym.v1.EpisodeOptions.protocol:type_name -> avtgym.v1.Protocol
+	27, // 10: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	13, // 11: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
+	14, // 12: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
+	15, // 13: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
+	10, // 14: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
+	4,  // 15: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
+	2,  // 16: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
+	18, // 17: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
+	3,  // 18: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
+	6,  // 19: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
+	28, // 20: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
+	9,  // 21: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
+	20, // 22: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
+	21, // 23: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
+	21, // 24: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_episode_proto_init() }
@@ -1954,6 +2371,7 @@ func file_avtgym_v1_episode_proto_init() {
 		(*Action_Ask_)(nil),
 		(*Action_Stop_)(nil),
 		(*Action_SubmitSql_)(nil),
+		(*Action_Unparsed_)(nil),
 	}
 	file_avtgym_v1_episode_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
@@ -1961,8 +2379,8 @@ func file_avtgym_v1_episode_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_episode_proto_rawDesc), len(file_avtgym_v1_episode_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   17,
+			NumEnums:      10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

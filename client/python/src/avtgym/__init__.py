@@ -6,6 +6,10 @@
         res = c.step(ep, Action.ask("What do you mean by top 5 customers?"))
         res = c.step(res.episode, Action.stop())
         print(res.reward)
+
+reset(..., protocol="bird-c") plays BIRD-Interact's conversational protocol (two sub-tasks, a
+turn budget, a debug retry); Action.unparsed(text) reports model output that could not be parsed
+(parse_action(text).or_unparsed()).
 """
 
 from avtgym.actions import ParsedAction, parse_action
@@ -13,7 +17,9 @@ from avtgym.chat import policy_turn_text, render_chat
 from avtgym.client import TLS, AsyncClient, Client, OracleReply
 from avtgym.errors import AvtgymError
 from avtgym.types import (
+    PROTOCOLS,
     Action,
+    Budget,
     DatabaseView,
     Episode,
     KnowledgeEntry,
@@ -30,11 +36,13 @@ __all__ = [
     "Action",
     "AsyncClient",
     "AvtgymError",
+    "Budget",
     "Client",
     "DatabaseView",
     "Episode",
     "KnowledgeEntry",
     "OracleReply",
+    "PROTOCOLS",
     "ParsedAction",
     "Reward",
     "StepResult",

@@ -23,16 +23,23 @@ Rule, in order (the first that applies decides):
    - a single line ending with "?" -> Action.ask(the line);
    - anything else -> malformed.
 
-Malformed output gives ParsedAction(action=None, ok=False, error=<why>); the caller decides
-(the AmbiTab convention: retry once, then a fallback STOP, and leave that episode out of
-recall and F1).
+Malformed output gives ParsedAction(action=None, ok=False, error=<why>, text=<the output>), as
+it always has; the caller decides. Either apply a client-side convention (AmbiTab's: retry once,
+then a fallback STOP, and leave that episode out of recall and F1), or report the output to the
+server with the unparsed action, so that the episode's protocol applies its own rule:
+
+    parsed = parse_action(output)
+    res = client.step(ep, parsed.or_unparsed())   # the action, or Action.unparsed(output)
+
+(AMBITAB answers a first unparsed output with a notice asking for a valid action and takes the
+second in a row as STOP; BIRD_C spends a turn on it.) The raw output is also in .text.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from avtgym.types import Action
 
@@ -50,9 +57,20 @@ _STOP_WORDS = {"STOP", "DONE"}
 
 @dataclass(frozen=True)
 class ParsedAction:
+    """parse_action's result: action (None when the output is malformed), ok, error (why it is
+    malformed) and text, the model output as it was given ("" for None)."""
+
     action: Action | None
     ok: bool
     error: str | None = None
+    text: str = ""
+
+    def or_unparsed(self) -> Action:
+        """The action to step with: the parsed action, or Action.unparsed(text) when the output
+        is malformed (the server's protocol then decides what it costs)."""
+        if self.ok and self.action is not None:
+            return self.action
+        return Action.unparsed(self.text)
 
 
 def _bad(why: str) -> ParsedAction:
@@ -114,10 +132,15 @@ def _from_json(d: dict) -> ParsedAction:
 
 
 def parse_action(text: str) -> ParsedAction:
-    """Map a policy's raw output to an Action by the rule in this module's docstring."""
-    if text is None or not str(text).strip():
+    """Map a policy's raw output to an Action by the rule in this module's docstring; the result
+    carries the output in .text (use .or_unparsed() to step with it when it is malformed)."""
+    raw = "" if text is None else str(text)
+    return replace(_parse(raw), text=raw)
+
+
+def _parse(text: str) -> ParsedAction:
+    if not text.strip():
         return _bad("empty output")
-    text = str(text)
     found = _find_json(text)
     if isinstance(found, dict):
         return _from_json(found)

@@ -16,7 +16,8 @@ def policy_turn_text(turn: Turn, action_format: str = "text") -> str:
     action_format "text": the question or SQL as it is, and "STOP" for a stop turn (its text is
     empty on the wire). "json": the AmbiTab JSON action ({"type": "clarification", "question":
     ...}, {"type": "done"}, {"type": "sql", "sql": ...}). Both parse back to the same action
-    with parse_action (the text form of a question does when it is one line ending in "?")."""
+    with parse_action (the text form of a question does when it is one line ending in "?"). An
+    "unparsed" turn is the model's output as it was, in either format."""
     if action_format == "json":
         if turn.kind == "question":
             return json.dumps({"type": "clarification", "question": turn.text}, ensure_ascii=False)
@@ -37,10 +38,12 @@ def render_chat(episode: Episode, system_prompt: str | None = None, action_forma
     """OpenAI-style messages for an episode's whole history, and the loss mask.
 
     The system prompt (if any) is a "system" message. Each turn is one message: the policy's
-    turns (questions, STOP, its SQL) are "assistant" messages; the request, the oracle's replies
-    and environment notices/feedback are "user" messages. mask[i] is True exactly for the
-    policy's own messages: oracle and environment text is never trainable. merge_user=True joins
-    consecutive user messages with a blank line (for chat templates that need alternation)."""
+    turns (questions, STOP, its SQL, output it reported as unparsed) are "assistant" messages;
+    the request, the oracle's replies and every environment turn (notices, feedback such as
+    BIRD_C's debug-retry message, and a BIRD_C follow-up's request, released after phase 1) are
+    "user" messages. mask[i] is True exactly for the policy's own messages: oracle and
+    environment text is never trainable. merge_user=True joins consecutive user messages with a
+    blank line (for chat templates that need alternation)."""
     messages: list[dict[str, Any]] = []
     mask: list[bool] = []
     if system_prompt is not None:

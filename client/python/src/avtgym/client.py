@@ -35,6 +35,7 @@ from avtgym.types import (
     StepResult,
     TaskSummary,
     oracle_enum,
+    protocol_enum,
     reward_enum,
     solver_enum,
 )
@@ -187,11 +188,20 @@ def _health_status(data: bytes) -> str:
     return "UNKNOWN"
 
 
-def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward="question_f1",
-                   solver="client", extra_questions=None, zero_ambiguity_budget=None,
-                   privileged=False, group_size=0, oracle=None, strict_credit=False) -> pb.ResetRequest:
+def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None,
+                   solver=None, extra_questions=None, zero_ambiguity_budget=None,
+                   privileged=False, group_size=0, oracle=None, strict_credit=False,
+                   protocol=None, patience=None) -> pb.ResetRequest:
+    proto = protocol_enum(protocol)
+    if proto in (epb.PROTOCOL_UNSPECIFIED, epb.PROTOCOL_AMBITAB):
+        # AMBITAB's defaults, sent as before (the server's defaults are the same).
+        reward = "question_f1" if reward is None else reward
+        solver = "client" if solver is None else solver
     opts = epb.EpisodeOptions(reward=reward_enum(reward), solver=solver_enum(solver),
-                              oracle=oracle_enum(oracle), strict_credit=bool(strict_credit))
+                              oracle=oracle_enum(oracle), strict_credit=bool(strict_credit),
+                              protocol=proto)
+    if patience is not None:
+        opts.patience = int(patience)
     if extra_questions is not None:
         opts.extra_questions = int(extra_questions)
     if zero_ambiguity_budget is not None:
@@ -336,26 +346,36 @@ class Client:
             time.sleep(wait)
 
     def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
-              seed: int | None = None, reward: str = "question_f1", solver: str = "client",
+              seed: int | None = None, reward: str | None = None, solver: str | None = None,
               extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
               privileged: bool = False, oracle: str | None = None,
-              strict_credit: bool = False) -> Episode:
-        """Start one episode. reward: "question_f1" | "outcome"; solver: "client" | "lookup" | ...;
-        oracle: None (the server's default, deterministic) or an OracleType name in lower case;
-        strict_credit: the anti-gaming matcher option (a question credits at most one ambiguity,
-        and one that reproduces the request credits nothing; off by default, as in AmbiTab)."""
+              strict_credit: bool = False, protocol: "str | int | None" = None,
+              patience: int | None = None) -> Episode:
+        """Start one episode. reward: "question_f1" | "outcome" | "bird_interact" (None: the
+        protocol's default, question_f1 under AMBITAB); solver: "client" | "lookup" | ... (None:
+        "client"); oracle: None (the server's default, deterministic) or an OracleType name in
+        lower case; strict_credit: the anti-gaming matcher option (a question credits at most one
+        ambiguity, and one that reproduces the request credits nothing; off by default, as in
+        AmbiTab). protocol: None (the server's default, AMBITAB), a name ("ambitab", "bird-c",
+        "bird-a", "tide-f", "tide-p") or a Protocol enum value; patience: BIRD_C's turns beyond
+        the m counted ambiguities (None: the server's default, 3; other protocols reject it).
+        Under BIRD_C leave reward and solver unset: it takes only its own reward and the client
+        as solver."""
         return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                 reward=reward, solver=solver, extra_questions=extra_questions,
                                 zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
-                                oracle=oracle, strict_credit=strict_credit)[0]
+                                oracle=oracle, strict_credit=strict_credit, protocol=protocol,
+                                patience=patience)[0]
 
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
-        """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1."""
+        """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1;
+        kwargs are reset()'s (protocol and patience included)."""
         resp = self._call("Reset", _reset_request(group_size=n, **kwargs))
         return [Episode.from_proto(e) for e in resp.episodes]
 
     def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
-        """Apply one action; res.episode is the updated Episode (the old one stays steppable: a fork)."""
+        """Apply one action (Action.ask / stop / submit_sql / unparsed); res.episode is the updated
+        Episode (the old one stays steppable: a fork)."""
         e = _episode(ep)
         return StepResult.from_proto(e, self._call("Step", _step_request(e, action, privileged)))
 
@@ -402,13 +422,14 @@ class Client:
         return _oracle_infos(self._call("ListOracles", pb.ListOraclesRequest()))
 
     def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
-        """All task summaries of a corpus (every page)."""
+        """All task summaries of a corpus (every page); subtasks is 2 for a task with a follow-up
+        (the tasks BIRD_C serves)."""
         out: list[TaskSummary] = []
         token = ""
         while True:
             resp = self._call("ListTasks", pb.ListTasksRequest(corpus=corpus or "", split=split or "",
                                                                 page_size=1000, page_token=token))
-            out.extend(TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request) for t in resp.tasks)
+            out.extend(TaskSummary.from_proto(t) for t in resp.tasks)
             token = resp.next_page_token
             if not token:
                 return out
@@ -483,14 +504,17 @@ class AsyncClient:
             await asyncio.sleep(wait)
 
     async def reset(self, task_id: str | None = None, corpus: str | None = None, split: str | None = None,
-                    seed: int | None = None, reward: str = "question_f1", solver: str = "client",
+                    seed: int | None = None, reward: str | None = None, solver: str | None = None,
                     extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
                     privileged: bool = False, oracle: str | None = None,
-                    strict_credit: bool = False) -> Episode:
+                    strict_credit: bool = False, protocol: "str | int | None" = None,
+                    patience: int | None = None) -> Episode:
+        """Start one episode; see Client.reset (protocol and patience included)."""
         eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                      reward=reward, solver=solver, extra_questions=extra_questions,
                                      zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
-                                     oracle=oracle, strict_credit=strict_credit)
+                                     oracle=oracle, strict_credit=strict_credit, protocol=protocol,
+                                     patience=patience)
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
@@ -498,6 +522,7 @@ class AsyncClient:
         return [Episode.from_proto(e) for e in resp.episodes]
 
     async def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
+        """Apply one action; see Client.step."""
         e = _episode(ep)
         return StepResult.from_proto(e, await self._call("Step", _step_request(e, action, privileged)))
 
@@ -544,7 +569,7 @@ class AsyncClient:
         while True:
             resp = await self._call("ListTasks", pb.ListTasksRequest(
                 corpus=corpus or "", split=split or "", page_size=1000, page_token=token))
-            out.extend(TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request) for t in resp.tasks)
+            out.extend(TaskSummary.from_proto(t) for t in resp.tasks)
             token = resp.next_page_token
             if not token:
                 return out

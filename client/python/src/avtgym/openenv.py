@@ -24,7 +24,12 @@ keeps no session, the episode is the sealed token this client holds, so
 - any number of clients can run episodes in parallel against one server (no session capacity).
 
 Observations are ``AvtgymObservation`` (OpenEnv ``Observation``: ``done``, ``reward``,
-``metadata``, plus the chat ``messages``, the newest ``reply`` and the budget counters). ``reward``
+``metadata``, plus the chat ``messages``, the newest ``reply``, the budget counters and the
+protocol's ``protocol``, ``subtask``, ``budget`` and ``sql_required``). ``reset(protocol="bird-c",
+patience=3)`` plays BIRD-Interact's conversational protocol: the follow-up's request, released
+once phase 1's SQL passes, arrives in ``reply`` and as a new user message of ``messages``; malformed
+output is then reported to the server as an unparsed action (it spends a turn) rather than
+turned into STOP. ``reward``
 is None until the episode is done, then the episode's reward; an episode that ends in ``ERROR``
 (the environment failed) is done with reward None and ``metadata["dropped"] = True``: drop it, as
 the project's rule says, never score it 0. Pinned against openenv-core 0.3.0.
@@ -41,6 +46,7 @@ from avtgym.actions import parse_action
 from avtgym.chat import render_chat
 from avtgym.client import AsyncClient
 from avtgym.errors import AvtgymError
+from avtgym.trainers import PROTOCOL_PROMPT, malformed_policy, resolve_system_prompt
 from avtgym.types import Action as _Action
 from avtgym.types import Episode, Turn
 
@@ -54,22 +60,27 @@ except ImportError as e:  # pragma: no cover - depends on the installed openenv-
 
 __all__ = ["AvtgymAction", "AvtgymEnv", "AvtgymObservation", "AvtgymState", "RESET_KEYS"]
 
-_DEFAULT: Any = object()  # system_prompt not given: avtgym.trainers.DEFAULT_SYSTEM_PROMPT
+_DEFAULT: Any = object()  # system_prompt not given: the episode's protocol's (PROTOCOL_PROMPT)
 
 # reset() keyword arguments (OpenEnv's own `seed` is avtgym's seed; `episode_id` is accepted and
 # ignored: avtgym names its episodes).
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle", "privileged")
+              "zero_ambiguity_budget", "oracle", "privileged", "protocol", "patience")
+
+# What a malformed message does: "stop" (AmbiTab's fallback) or "unparsed" (reported to the server,
+# whose protocol decides); None: "stop" under AMBITAB, "unparsed" under any other protocol.
+ON_MALFORMED = ("stop", "unparsed")
 
 
 class AvtgymAction(Action):
-    """One policy decision. Either kind ("ask", "stop", "submit_sql") with text (the question or
-    the SQL), or message: the model's raw output, mapped to an action by avtgym.parse_action (a
-    malformed one becomes STOP, AmbiTab's fallback, and is reported in the observation's
-    metadata["malformed"])."""
+    """One policy decision. Either kind ("ask", "stop", "submit_sql", "unparsed") with text (the
+    question, the SQL, or output that could not be parsed), or message: the model's raw output,
+    mapped to an action by avtgym.parse_action (a malformed one becomes STOP, AmbiTab's fallback,
+    or under another protocol an unparsed action, which the server's protocol charges for; either
+    way it is reported in the observation's metadata["malformed"])."""
 
-    kind: Optional[Literal["ask", "stop", "submit_sql"]] = Field(default=None, description="the action")
-    text: str = Field(default="", description="the question (ask) or the SQL (submit_sql)")
+    kind: Optional[Literal["ask", "stop", "submit_sql", "unparsed"]] = Field(default=None, description="the action")
+    text: str = Field(default="", description="the question (ask), the SQL (submit_sql) or the raw output (unparsed)")
     message: Optional[str] = Field(default=None, description="raw model output, parsed with parse_action")
 
     @model_validator(mode="after")
@@ -90,22 +101,31 @@ class AvtgymAction(Action):
     def submit_sql(cls, sql: str) -> "AvtgymAction":
         return cls(kind="submit_sql", text=sql)
 
-    def to_avtgym(self) -> tuple[_Action, Optional[str]]:
-        """The avtgym.Action to send, and why the message was malformed (None when it was not)."""
+    @classmethod
+    def unparsed(cls, text: str) -> "AvtgymAction":
+        return cls(kind="unparsed", text=text)
+
+    def to_avtgym(self, on_malformed: str = "stop") -> tuple[_Action, Optional[str]]:
+        """The avtgym.Action to send, and why the message was malformed (None when it was not).
+        A malformed message becomes STOP (on_malformed "stop", AmbiTab's fallback) or
+        Action.unparsed(message) ("unparsed": the server's protocol decides)."""
         if self.kind is not None:
             return _Action(self.kind, self.text), None
         parsed = parse_action(self.message or "")
         if parsed.ok and parsed.action is not None:
             return parsed.action, None
-        return _Action.stop(), parsed.error or "malformed"
+        fallback = parsed.or_unparsed() if on_malformed == "unparsed" else _Action.stop()
+        return fallback, parsed.error or "malformed"
 
 
 class AvtgymObservation(Observation):
     """What the policy sees after a reset or a step. done / reward / metadata are OpenEnv's;
     messages is the whole dialogue as chat messages (system prompt, the request, the policy's
-    turns as assistant messages, the oracle's replies and environment notices as user messages),
-    ready for a chat model; turns are this call's new turns; task is the public task view (on
-    reset only)."""
+    turns as assistant messages, the oracle's replies and environment turns as user messages:
+    notices, feedback, a BIRD_C follow-up's request), ready for a chat model; turns are this
+    call's new turns; task is the public task view (on reset only). protocol, subtask, budget
+    ({"unit", "total", "used", "remaining"}, in the unit; None when the server sent none) and
+    sql_required are the episode's (see avtgym.Episode)."""
 
     messages: List[Dict[str, str]] = Field(default_factory=list, description="the dialogue so far")
     reply: str = Field(default="", description="the newest oracle/environment text (the request on reset)")
@@ -117,6 +137,10 @@ class AvtgymObservation(Observation):
     question_budget: int = 0
     questions_asked: int = 0
     questions_remaining: int = 0
+    protocol: str = Field(default="", description="ambitab, bird-c, ...")
+    subtask: int = Field(default=0, description="1, or 2 once a BIRD_C follow-up is released")
+    budget: Optional[Dict[str, Any]] = Field(default=None, description="unit, total, used, remaining")
+    sql_required: bool = Field(default=False, description="only submit_sql is accepted now")
 
 
 class AvtgymState(State):
@@ -129,6 +153,8 @@ class AvtgymState(State):
     phase: str = ""
     question_budget: int = 0
     questions_asked: int = 0
+    protocol: str = ""
+    subtask: int = 0
     token: str = ""
 
 
@@ -152,6 +178,13 @@ def _task(ep: Episode) -> Optional[Dict[str, Any]]:
     }
 
 
+def _budget(ep: Episode) -> Optional[Dict[str, Any]]:
+    b = ep.budget
+    if b is None:
+        return None
+    return {"unit": b.unit, "total": b.total, "used": b.used, "remaining": b.remaining}
+
+
 def _grpc_target(base_url: str) -> str:
     """host:port of the avtgym server from an OpenEnv-style base_url (grpc://, http:// or none)."""
     u = base_url.strip().rstrip("/")
@@ -166,12 +199,15 @@ def _grpc_target(base_url: str) -> str:
 class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
     """OpenEnv environment client for avtgym (see the module doc).
 
-    AvtgymEnv(base_url="127.0.0.1:50051", system_prompt=DEFAULT_SYSTEM_PROMPT, action_format="json",
-    timeout=30.0, retries=5, **reset_defaults): base_url is the avtgym server (host:port, or
-    grpc://host:port); system_prompt heads observation.messages (None: no system message);
-    action_format is how the policy's past turns appear in messages ("json": AmbiTab JSON actions,
-    as the default system prompt asks; "text"); reset_defaults are reset() arguments applied to
-    every episode (e.g. reward="question_f1"). The OpenEnv constructor arguments
+    AvtgymEnv(base_url="127.0.0.1:50051", system_prompt=<the protocol's>, action_format="json",
+    timeout=30.0, retries=5, on_malformed=None, **reset_defaults): base_url is the avtgym server
+    (host:port, or grpc://host:port); system_prompt heads observation.messages (None: no system
+    message; default: avtgym.trainers.system_prompt_for(the episode's protocol), i.e.
+    DEFAULT_SYSTEM_PROMPT under AMBITAB); action_format is how the policy's past turns appear in
+    messages ("json": JSON actions, as the default system prompts ask; "text"); on_malformed is
+    what a malformed message does ("stop" or "unparsed"; None: "stop" under AMBITAB, "unparsed"
+    otherwise); reset_defaults are reset() arguments applied to every episode (e.g.
+    reward="question_f1", or protocol="bird-c", patience=3). The OpenEnv constructor arguments
     (connect_timeout_s, message_timeout_s, provider, mode) are accepted; message_timeout_s is not
     used (timeout is each call's deadline, retries included)."""
 
@@ -179,18 +215,21 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
                  action_format: str = "json", timeout: float = 30.0, retries: int = 5,
                  connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0,
                  max_message_size_mb: float = 100.0, provider: Any = None, mode: Optional[str] = None,
-                 client: Optional[AsyncClient] = None, **reset_defaults: Any):
+                 client: Optional[AsyncClient] = None, on_malformed: Optional[str] = None,
+                 **reset_defaults: Any):
         super().__init__(base_url=base_url, connect_timeout_s=connect_timeout_s,
                          message_timeout_s=message_timeout_s, max_message_size_mb=max_message_size_mb,
                          provider=provider, mode=mode)
         unknown = set(reset_defaults) - set(RESET_KEYS)
         if unknown:
             raise TypeError(f"unknown reset arguments {sorted(unknown)}: want {', '.join(RESET_KEYS)}")
+        if on_malformed is not None and on_malformed not in ON_MALFORMED:
+            raise ValueError(f"on_malformed {on_malformed!r}: want {' or '.join(ON_MALFORMED)} or None")
         if system_prompt is _DEFAULT:
-            from avtgym.trainers import DEFAULT_SYSTEM_PROMPT
-            system_prompt = DEFAULT_SYSTEM_PROMPT
+            system_prompt = PROTOCOL_PROMPT
         self.target = _grpc_target(base_url)
         self.system_prompt = system_prompt
+        self.on_malformed = on_malformed
         self.action_format = action_format
         self.timeout = timeout
         self.retries = retries
@@ -232,7 +271,8 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
 
     async def reset(self, **kwargs: Any) -> StepResult[AvtgymObservation]:
         """Start an episode: task_id, seed, corpus, split, reward, solver, extra_questions,
-        zero_ambiguity_budget, oracle, privileged (over the constructor's defaults). episode_id,
+        zero_ambiguity_budget, oracle, privileged, protocol, patience (over the constructor's
+        defaults). episode_id,
         OpenEnv's optional name for the episode, is ignored: the server names it."""
         kwargs.pop("episode_id", None)
         unknown = set(kwargs) - set(RESET_KEYS)
@@ -249,7 +289,7 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
         string (the model's raw output). On AvtgymError the episode is unchanged: resend."""
         if self._episode is None:
             raise RuntimeError("no episode: call reset() first")
-        act, malformed = self._coerce(action).to_avtgym()
+        act, malformed = self._coerce(action).to_avtgym(malformed_policy(self.on_malformed, self._episode.protocol))
         client = await self._avtgym()
         res = await client.step(self._episode, act)
         self._episode, self._steps = res.episode, self._steps + 1
@@ -267,7 +307,8 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
             episode_id=ep.episode_id, step_count=self._steps,
             task_id=ep.task.task_id if ep.task is not None else "", seed=ep.seed, status=ep.status,
             done=ep.done, phase=ep.phase, question_budget=ep.question_budget,
-            questions_asked=ep.questions_asked, token=base64.b64encode(ep.token).decode())
+            questions_asked=ep.questions_asked, protocol=ep.protocol, subtask=ep.subtask,
+            token=base64.b64encode(ep.token).decode())
 
     # EnvClient's abstract hooks: the JSON forms of actions, results and states ---------------
 
@@ -298,7 +339,8 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
 
     def _observation(self, ep: Episode, new_turns: tuple[Turn, ...], reward: Optional[float],
                      malformed: Optional[str], task: bool) -> AvtgymObservation:
-        messages, _ = render_chat(ep, self.system_prompt, action_format=self.action_format, merge_user=True)
+        messages, _ = render_chat(ep, resolve_system_prompt(self.system_prompt, ep.protocol),
+                                  action_format=self.action_format, merge_user=True)
         replies = [t.text for t in new_turns if t.role != "policy" and t.text]
         meta: Dict[str, Any] = {
             "episode_id": ep.episode_id, "seed": ep.seed, "group_index": ep.group_index,
@@ -316,4 +358,5 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
             reply="\n\n".join(replies), turns=[_turn(t) for t in new_turns], request=ep.request,
             task=_task(ep) if task else None, phase=ep.phase, status=ep.status,
             question_budget=ep.question_budget, questions_asked=ep.questions_asked,
-            questions_remaining=ep.questions_remaining)
+            questions_remaining=ep.questions_remaining, protocol=ep.protocol, subtask=ep.subtask,
+            budget=_budget(ep), sql_required=ep.sql_required)

@@ -11,6 +11,8 @@ from avtgym.v1 import episode_pb2 as epb
 
 __all__ = [
     "Action",
+    "Budget",
+    "PROTOCOLS",
     "KnowledgeEntry",
     "DatabaseView",
     "TaskView",
@@ -23,14 +25,49 @@ __all__ = [
 ]
 
 
-def _enum_name(enum_type: Any, value: int, prefix: str) -> str:
-    name = enum_type.Name(value) if value in enum_type.values() else f"{prefix}UNKNOWN_{value}"
-    return name[len(prefix):].lower() if name.startswith(prefix) else name.lower()
+def _names(enum_type: Any, prefix: str, sep: str = "_") -> dict[int, str]:
+    """value -> the value's name without its prefix, in lower case (sep joins its words)."""
+    return {v: (n[len(prefix):] if n.startswith(prefix) else n).lower().replace("_", sep)
+            for n, v in enum_type.items()}
+
+
+# Enum names, looked up per turn and per step: built once here (EnumTypeWrapper.values() and
+# .keys() build a new list on every call).
+_ROLE = _names(epb.Role, "ROLE_")
+_TURN_KIND = _names(epb.TurnKind, "TURN_KIND_")
+_PHASE = _names(epb.Phase, "PHASE_")
+_STATUS = _names(epb.EpisodeStatus, "EPISODE_STATUS_")
+_REWARD_TYPE = _names(epb.RewardType, "REWARD_TYPE_")
+_ORACLE_TYPE = _names(epb.OracleType, "ORACLE_TYPE_")
+_BUDGET_UNIT = _names(epb.BudgetUnit, "BUDGET_UNIT_")
+# Protocols are named as the CLI's --protocol names them: "ambitab", "bird-c", ...; UNSPECIFIED is
+# the server's default, AMBITAB.
+_PROTOCOL_VALUE = {n: v for v, n in _names(epb.Protocol, "PROTOCOL_", sep="-").items() if v}
+_PROTOCOL = {v: n for n, v in _PROTOCOL_VALUE.items()}
+_PROTOCOL[epb.PROTOCOL_UNSPECIFIED] = "ambitab"
+
+# The protocols reset(protocol=...) takes, by name (BIRD_A and the TIDE protocols are reserved:
+# a server that does not serve them answers INVALID_ARGUMENT / INVALID_OPTION).
+PROTOCOLS = tuple(n for n, v in sorted(_PROTOCOL_VALUE.items(), key=lambda nv: nv[1]))
+# Name -> value for the option arguments ("unspecified" included, as the enum's own name).
+_REWARD_VALUE = {n: v for v, n in _REWARD_TYPE.items()}
+_SOLVER_VALUE = {n: v for v, n in _names(epb.Solver, "SOLVER_").items()}
+_ORACLE_VALUE = {n: v for v, n in _ORACLE_TYPE.items()}
+
+
+def _choices(table: dict[str, int]) -> str:
+    return ", ".join(n for n, v in table.items() if v)
+
+
+def _name(table: dict[int, str], value: int) -> str:
+    name = table.get(value)
+    return name if name is not None else f"unknown_{value}"
 
 
 @dataclass(frozen=True)
 class Action:
-    """One policy decision: kind is "ask", "stop" or "submit_sql"; text is the question or SQL."""
+    """One policy decision: kind is "ask", "stop", "submit_sql" or "unparsed"; text is the
+    question, the SQL, or the model output that could not be parsed."""
 
     kind: str
     text: str = ""
@@ -47,6 +84,14 @@ class Action:
     def submit_sql(sql: str) -> "Action":
         return Action("submit_sql", sql)
 
+    @staticmethod
+    def unparsed(text: str) -> "Action":
+        """Report model output that could not be parsed into an action (text: the output as it
+        was), so that the episode's protocol applies its own rule: AMBITAB answers the first with
+        a notice asking for a valid action and takes the second in a row as STOP; BIRD_C spends a
+        turn on it (on the last turn, or in a debug retry, it ends the sub-task unsolved)."""
+        return Action("unparsed", "" if text is None else str(text))
+
     def to_proto(self) -> epb.Action:
         if self.kind == "ask":
             return epb.Action(ask=epb.Action.Ask(text=self.text))
@@ -54,7 +99,9 @@ class Action:
             return epb.Action(stop=epb.Action.Stop())
         if self.kind == "submit_sql":
             return epb.Action(submit_sql=epb.Action.SubmitSql(sql=self.text))
-        raise ValueError(f"unknown action kind {self.kind!r}: want ask, stop or submit_sql")
+        if self.kind == "unparsed":
+            return epb.Action(unparsed=epb.Action.Unparsed(text=self.text))
+        raise ValueError(f"unknown action kind {self.kind!r}: want ask, stop, submit_sql or unparsed")
 
 
 @dataclass(frozen=True)
@@ -101,20 +148,31 @@ class TaskView:
 
 @dataclass(frozen=True)
 class TaskSummary:
+    """One task of ListTasks. subtasks is 2 when the task has a follow-up (its request is revealed
+    only once phase 1 is solved; BIRD_C serves only such tasks), else 1."""
+
     corpus: str
     task_id: str
     split: str
     database: str
     request: str
+    subtasks: int = 1
+
+    @staticmethod
+    def from_proto(t: Any) -> "TaskSummary":
+        return TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request, int(t.subtasks) or 1)
 
 
 @dataclass(frozen=True)
 class Turn:
     """One utterance. role: "policy" | "oracle" | "environment"; kind: "request" | "question" |
-    "reply" | "refusal" | "stop" | "sql" | "feedback" | "notice" (the TurnKind name, lower-cased,
-    without its prefix). A question is followed by a "reply" when it was answered and by a
-    "refusal" (role "oracle") when the oracle, or the environment in its place, declined: tell
-    the two by kind, never by text."""
+    "reply" | "refusal" | "stop" | "sql" | "feedback" | "notice" | "unparsed" (the TurnKind name,
+    lower-cased, without its prefix). A question is followed by a "reply" when it was answered and
+    by a "refusal" (role "oracle") when the oracle, or the environment in its place, declined: tell
+    the two by kind, never by text. An "unparsed" turn (role "policy") is model output the client
+    reported with Action.unparsed. In a BIRD_C episode the follow-up's request, released once
+    phase 1 passes, is a "request" turn of role "environment"; the debug-retry message is a
+    "feedback" turn of role "environment"."""
 
     role: str
     kind: str
@@ -122,16 +180,15 @@ class Turn:
 
     @staticmethod
     def from_proto(t: epb.Turn) -> "Turn":
-        return Turn(
-            _enum_name(epb.Role, t.role, "ROLE_"),
-            _enum_name(epb.TurnKind, t.kind, "TURN_KIND_"),
-            t.text,
-        )
+        return Turn(_name(_ROLE, t.role), _name(_TURN_KIND, t.kind), t.text)
 
 
 @dataclass(frozen=True)
 class Reward:
-    """type: "question_f1" | "outcome". Components undefined for the episode are absent."""
+    """type: "question_f1" | "outcome" | "bird_interact". Components undefined for the episode
+    are absent: "question_f1", "precision", "recall", "outcome" (AMBITAB); "phase1", "phase2"
+    (bird_interact: phase 1 is 0.7 on the first try, 0.5 after the debug retry, else 0; phase 2
+    0.3 / 0.2 / 0, absent when the follow-up was never released)."""
 
     type: str
     value: float
@@ -139,7 +196,41 @@ class Reward:
 
     @staticmethod
     def from_proto(r: epb.Reward) -> "Reward":
-        return Reward(_enum_name(epb.RewardType, r.type, "REWARD_TYPE_"), r.value, dict(r.components))
+        return Reward(_name(_REWARD_TYPE, r.type), r.value, dict(r.components))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An episode's interaction budget in its protocol's unit: "questions" (AMBITAB: B = m + C
+    answered questions), "turns" (BIRD_C: each question, SQL submission or unparsed output; a
+    debug retry is not one) or "coins" (BIRD_A). Amounts are exact fixed-point thousandths of the
+    unit (*_milli); total, used and remaining are the same as floats (milli / 1000)."""
+
+    unit: str
+    total_milli: int
+    used_milli: int
+    remaining_milli: int
+
+    @property
+    def total(self) -> float:
+        return self.total_milli / 1000
+
+    @property
+    def used(self) -> float:
+        return self.used_milli / 1000
+
+    @property
+    def remaining(self) -> float:
+        return self.remaining_milli / 1000
+
+    @staticmethod
+    def from_proto(b: Any) -> "Budget":
+        return Budget(_name(_BUDGET_UNIT, b.unit), int(b.total_milli), int(b.used_milli),
+                      int(b.remaining_milli))
+
+
+def _budget(o: Any) -> Budget | None:
+    return Budget.from_proto(o.budget) if o.HasField("budget") else None
 
 
 def _privileged(msg: Any, present: bool) -> dict | None:
@@ -154,7 +245,13 @@ class Episode:
 
     turns is the whole history so far (reset turns plus every step's turns), accumulated on
     the client. privileged is None unless asked for; when several calls asked for it, the
-    latest call's fields are laid over the earlier ones (so the reset's ambiguities stay)."""
+    latest call's fields are laid over the earlier ones (so the reset's ambiguities stay).
+
+    protocol is the episode's protocol as reset names it ("ambitab", "bird-c", ...); subtask the
+    sub-task being played (1, or 2 once a BIRD_C follow-up is released); budget the interaction
+    budget in the protocol's unit (None from a server that does not send one); sql_required is
+    True when only submit_sql is accepted now (BIRD_C: the last turn, or a debug retry). An
+    Episode made from a bare token knows none of them ("", 0, None, False)."""
 
     token: bytes = field(repr=False)
     episode_id: str
@@ -170,6 +267,10 @@ class Episode:
     status: str
     reward: Reward | None
     privileged: dict | None
+    protocol: str = ""
+    subtask: int = 0
+    budget: Budget | None = None
+    sql_required: bool = False
 
     @property
     def request(self) -> str:
@@ -185,7 +286,7 @@ class Episode:
             group_index=int(e.group_index),
             task=TaskView.from_proto(o.task) if o.HasField("task") else None,
             turns=tuple(Turn.from_proto(t) for t in o.turns),
-            phase=_enum_name(epb.Phase, o.phase, "PHASE_"),
+            phase=_name(_PHASE, o.phase),
             question_budget=o.question_budget,
             questions_asked=o.questions_asked,
             questions_remaining=o.questions_remaining,
@@ -193,6 +294,10 @@ class Episode:
             status="running",
             reward=None,
             privileged=_privileged(e.privileged, e.HasField("privileged")),
+            protocol=_name(_PROTOCOL, o.protocol),
+            subtask=int(o.subtask) or 1,
+            budget=_budget(o),
+            sql_required=bool(o.sql_required),
         )
 
     @staticmethod
@@ -203,7 +308,10 @@ class Episode:
 
 @dataclass(frozen=True)
 class StepResult:
-    """The outcome of one step: the updated episode and what this step added."""
+    """The outcome of one step: the updated episode and what this step added. protocol, subtask,
+    budget and sql_required are the updated episode's (see Episode); released is True on the step
+    that released a BIRD_C follow-up (its request is then an "environment" "request" turn of
+    new_turns)."""
 
     episode: Episode
     new_turns: tuple[Turn, ...]
@@ -216,7 +324,7 @@ class StepResult:
     def from_proto(prev: Episode, r: Any) -> "StepResult":
         o = r.observation
         new_turns = tuple(Turn.from_proto(t) for t in o.turns)
-        status = _enum_name(epb.EpisodeStatus, r.status, "EPISODE_STATUS_")
+        status = _name(_STATUS, r.status)
         reward = Reward.from_proto(r.reward) if r.HasField("reward") else None
         priv = _privileged(r.privileged, r.HasField("privileged"))
         merged = prev.privileged
@@ -227,7 +335,7 @@ class StepResult:
             token=bytes(r.token),
             task=TaskView.from_proto(o.task) if o.HasField("task") else prev.task,
             turns=prev.turns + new_turns,
-            phase=_enum_name(epb.Phase, o.phase, "PHASE_"),
+            phase=_name(_PHASE, o.phase),
             question_budget=o.question_budget,
             questions_asked=o.questions_asked,
             questions_remaining=o.questions_remaining,
@@ -235,8 +343,32 @@ class StepResult:
             status=status,
             reward=reward,
             privileged=merged,
+            protocol=_name(_PROTOCOL, o.protocol),
+            subtask=int(o.subtask) or 1,
+            budget=_budget(o),
+            sql_required=bool(o.sql_required),
         )
         return StepResult(ep, new_turns, r.done, status, reward, priv)
+
+    @property
+    def protocol(self) -> str:
+        return self.episode.protocol
+
+    @property
+    def subtask(self) -> int:
+        return self.episode.subtask
+
+    @property
+    def budget(self) -> Budget | None:
+        return self.episode.budget
+
+    @property
+    def sql_required(self) -> bool:
+        return self.episode.sql_required
+
+    @property
+    def released(self) -> bool:
+        return any(t.role == "environment" and t.kind == "request" for t in self.new_turns)
 
 
 @dataclass(frozen=True)
@@ -259,37 +391,67 @@ class OracleInfo:
 
     @staticmethod
     def from_proto(o: Any, reference: int) -> "OracleInfo":
-        name = lambda v: _enum_name(epb.OracleType, v, "ORACLE_TYPE_")  # noqa: E731
+        name = lambda v: _name(_ORACLE_TYPE, v)  # noqa: E731
         return OracleInfo(name(o.type), o.matcher, o.responder, name(o.hybrid), o.test_fixture,
                           o.type == reference)
 
 
 def reward_enum(reward: str | None) -> int:
+    """RewardType of a reward name ("question_f1", "outcome", "bird_interact"); None or "" is
+    UNSPECIFIED: the protocol's default (question_f1 under AMBITAB, bird_interact under BIRD_C)."""
     if reward is None or reward == "":
         return epb.REWARD_TYPE_UNSPECIFIED
-    try:
-        return epb.RewardType.Value("REWARD_TYPE_" + reward.upper())
-    except ValueError:
-        raise ValueError(f"unknown reward {reward!r}: want question_f1 or outcome") from None
+    v = _REWARD_VALUE.get(str(reward).strip().lower().replace("-", "_"))
+    if v is None:
+        raise ValueError(f"unknown reward {reward!r}: want one of {_choices(_REWARD_VALUE)}")
+    return v
 
 
 def solver_enum(solver: str | None) -> int:
     if solver is None or solver == "":
         return epb.SOLVER_UNSPECIFIED
-    try:
-        return epb.Solver.Value("SOLVER_" + solver.upper())
-    except ValueError:
-        raise ValueError(f"unknown solver {solver!r}: want client or lookup") from None
+    v = _SOLVER_VALUE.get(str(solver).strip().lower())
+    if v is None:
+        raise ValueError(f"unknown solver {solver!r}: want one of {_choices(_SOLVER_VALUE)}")
+    return v
 
 
 def oracle_enum(oracle: str | None) -> int:
     if oracle is None or oracle == "":
         return epb.ORACLE_TYPE_UNSPECIFIED
-    try:
-        return epb.OracleType.Value("ORACLE_TYPE_" + oracle.upper())
-    except ValueError:
-        names = [n[len("ORACLE_TYPE_"):].lower() for n in epb.OracleType.keys()[1:]]
-        raise ValueError(f"unknown oracle {oracle!r}: want one of {', '.join(names)}") from None
+    v = _ORACLE_VALUE.get(str(oracle).strip().lower())
+    if v is None:
+        raise ValueError(f"unknown oracle {oracle!r}: want one of {_choices(_ORACLE_VALUE)}")
+    return v
+
+
+def protocol_enum(protocol: "str | int | None") -> int:
+    """The Protocol value of reset(protocol=...): None or "" (UNSPECIFIED: the server's default,
+    AMBITAB); a Protocol enum value (avtgym.v1.episode_pb2.PROTOCOL_BIRD_C); or a name, as the
+    CLI's --protocol writes it ("ambitab", "bird-c", "bird-a", "tide-f", "tide-p"), in any case,
+    with "_" for "-" and with or without the "PROTOCOL_" prefix ("BIRD_C", "PROTOCOL_BIRD_C")."""
+    if protocol is None or protocol == "":
+        return epb.PROTOCOL_UNSPECIFIED
+    if isinstance(protocol, bool):
+        raise TypeError(f"protocol {protocol!r}: want a name or a Protocol value")
+    if isinstance(protocol, int):
+        if protocol not in _PROTOCOL:
+            raise ValueError(f"unknown protocol value {protocol}: want one of {', '.join(PROTOCOLS)}")
+        return int(protocol)
+    if not isinstance(protocol, str):
+        raise TypeError(f"protocol {protocol!r}: want a name or a Protocol value")
+    key = protocol.strip().lower().replace("_", "-")
+    if key.startswith("protocol-"):
+        key = key[len("protocol-"):]
+    v = _PROTOCOL_VALUE.get(key)
+    if v is None:
+        raise ValueError(f"unknown protocol {protocol!r}: want one of {', '.join(PROTOCOLS)}")
+    return v
+
+
+def protocol_name(protocol: "str | int | None") -> str:
+    """The name ("ambitab", "bird-c", ...) of what reset(protocol=...) takes; None is "ambitab"."""
+    return _PROTOCOL[protocol_enum(protocol)]
 
 
 def as_mapping(x: Mapping[str, Any] | None) -> dict[str, Any]:

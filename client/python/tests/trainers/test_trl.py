@@ -8,6 +8,7 @@ import pytest
 
 from avtgym.trainers.trl import (
     AvtgymRollout,
+    AvtgymSQLToolEnv,
     AvtgymToolEnv,
     TransformersGenerate,
     VLLMServerGenerate,
@@ -121,6 +122,69 @@ def test_malformed_output_stops_or_retries(trainer_addr, tokenizer):
     env = tokenizer.decode(spans(out["completion_ids"][0], out["env_mask"][0], 0))
     assert "not a valid action" in env and out["avtgym_malformed"] == [1]
     assert out["avtgym_status"] == ["terminated"]
+
+
+def bird_c_task(addr):
+    """A demo task with a follow-up, its reference SQL and its follow-up's (privileged channel)."""
+    from avtgym import Action, Client
+
+    with Client(addr) as c:
+        task = next(t.task_id for t in c.list_tasks() if t.subtasks == 2)
+        ep = c.reset(task_id=task, protocol="bird-c", privileged=True)
+        ref = ";\n".join(ep.privileged["reference_sql"])
+        res = c.step(ep, Action.submit_sql(ref), privileged=True)
+        return task, ref, ";\n".join(res.privileged["follow_up_reference_sql"]), res.new_turns[-1].text
+
+
+def test_bird_c_rollout(trainer_addr, tokenizer):
+    """protocol passes through to reset; malformed output is reported as unparsed (the server's
+    notice spends a turn); the follow-up's request, released after phase 1, is appended as a user
+    turn and never trainable; the reward is BIRD-Interact's (0.7 + 0.3)."""
+    from avtgym.trainers import BIRD_C_SYSTEM_PROMPT
+
+    task, ref, fu_ref, follow_up = bird_c_task(trainer_addr)
+    turns = ["hmm", json.dumps({"type": "sql", "sql": ref}), json.dumps({"type": "sql", "sql": fu_ref})]
+    prompts = [task_prompt(task_id=task, seed=1, protocol="bird-c", patience=3)]
+    out = AvtgymRollout(trainer_addr).rollout(prompts, tokenizer, scripted(tokenizer, turns), max_completion_length=8192)
+    assert out["avtgym_reward"] == [pytest.approx(1.0)] and out["avtgym_subtask"] == [2]
+    assert out["avtgym_malformed"] == [1] and out["avtgym_status"] == ["terminated"]
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    policy = tokenizer.decode(spans(ids, mask, 1), skip_special_tokens=False)
+    env = tokenizer.decode(spans(ids, mask, 0), skip_special_tokens=False)
+    assert policy == "".join(t + "<|im_end|>" for t in turns)
+    assert follow_up in env and "this turn is spent" in env and follow_up not in policy
+    assert BIRD_C_SYSTEM_PROMPT in tokenizer.decode(out["prompt_ids"][0])
+
+    # reset_kwargs carry the protocol too; an explicit on_malformed="stop" ends the episode (STOP)
+    out = AvtgymRollout(trainer_addr, reset_kwargs={"protocol": "bird-c"}, on_malformed="stop").rollout(
+        [task_prompt(task_id=task, seed=1)], tokenizer, scripted(tokenizer, ["hmm"]))
+    assert out["avtgym_reward"] == [0.0] and out["avtgym_subtask"] == [1]
+    with pytest.raises(ValueError):
+        AvtgymRollout(trainer_addr, on_malformed="ignore")
+
+
+def test_ambitab_unparsed_option(trainer_addr, tokenizer):
+    """on_malformed="unparsed" under AMBITAB: the server's notice, then STOP on the second."""
+    out = AvtgymRollout(trainer_addr, on_malformed="unparsed").rollout(
+        [task_prompt(task_id="shop-001", seed=1)], tokenizer, scripted(tokenizer, ["blah"]))
+    env = tokenizer.decode(spans(out["completion_ids"][0], out["env_mask"][0], 0))
+    assert "could not be read" in env and out["avtgym_malformed"] == [2]
+    assert out["avtgym_status"] == ["terminated"] and out["avtgym_reward"] == [0.0]
+
+
+def test_sql_tool_env(trainer_addr):
+    pytest.importorskip("transformers")
+    from transformers.utils import get_json_schema
+
+    task, ref, fu_ref, follow_up = bird_c_task(trainer_addr)
+    env = AvtgymSQLToolEnv(trainer_addr)
+    assert "turn(s)" in env.reset(task_id=task, seed=2)
+    assert env.submit_sql(ref) == "New request: " + follow_up
+    assert "over" in env.submit_sql(fu_ref)
+    assert env.get_reward() == pytest.approx(1.0)
+    assert get_json_schema(env.submit_sql)["function"]["parameters"]["required"] == ["sql"]
+    env.reset(task_id=task, seed=2, patience=0)
+    assert env.get_reward() == 0.0  # never submitted: STOP at scoring time, sub-task 1 unsolved
 
 
 def test_completion_budget_forces_stop(trainer_addr, tokenizer):

@@ -211,6 +211,39 @@ def test_agent_loop_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
     assert score == {"reward_score": 1.0, "reward_extra_info": {"score": 1.0, "avtgym_dropped": 0.0}}
 
 
+def test_agent_loop_bird_c_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
+    """BIRD_C through verl's loop: protocol in the row's interaction_kwargs; a malformed turn is
+    reported as unparsed; the follow-up's request after phase 1 is a user turn (response_mask 0);
+    the final score is 0.7 + 0.3."""
+    from avtgym import Action, Client
+    from avtgym.trainers import BIRD_C_SYSTEM_PROMPT
+
+    with Client(trainer_addr) as c:
+        task = next(t.task_id for t in c.list_tasks() if t.subtasks == 2)
+        ep = c.reset(task_id=task, protocol="bird-c", privileged=True)
+        ref = ";\n".join(ep.privileged["reference_sql"])
+        res = c.step(ep, Action.submit_sql(ref), privileged=True)
+        fu_ref, follow_up = ";\n".join(res.privileged["follow_up_reference_sql"]), res.new_turns[-1].text
+    overrides = verl_mod.write_verl_configs(str(tmp_path), trainer_addr)
+    cfg = verl_config(overrides + ["actor_rollout_ref.rollout.prompt_length=8192",
+                                   "actor_rollout_ref.rollout.response_length=8192"])
+    row = row_for(trainer_addr, verl_mod, task_id=task, seed=3, protocol="bird-c")
+    assert row["extra_info"]["interaction_kwargs"]["protocol"] == "bird-c"
+    assert row["prompt"][0] == {"role": "system", "content": BIRD_C_SYSTEM_PROMPT}
+    turns = ["hmm", json.dumps({"type": "sql", "sql": ref}), json.dumps({"type": "sql", "sql": fu_ref})]
+
+    async def main():
+        loop, out = await run_trajectory(cfg, tokenizer, turns, row)
+        policy, env = split(tokenizer, out)
+        assert policy == "".join(t + "<|im_end|>" for t in turns)
+        assert follow_up in env and "this turn is spent" in env
+        assert out.extra_fields["turn_scores"] == [pytest.approx(1.0)]
+        assert out.extra_fields["avtgym"]["subtask"] == 2 and out.extra_fields["avtgym"]["malformed"] == 1
+        return out
+
+    asyncio.run(main())
+
+
 def test_agent_loop_error_episode_is_dropped(error_addr, tokenizer, tmp_path, verl_mod):
     """An ERROR episode through verl's loop: NaN final score, response_mask all 0 (no gradient),
     compute_score reports it dropped, state freed."""

@@ -9,10 +9,21 @@
   agent loop that also drops ERROR trajectories (mask zeroed) and frees per-request state; and
   ``compute_score``, the reward function.
 
+Every adapter passes ``protocol`` (and ``patience``) through to reset like the other reset
+arguments. Under a protocol other than AMBITAB, malformed model output is by default reported to
+the server as an unparsed action (the protocol decides what it costs; BIRD_C spends a turn)
+instead of the client-side STOP fallback (``on_malformed``), and the default system prompt is the
+protocol's (``system_prompt_for``). An episode cut short (a length or decision cap) is ended with
+STOP under every protocol (BIRD_C: the sub-task ends unsolved, and the episode is scored).
+Environment turns (notices, feedback, a BIRD_C follow-up's request) reach the model as user
+messages and are never trainable.
+
 The OpenEnv environment client is ``avtgym.openenv`` (not a trainer adapter: any OpenEnv loop).
 Importing this package imports neither torch, trl nor verl; each submodule imports its trainer
 when it is imported (``avtgym.trainers.verl``) or called (``avtgym.trainers.trl``).
 """
+
+from typing import Any
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are helping a user who asked for data from a SQL database. Their request may be "
@@ -22,4 +33,72 @@ DEFAULT_SYSTEM_PROMPT = (
     "when nothing important is left unclear."
 )
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT"]
+# BIRD_C (BIRD-Interact's c-Interact): ask within a turn budget, then SQL; a follow-up request may
+# come once the SQL is accepted.
+BIRD_C_SYSTEM_PROMPT = (
+    "You are helping a user who asked for data from a SQL database. Their request may be "
+    "ambiguous. You may ask the user clarifying questions, one per turn, within a small number of "
+    "turns, and then write the SQL. Answer with exactly one JSON object per turn: "
+    '{"type": "clarification", "question": "..."} to ask a question, or '
+    '{"type": "sql", "sql": "..."} to submit the SQL. If the SQL fails you get one more chance, '
+    "which must be SQL. Once it is accepted the user may send a follow-up request: answer it the "
+    "same way."
+)
+
+_SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PROMPT}
+
+# Malformed-output handling ("on_malformed"): the client-side conventions "stop" (AmbiTab's
+# fallback) and "retry" (one corrective notice, then STOP), or "unparsed" (report the output to the
+# server, Action.unparsed: the protocol's own rule applies). None: "stop" under AMBITAB,
+# "unparsed" under any other protocol.
+ON_MALFORMED = ("stop", "retry", "unparsed")
+
+
+def system_prompt_for(protocol: "str | int | None" = None) -> str:
+    """The default system prompt of a protocol: DEFAULT_SYSTEM_PROMPT (AmbiTab's JSON actions:
+    clarification or done) for AMBITAB (and None), BIRD_C_SYSTEM_PROMPT (clarification or sql)
+    for BIRD_C."""
+    from avtgym.types import protocol_name
+
+    name = protocol_name(protocol)
+    return _SYSTEM_PROMPTS.get(name, DEFAULT_SYSTEM_PROMPT)
+
+
+class _ProtocolPrompt:
+    """The sentinel default of the adapters' system_prompt: the episode's protocol's prompt."""
+
+    def __repr__(self) -> str:
+        return "PROTOCOL_PROMPT"
+
+
+# The adapters' default system_prompt: system_prompt_for(the episode's protocol), i.e.
+# DEFAULT_SYSTEM_PROMPT under AMBITAB (as before) and BIRD_C_SYSTEM_PROMPT under BIRD_C.
+PROTOCOL_PROMPT: Any = _ProtocolPrompt()
+
+
+def resolve_system_prompt(system_prompt: Any, protocol: "str | int | None") -> "str | None":
+    """system_prompt as given (a string, or None for no system message), or the protocol's
+    default when it is PROTOCOL_PROMPT."""
+    if system_prompt is PROTOCOL_PROMPT:
+        return system_prompt_for(protocol)
+    return system_prompt
+
+
+def check_on_malformed(on_malformed: str | None) -> str | None:
+    if on_malformed is not None and on_malformed not in ON_MALFORMED:
+        raise ValueError(f"on_malformed {on_malformed!r}: want {', '.join(ON_MALFORMED)} or None")
+    return on_malformed
+
+
+def malformed_policy(on_malformed: str | None, protocol: str | None) -> str:
+    """The malformed-output handling in effect for an episode of this protocol (see
+    ON_MALFORMED): the explicit choice, else "stop" under AMBITAB (AmbiTab's fallback, as before)
+    and "unparsed" under any other protocol (BIRD_C: the output spends a turn, as in
+    BIRD-Interact's harness; a client-side STOP would end the episode)."""
+    if on_malformed is not None:
+        return on_malformed
+    return "stop" if protocol in (None, "", "ambitab") else "unparsed"
+
+
+__all__ = ["BIRD_C_SYSTEM_PROMPT", "DEFAULT_SYSTEM_PROMPT", "ON_MALFORMED", "PROTOCOL_PROMPT",
+           "malformed_policy", "resolve_system_prompt", "system_prompt_for"]

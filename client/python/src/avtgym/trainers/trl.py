@@ -12,7 +12,9 @@ Two hooks of TRL are supported, each used only through its documented contract:
    prompts becomes one GRPO group (``reset_group``: same task, same hidden interpretation). For
    every episode the adapter generates a turn, maps the text to an action with
    ``avtgym.parse_action``, steps all live episodes in one ``StepBatch``, appends the oracle's reply
-   as a user turn, and repeats until the episodes are done. ``env_mask`` is 1 exactly on the
+   (and any environment turn: a notice, feedback, a BIRD_C follow-up's request) as a user turn,
+   and repeats until the episodes are done. ``protocol`` and ``patience`` are reset arguments like
+   the others (``reset_kwargs={"protocol": "bird-c"}`` or per prompt). ``env_mask`` is 1 exactly on the
    tokens the policy generated and 0 on the oracle's and environment's tokens (and on chat-template
    glue around them), so oracle text is never trained on. ``avtgym_reward`` (and the other
    ``avtgym_*`` fields) reach the reward functions; ``avtgym_reward`` returns the episode's reward,
@@ -47,10 +49,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from avtgym import Action, AvtgymError, Client, Episode, parse_action, render_chat
-from avtgym.trainers import DEFAULT_SYSTEM_PROMPT
+from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
+    DEFAULT_SYSTEM_PROMPT,
+    PROTOCOL_PROMPT,
+    check_on_malformed,
+    malformed_policy,
+    resolve_system_prompt,
+)
 
 __all__ = [
     "AvtgymRollout",
+    "AvtgymSQLToolEnv",
     "AvtgymToolEnv",
     "avtgym_reward",
     "reset_spec",
@@ -64,7 +73,7 @@ __all__ = [
 
 # Reset arguments a prompt spec (or a dataset row, for AvtgymToolEnv) may carry.
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle")
+              "zero_ambiguity_budget", "oracle", "protocol", "patience")
 
 # generate_fn(prompt_ids, max_new_tokens) -> (completion_ids, per-token logprobs or None): one
 # completion per prompt, each at most max_new_tokens long (longer ones are cut).
@@ -169,13 +178,17 @@ class AvtgymRollout:
     """A ``rollout_func`` for ``trl.GRPOTrainer`` that plays avtgym asking episodes.
 
     target / client: the avtgym server (a Client is created lazily from target).
-    system_prompt: the system message of every episode (None: none).
+    system_prompt: the system message of every episode (None: none; default PROTOCOL_PROMPT: the
+        episode's protocol's prompt, DEFAULT_SYSTEM_PROMPT under AMBITAB, BIRD_C_SYSTEM_PROMPT
+        under BIRD_C).
     action_format: how render_chat writes policy turns in prompts ("json" matches the default
         system prompt).
-    reset_kwargs: defaults for every reset (e.g. {"reward": "question_f1"}); the prompt's spec
-        overrides them.
-    on_malformed: "stop" (default; AmbiTab's fallback: a malformed turn ends asking with STOP) or
-        "retry" (one corrective environment notice per episode, then STOP).
+    reset_kwargs: defaults for every reset (e.g. {"reward": "question_f1"}, {"protocol": "bird-c",
+        "patience": 3}); the prompt's spec overrides them.
+    on_malformed: what a malformed turn does: "stop" (AmbiTab's fallback: it ends asking with
+        STOP), "retry" (one corrective environment notice per episode, then STOP) or "unparsed"
+        (reported to the server, Action.unparsed: the protocol's rule applies; BIRD_C spends a
+        turn). Default None: "stop" under AMBITAB, "unparsed" under any other protocol.
     max_decisions: a safety cap on policy turns per episode (the server's budget ends episodes
         earlier).
     max_completion_length: cap on completion tokens (policy + environment); default: the
@@ -186,14 +199,13 @@ class AvtgymRollout:
     """
 
     def __init__(self, target: str = "127.0.0.1:50051", *, client: Client | None = None,
-                 system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, action_format: str = "json",
-                 reset_kwargs: Mapping[str, Any] | None = None, on_malformed: str = "stop",
+                 system_prompt: Any = PROTOCOL_PROMPT, action_format: str = "json",
+                 reset_kwargs: Mapping[str, Any] | None = None, on_malformed: str | None = None,
                  max_decisions: int = 32, max_completion_length: int | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
                  generate_fn: GenerateFn | None = None, timeout: float = 30.0,
                  max_turn_tokens: int | None = None):
-        if on_malformed not in ("stop", "retry"):
-            raise ValueError(f"on_malformed {on_malformed!r}: want stop or retry")
+        check_on_malformed(on_malformed)
         self.target = target
         self._client = client
         self.timeout = timeout
@@ -269,11 +281,14 @@ class AvtgymRollout:
                 action = parsed.action
                 if not parsed.ok:
                     t.malformed += 1
-                    if self.on_malformed == "retry" and t.malformed == 1 and not self._full(t, max_completion_length):
+                    policy = malformed_policy(self.on_malformed, t.episode.protocol)
+                    if policy == "retry" and t.malformed == 1 and not self._full(t, max_completion_length):
                         self._append_env(t, chat, [MALFORMED_NOTICE.format(error=parsed.error)],
                                          max_completion_length)
                         continue
-                    action = Action.stop()
+                    # "unparsed": the server's protocol decides (its notice comes back as an
+                    # environment turn); else AmbiTab's fallback STOP.
+                    action = parsed.or_unparsed() if policy == "unparsed" else Action.stop()
                 if t.decisions >= self.max_decisions and action is not None and action.kind == "ask":
                     action = Action.stop()
                 items.append((t, action))
@@ -289,6 +304,8 @@ class AvtgymRollout:
                 if r.done or t.force_stop:
                     t.active = False
                     continue
+                # Every non-policy turn of the step (the oracle's reply, environment notices and
+                # feedback, a BIRD_C follow-up's request) is one user message, never trainable.
                 replies = [x.text for x in r.new_turns if x.role != "policy" and x.text]
                 self._append_env(t, chat, replies or [NO_REPLY], max_completion_length)
         return self._output(trajs, chat, max_completion_length)
@@ -319,7 +336,8 @@ class AvtgymRollout:
         if isinstance(ep, AvtgymError):
             t = _Traj(None, [], error=str(ep), active=False)
             return t
-        messages, _ = render_chat(ep, self.system_prompt, action_format=self.action_format, merge_user=True)
+        messages, _ = render_chat(ep, resolve_system_prompt(self.system_prompt, ep.protocol),
+                                  action_format=self.action_format, merge_user=True)
         t = _Traj(ep, messages, prompt_ids=chat.encode(chat.render(messages, True)))
         if ep.done:
             t.active = False
@@ -362,7 +380,7 @@ class AvtgymRollout:
     def _output(self, trajs: list[_Traj], chat: _Chat, maxlen: int | None) -> dict[str, Any]:
         out: dict[str, Any] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "avtgym_reward",
                                                "avtgym_status", "avtgym_episode_id", "avtgym_questions",
-                                               "avtgym_malformed", "avtgym_error")}
+                                               "avtgym_malformed", "avtgym_error", "avtgym_subtask")}
         any_logprobs = all(t.logprobs is not None for t in trajs)
         logprobs: list[list[float]] = []
         for t in trajs:
@@ -386,6 +404,7 @@ class AvtgymRollout:
             out["avtgym_questions"].append(ep.questions_asked if ep is not None else 0)
             out["avtgym_malformed"].append(t.malformed)
             out["avtgym_error"].append(t.error or "")
+            out["avtgym_subtask"].append(ep.subtask if ep is not None else 0)
         out["logprobs"] = logprobs if any_logprobs else None
         return out
 
@@ -547,16 +566,26 @@ def default_generate_fn(trainer: Any) -> GenerateFn:
 def _task_text(ep: Episode) -> str:
     messages, _ = render_chat(ep, None, merge_user=True)
     text = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
-    return f"{text}\n\n(You may ask up to {ep.question_budget} clarifying question(s).)"
+    if ep.protocol in ("", "ambitab"):
+        return f"{text}\n\n(You may ask up to {ep.question_budget} clarifying question(s).)"
+    turns = f"{ep.budget.total:g}" if ep.budget is not None else "a few"
+    return (f"{text}\n\n(You have {turns} turn(s): each question and each SQL submission uses one; "
+            "the last one must be SQL.)")
 
 
-class AvtgymToolEnv:
-    """An ``environment_factory`` environment for ``trl.GRPOTrainer``: one avtgym episode per
-    rollout, played through tools. TRL calls ``reset(**row)`` with the dataset row (its keys from
-    RESET_KEYS pick the task), exposes the public methods as tools, masks tool results (the
-    oracle's replies) out of the loss, and calls ``get_reward`` once the rollout is over.
+def _env_text(turns: Iterable[Any]) -> str:
+    """The non-policy turns of a step as one tool result; a released follow-up's request (an
+    environment "request" turn) is marked as the user's new request."""
+    out = []
+    for t in turns:
+        if t.role == "policy" or not t.text:
+            continue
+        out.append(f"New request: {t.text}" if t.role == "environment" and t.kind == "request" else t.text)
+    return "\n".join(out)
 
-    Use functools.partial(AvtgymToolEnv, target=..., reward="question_f1") as the factory."""
+
+class _ToolEnvBase:
+    """An avtgym episode behind TRL's ``environment_factory`` (reset, the tools' step, get_reward)."""
 
     def __init__(self, target: str = "127.0.0.1:50051", client: Client | None = None, **reset_kwargs: Any):
         self._client = client or Client(target)
@@ -585,10 +614,35 @@ class AvtgymToolEnv:
             self._error = str(e)
             raise
         self._episode = res.episode
-        text = "\n".join(t.text for t in res.new_turns if t.role != "policy" and t.text)
+        text = _env_text(res.new_turns)
         if res.done:
             text = (text + "\n" if text else "") + "The episode is over."
         return text or NO_REPLY
+
+    def get_reward(self) -> float | None:
+        """The episode's reward; None (TRL leaves the rollout out of its group's baseline, with
+        advantage 0) when the episode ended in ERROR or a call failed."""
+        ep = self._episode
+        if ep is None or self._error:
+            return None
+        if not ep.done:  # the model never finished: end the episode now (STOP) so it is scored
+            try:
+                self._episode = ep = self._client.step(ep, Action.stop()).episode
+            except AvtgymError as e:
+                self._error = str(e)
+                return None
+        return float(ep.reward.value) if ep.reward is not None and ep.status != "error" else None
+
+
+class AvtgymToolEnv(_ToolEnvBase):
+    """An ``environment_factory`` environment for ``trl.GRPOTrainer``: one avtgym asking episode
+    (AMBITAB) per rollout, played through tools. TRL calls ``reset(**row)`` with the dataset row
+    (its keys from RESET_KEYS pick the task), exposes the public methods as tools, masks tool
+    results (the oracle's replies) out of the loss, and calls ``get_reward`` once the rollout is
+    over.
+
+    Use functools.partial(AvtgymToolEnv, target=..., reward="question_f1") as the factory. For
+    BIRD_C, where the policy writes the SQL, use AvtgymSQLToolEnv."""
 
     def ask_user(self, question: str) -> str:
         """Ask the user one clarifying question about their data request.
@@ -609,16 +663,39 @@ class AvtgymToolEnv:
         """
         return self._step(Action.stop())
 
-    def get_reward(self) -> float | None:
-        """The episode's reward; None (TRL leaves the rollout out of its group's baseline, with
-        advantage 0) when the episode ended in ERROR or a call failed."""
-        ep = self._episode
-        if ep is None or self._error:
-            return None
-        if not ep.done:  # the model never stopped: end asking now so the episode is scored
-            try:
-                self._episode = ep = self._client.step(ep, Action.stop()).episode
-            except AvtgymError as e:
-                self._error = str(e)
-                return None
-        return float(ep.reward.value) if ep.reward is not None and ep.status != "error" else None
+
+class AvtgymSQLToolEnv(_ToolEnvBase):
+    """The ``environment_factory`` environment for protocols where the policy writes the SQL
+    (BIRD_C, the default here): tools ``ask_user`` and ``submit_sql``. A tool result holds the
+    environment's turns too: the debug-retry message after a failed submission, and, once
+    phase 1's SQL passes, the follow-up's request ("New request: ..."), to be answered the same
+    way. get_reward ends an unfinished episode (STOP: the sub-task ends unsolved).
+
+    Use functools.partial(AvtgymSQLToolEnv, target=..., patience=3) as the factory."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", client: Client | None = None, **reset_kwargs: Any):
+        super().__init__(target, client, **{"protocol": "bird-c", **reset_kwargs})
+
+    def ask_user(self, question: str) -> str:
+        """Ask the user one clarifying question about their data request (uses one turn).
+
+        Args:
+            question: One clarifying question, as a single sentence.
+
+        Returns:
+            The user's reply.
+        """
+        return self._step(Action.ask(question))
+
+    def submit_sql(self, sql: str) -> str:
+        """Submit the SQL that answers the user's current request (uses one turn, except the one
+        retry after a failed submission).
+
+        Args:
+            sql: One SQL statement (or a script) answering the current request.
+
+        Returns:
+            What happened: the user's follow-up request when the SQL is accepted, a message
+            asking for one more try when it failed, or a notice that the episode is over.
+        """
+        return self._step(Action.submit_sql(sql))

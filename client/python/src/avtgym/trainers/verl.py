@@ -40,10 +40,15 @@ integrations that keep one alive and never call ``finalize_interaction`` are why
 exist.) All interactions of a process share one gRPC channel per target and event loop.
 
 Interaction config (the interaction YAML's ``config``): ``target`` (default 127.0.0.1:50051),
-``timeout``, ``retries``, ``on_malformed`` ("stop" or "retry"), reset defaults under ``reset``
-(e.g. ``{reward: question_f1}``), ``max_instances`` (16384) and ``state_ttl`` (3600 s; 0: none).
-Per-row ``interaction_kwargs`` (from ``extra_info``) pick the episode: ``task_id``, ``seed``,
-``corpus``, ``split`` … (``name`` selects the interaction and is ignored).
+``timeout``, ``retries``, ``on_malformed`` ("stop": AmbiTab's fallback STOP; "retry": one
+corrective notice, then STOP; "unparsed": report the output to the server, whose protocol
+decides; default: "stop" under AMBITAB, "unparsed" under any other protocol), reset defaults under
+``reset`` (e.g. ``{reward: question_f1}``, ``{protocol: bird-c, patience: 3}``), ``max_instances``
+(16384) and ``state_ttl`` (3600 s; 0: none). Per-row ``interaction_kwargs`` (from ``extra_info``)
+pick the episode: ``task_id``, ``seed``, ``corpus``, ``split``, ``protocol``, ``patience`` …
+(``name`` selects the interaction and is ignored). Every non-policy turn of a step (the oracle's
+reply, environment notices and feedback, a BIRD_C follow-up's request once phase 1 passes) is
+the user message verl appends (response_mask 0).
 
 verl removed ``verl.interactions`` after 0.7.1 (0.8.0 and 0.9.x on PyPI do not ship it); this
 module needs verl 0.7.x. Importing it imports verl; importing ``avtgym.trainers`` does not.
@@ -64,7 +69,13 @@ from typing import Any, Callable, Mapping
 from uuid import uuid4
 
 from avtgym import Action, AsyncClient, AvtgymError, Episode, parse_action, render_chat
-from avtgym.trainers import DEFAULT_SYSTEM_PROMPT
+from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
+    DEFAULT_SYSTEM_PROMPT,
+    PROTOCOL_PROMPT,
+    check_on_malformed,
+    malformed_policy,
+    resolve_system_prompt,
+)
 
 try:
     from verl.experimental.agent_loop.agent_loop import register as _register_agent_loop
@@ -97,7 +108,7 @@ ADV_ESTIMATOR = "avtgym_grpo"
 # verl/__init__.py imports the modules this environment variable lists (comma-separated).
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle")
+              "zero_ambiguity_budget", "oracle", "protocol", "patience")
 MALFORMED_NOTICE = ("Your last message was not a valid action ({error}). Answer with exactly one "
                     'JSON object: {{"type": "clarification", "question": "..."}} or {{"type": "done"}}.')
 DONE_TEXT = "The episode is over."
@@ -143,9 +154,7 @@ class AvtgymInteraction(BaseInteraction):
         self.target: str = config.get("target", "127.0.0.1:50051")
         self.timeout: float = float(config.get("timeout", 30.0))
         self.retries: int = int(config.get("retries", 5))
-        self.on_malformed: str = config.get("on_malformed", "stop")
-        if self.on_malformed not in ("stop", "retry"):
-            raise ValueError(f"on_malformed {self.on_malformed!r}: want stop or retry")
+        self.on_malformed: str | None = check_on_malformed(config.get("on_malformed"))
         self.reset_defaults: dict[str, Any] = dict(config.get("reset") or {})
         self.max_instances: int = int(config.get("max_instances", 16384))
         self.state_ttl: float = float(config.get("state_ttl", 3600.0) or 0.0)
@@ -219,6 +228,8 @@ class AvtgymInteraction(BaseInteraction):
             "status": ep.status,
             "done": ep.done,
             "questions_asked": ep.questions_asked,
+            "protocol": ep.protocol,
+            "subtask": ep.subtask,
             "reward_components": dict(ep.reward.components) if ep.reward is not None else {},
             "malformed": inst.malformed,
             "error": inst.error,
@@ -273,15 +284,19 @@ class AvtgymInteraction(BaseInteraction):
         action = parsed.action
         if not parsed.ok:
             inst.malformed += 1
-            if self.on_malformed == "retry" and inst.malformed == 1:
+            policy = malformed_policy(self.on_malformed, ep.protocol)
+            if policy == "retry" and inst.malformed == 1:
                 inst.meta = self._summary(ep, inst)
                 return False, MALFORMED_NOTICE.format(error=parsed.error), None, dict(inst.meta)
-            action = Action.stop()
+            # "unparsed": the server's protocol decides; else AmbiTab's fallback STOP.
+            action = parsed.or_unparsed() if policy == "unparsed" else Action.stop()
         try:
             res = await self.client.step(ep, action)
         except AvtgymError as e:  # failed even after the client's retries: drop the trajectory
             return True, DONE_TEXT, self._finish(inst, ep, error=str(e)), dict(inst.meta)
         inst.episode = ep = res.episode
+        # The oracle's reply and every environment turn (a notice, feedback, a released follow-up's
+        # request): verl appends it as a user message, never trained on.
         reply = "\n\n".join(t.text for t in res.new_turns if t.role != "policy" and t.text)
         if res.done:
             return True, reply or DONE_TEXT, self._finish(inst, ep), dict(inst.meta)
@@ -438,15 +453,21 @@ if _core_algos.ADV_ESTIMATOR_REGISTRY.get(ADV_ESTIMATOR) is None:  # a re-import
     _core_algos.register_adv_est(ADV_ESTIMATOR)(compute_avtgym_grpo_advantage)
 
 
-def verl_row(episode: Episode, *, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT, name: str = "avtgym",
+def verl_row(episode: Episode, *, system_prompt: Any = PROTOCOL_PROMPT, name: str = "avtgym",
              data_source: str = "avtgym", agent_name: str | None = AGENT_NAME,
              **reset_kwargs: Any) -> dict[str, Any]:
     """A verl dataset row (parquet) for the episode that reset(**reset_kwargs) returned: the
     rendered prompt, interaction_kwargs that make AvtgymInteraction start the same episode
     (resets are deterministic for a given task and seed), the agent loop (agent_name; None leaves
-    verl's default) and, as ground_truth, the episode id (the score itself comes from the server)."""
-    messages, _ = render_chat(episode, system_prompt, action_format="json", merge_user=True)
+    verl's default) and, as ground_truth, the episode id (the score itself comes from the server).
+    system_prompt: default PROTOCOL_PROMPT, the episode's protocol's (DEFAULT_SYSTEM_PROMPT under
+    AMBITAB, BIRD_C_SYSTEM_PROMPT under BIRD_C); None for none. Pass protocol (and patience) in
+    reset_kwargs as given to reset, so that the interaction resets the same episode."""
+    messages, _ = render_chat(episode, resolve_system_prompt(system_prompt, episode.protocol),
+                              action_format="json", merge_user=True)
     kwargs = {"name": name, **{k: v for k, v in reset_kwargs.items() if v is not None}}
+    if "protocol" not in kwargs and episode.protocol not in ("", "ambitab"):
+        kwargs["protocol"] = episode.protocol
     if "task_id" not in kwargs and episode.task is not None:
         kwargs["task_id"] = episode.task.task_id
     if "seed" not in kwargs:

@@ -25,6 +25,23 @@ class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_KIND_FEEDBACK: _ClassVar[TurnKind]
     TURN_KIND_NOTICE: _ClassVar[TurnKind]
     TURN_KIND_REFUSAL: _ClassVar[TurnKind]
+    TURN_KIND_UNPARSED: _ClassVar[TurnKind]
+
+class Protocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROTOCOL_UNSPECIFIED: _ClassVar[Protocol]
+    PROTOCOL_AMBITAB: _ClassVar[Protocol]
+    PROTOCOL_BIRD_C: _ClassVar[Protocol]
+    PROTOCOL_BIRD_A: _ClassVar[Protocol]
+    PROTOCOL_TIDE_F: _ClassVar[Protocol]
+    PROTOCOL_TIDE_P: _ClassVar[Protocol]
+
+class BudgetUnit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUDGET_UNIT_UNSPECIFIED: _ClassVar[BudgetUnit]
+    BUDGET_UNIT_QUESTIONS: _ClassVar[BudgetUnit]
+    BUDGET_UNIT_TURNS: _ClassVar[BudgetUnit]
+    BUDGET_UNIT_COINS: _ClassVar[BudgetUnit]
 
 class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -46,6 +63,7 @@ class RewardType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REWARD_TYPE_UNSPECIFIED: _ClassVar[RewardType]
     REWARD_TYPE_QUESTION_F1: _ClassVar[RewardType]
     REWARD_TYPE_OUTCOME: _ClassVar[RewardType]
+    REWARD_TYPE_BIRD_INTERACT: _ClassVar[RewardType]
 
 class Solver(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -84,6 +102,17 @@ TURN_KIND_SQL: TurnKind
 TURN_KIND_FEEDBACK: TurnKind
 TURN_KIND_NOTICE: TurnKind
 TURN_KIND_REFUSAL: TurnKind
+TURN_KIND_UNPARSED: TurnKind
+PROTOCOL_UNSPECIFIED: Protocol
+PROTOCOL_AMBITAB: Protocol
+PROTOCOL_BIRD_C: Protocol
+PROTOCOL_BIRD_A: Protocol
+PROTOCOL_TIDE_F: Protocol
+PROTOCOL_TIDE_P: Protocol
+BUDGET_UNIT_UNSPECIFIED: BudgetUnit
+BUDGET_UNIT_QUESTIONS: BudgetUnit
+BUDGET_UNIT_TURNS: BudgetUnit
+BUDGET_UNIT_COINS: BudgetUnit
 PHASE_UNSPECIFIED: Phase
 PHASE_ASKING: Phase
 PHASE_SOLVING: Phase
@@ -96,6 +125,7 @@ EPISODE_STATUS_ERROR: EpisodeStatus
 REWARD_TYPE_UNSPECIFIED: RewardType
 REWARD_TYPE_QUESTION_F1: RewardType
 REWARD_TYPE_OUTCOME: RewardType
+REWARD_TYPE_BIRD_INTERACT: RewardType
 SOLVER_UNSPECIFIED: Solver
 SOLVER_CLIENT: Solver
 SOLVER_LOOKUP: Solver
@@ -124,7 +154,7 @@ class Turn(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., kind: _Optional[_Union[TurnKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Action(_message.Message):
-    __slots__ = ("ask", "stop", "submit_sql")
+    __slots__ = ("ask", "stop", "submit_sql", "unparsed")
     class Ask(_message.Message):
         __slots__ = ("text",)
         TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -138,29 +168,40 @@ class Action(_message.Message):
         SQL_FIELD_NUMBER: _ClassVar[int]
         sql: str
         def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    class Unparsed(_message.Message):
+        __slots__ = ("text",)
+        TEXT_FIELD_NUMBER: _ClassVar[int]
+        text: str
+        def __init__(self, text: _Optional[str] = ...) -> None: ...
     ASK_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_SQL_FIELD_NUMBER: _ClassVar[int]
+    UNPARSED_FIELD_NUMBER: _ClassVar[int]
     ask: Action.Ask
     stop: Action.Stop
     submit_sql: Action.SubmitSql
-    def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ...) -> None: ...
+    unparsed: Action.Unparsed
+    def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ..., unparsed: _Optional[_Union[Action.Unparsed, _Mapping]] = ...) -> None: ...
 
 class EpisodeOptions(_message.Message):
-    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit")
+    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit", "protocol", "patience")
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SOLVER_FIELD_NUMBER: _ClassVar[int]
     EXTRA_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
     ZERO_AMBIGUITY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     ORACLE_FIELD_NUMBER: _ClassVar[int]
     STRICT_CREDIT_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    PATIENCE_FIELD_NUMBER: _ClassVar[int]
     reward: RewardType
     solver: Solver
     extra_questions: int
     zero_ambiguity_budget: int
     oracle: OracleType
     strict_credit: bool
-    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ..., strict_credit: _Optional[bool] = ...) -> None: ...
+    protocol: Protocol
+    patience: int
+    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ..., strict_credit: _Optional[bool] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., patience: _Optional[int] = ...) -> None: ...
 
 class KnowledgeEntry(_message.Message):
     __slots__ = ("id", "name", "definition")
@@ -210,34 +251,56 @@ class TaskView(_message.Message):
     def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., request: _Optional[str] = ..., evidence: _Optional[str] = ..., database: _Optional[_Union[DatabaseView, _Mapping]] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "database", "request")
+    __slots__ = ("corpus", "task_id", "split", "database", "request", "subtasks")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     DATABASE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SUBTASKS_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
     database: str
     request: str
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
+    subtasks: int
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ..., subtasks: _Optional[int] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("task", "turns", "phase", "question_budget", "questions_asked", "questions_remaining")
+    __slots__ = ("task", "turns", "phase", "question_budget", "questions_asked", "questions_remaining", "protocol", "subtask", "budget", "sql_required")
     TASK_FIELD_NUMBER: _ClassVar[int]
     TURNS_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     QUESTION_BUDGET_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_ASKED_FIELD_NUMBER: _ClassVar[int]
     QUESTIONS_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    SQL_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     task: TaskView
     turns: _containers.RepeatedCompositeFieldContainer[Turn]
     phase: Phase
     question_budget: int
     questions_asked: int
     questions_remaining: int
-    def __init__(self, task: _Optional[_Union[TaskView, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., phase: _Optional[_Union[Phase, str]] = ..., question_budget: _Optional[int] = ..., questions_asked: _Optional[int] = ..., questions_remaining: _Optional[int] = ...) -> None: ...
+    protocol: Protocol
+    subtask: int
+    budget: Budget
+    sql_required: bool
+    def __init__(self, task: _Optional[_Union[TaskView, _Mapping]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., phase: _Optional[_Union[Phase, str]] = ..., question_budget: _Optional[int] = ..., questions_asked: _Optional[int] = ..., questions_remaining: _Optional[int] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., subtask: _Optional[int] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., sql_required: _Optional[bool] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("unit", "total_milli", "used_milli", "remaining_milli")
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MILLI_FIELD_NUMBER: _ClassVar[int]
+    USED_MILLI_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MILLI_FIELD_NUMBER: _ClassVar[int]
+    unit: BudgetUnit
+    total_milli: int
+    used_milli: int
+    remaining_milli: int
+    def __init__(self, unit: _Optional[_Union[BudgetUnit, str]] = ..., total_milli: _Optional[int] = ..., used_milli: _Optional[int] = ..., remaining_milli: _Optional[int] = ...) -> None: ...
 
 class Reward(_message.Message):
     __slots__ = ("type", "value", "components")
@@ -283,7 +346,7 @@ class Credit(_message.Message):
     def __init__(self, index: _Optional[int] = ..., term: _Optional[str] = ..., counted: _Optional[bool] = ...) -> None: ...
 
 class Privileged(_message.Message):
-    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action")
+    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action", "follow_up_reference_sql")
     AVT_ID_FIELD_NUMBER: _ClassVar[int]
     INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
     AMBIGUITIES_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +356,7 @@ class Privileged(_message.Message):
     EPISODE_CREDITS_FIELD_NUMBER: _ClassVar[int]
     SOLVER_SQL_FIELD_NUMBER: _ClassVar[int]
     ORACLE_ACTION_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_UP_REFERENCE_SQL_FIELD_NUMBER: _ClassVar[int]
     avt_id: str
     interpretation: str
     ambiguities: _containers.RepeatedCompositeFieldContainer[AmbiguityInfo]
@@ -302,4 +366,5 @@ class Privileged(_message.Message):
     episode_credits: _containers.RepeatedCompositeFieldContainer[Credit]
     solver_sql: str
     oracle_action: str
-    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ...) -> None: ...
+    follow_up_reference_sql: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ..., follow_up_reference_sql: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1,0 +1,384 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"avtgym/app"
+	"avtgym/internal/testutil"
+	pb "avtgym/proto/avtgym/v1"
+)
+
+// followUpRecords are two-sub-task records on the tiny corpus (PROTOCOL.md
+// §8): a Query task with a read-only follow-up, and a Management task whose
+// follow-up reads the view phase 1 creates.
+const followUpRecords = `{"id":"fu-query","db":"mini","request":"List the big sales of the recent year.","ambiguities":[{"term":"big sales","kind":"critical","resolution":"Sales of 100 dollars or more."},{"term":"recent year","kind":"critical","resolution":"The year 2024."}],"reference":{"sql":"SELECT id FROM sales WHERE amount >= 100 AND year = 2024 ORDER BY id"},"follow_up":{"request":"Now give the total amount of those sales.","reference":{"sql":"SELECT SUM(amount) FROM sales WHERE amount >= 100 AND year = 2024"}}}
+{"id":"fu-view","category":"Management","db":"mini","request":"Make a view north_big of the big North sales.","ambiguities":[{"term":"big","kind":"critical","resolution":"110 dollars or more."}],"reference":{"sql":"CREATE VIEW north_big AS SELECT id, amount FROM sales WHERE region = 'North' AND amount >= 110","checks":["SELECT id, amount FROM north_big ORDER BY id"]},"follow_up":{"request":"How many sales does north_big hold?","reference":{"sql":"SELECT COUNT(*) FROM north_big"}}}
+`
+
+const (
+	fuQueryRef   = "SELECT id FROM sales WHERE amount >= 100 AND year = 2024 ORDER BY id"
+	fuQueryOther = "SELECT id FROM sales WHERE amount >= 20 AND year = 2024 ORDER BY id"
+	fuQueryFU    = "SELECT SUM(amount) FROM sales WHERE amount >= 100 AND year = 2024"
+	fuFollowUp   = "Now give the total amount of those sales."
+)
+
+// birdC is a BIRD_C test harness on the tiny corpus with follow-ups.
+type birdC struct {
+	t   *testing.T
+	env pb.EnvServiceClient
+}
+
+func startBirdC(t *testing.T) *birdC {
+	t.Helper()
+	dir := testutil.WriteTiny(t, func(files map[string]string) { files["records.jsonl"] += followUpRecords })
+	s := testutil.StartServer(t, app.Config{Corpora: []string{dir}})
+	return &birdC{t: t, env: s.Client.Env}
+}
+
+// reset starts a BIRD_C episode on task with the given patience (-1: the
+// default), privileged data included.
+func (b *birdC) reset(task string, patience int32) (*pb.Episode, error) {
+	opts := &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}
+	if patience >= 0 {
+		opts.Patience = proto.Int32(patience)
+	}
+	r, err := b.env.Reset(context.Background(), &pb.ResetRequest{TaskId: task, Options: opts, IncludePrivileged: true})
+	if err != nil {
+		return nil, err
+	}
+	return r.Episodes[0], nil
+}
+
+func (b *birdC) mustReset(task string, patience int32) *pb.Episode {
+	b.t.Helper()
+	e, err := b.reset(task, patience)
+	if err != nil {
+		b.t.Fatalf("reset %s: %v", task, err)
+	}
+	return e
+}
+
+func (b *birdC) step(tok []byte, a *pb.Action) *pb.StepResponse {
+	b.t.Helper()
+	r, err := b.env.Step(context.Background(), &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: true})
+	if err != nil {
+		b.t.Fatalf("step %v: %v", a, err)
+	}
+	return r
+}
+
+func ask(q string) *pb.Action { return &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: q}}} }
+func submit(sql string) *pb.Action {
+	return &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: sql}}}
+}
+func unparsed(text string) *pb.Action {
+	return &pb.Action{Kind: &pb.Action_Unparsed_{Unparsed: &pb.Action_Unparsed{Text: text}}}
+}
+
+// turnsOf returns the kinds and texts of a response's turns.
+func lastTurn(r *pb.StepResponse) *pb.Turn {
+	ts := r.GetObservation().GetTurns()
+	if len(ts) == 0 {
+		return nil
+	}
+	return ts[len(ts)-1]
+}
+
+// TestBirdCTurnLimits: m + patience turns for each patience level; each
+// question is a turn; on the last turn only SQL is accepted, and a
+// question there ends the sub-task unsolved (TRUNCATED, reward 0).
+func TestBirdCTurnLimits(t *testing.T) {
+	b := startBirdC(t)
+	for _, patience := range []int32{0, 3, 5, 7} {
+		e := b.mustReset("fu-query", patience)
+		turns := int64(2 + patience) // m = 2 counted ambiguities
+		o := e.Observation
+		if o.Protocol != pb.Protocol_PROTOCOL_BIRD_C || o.Subtask != 1 || o.Budget.GetUnit() != pb.BudgetUnit_BUDGET_UNIT_TURNS ||
+			o.Budget.GetTotalMilli() != turns*1000 || o.Budget.GetRemainingMilli() != turns*1000 || o.SqlRequired {
+			t.Fatalf("patience %d: reset observation %v", patience, o)
+		}
+		tok := e.Token
+		for i := range turns - 1 {
+			r := b.step(tok, ask("What do you mean by big sales?"))
+			if r.Done || r.Observation.Budget.GetUsedMilli() != (i+1)*1000 || lastTurn(r).GetRole() != pb.Role_ROLE_ORACLE {
+				t.Fatalf("patience %d, question %d: %v", patience, i+1, r)
+			}
+			tok = r.Token
+			if want := i+2 == turns; r.Observation.SqlRequired != want || (r.Observation.Phase == pb.Phase_PHASE_SOLVING) != want {
+				t.Fatalf("patience %d after %d questions: sql_required %v, phase %s", patience, i+1, r.Observation.SqlRequired, r.Observation.Phase)
+			}
+		}
+		if turns == 2 && patience != 0 {
+			t.Fatal("unreachable")
+		}
+		r := b.step(tok, ask("And the recent year?"))
+		if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED || r.Reward.GetValue() != 0 ||
+			lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_NOTICE {
+			t.Fatalf("patience %d: a question on the last turn: %v", patience, r)
+		}
+		if c := r.Reward.GetComponents(); len(c) != 1 || c["phase1"] != 0 {
+			t.Errorf("patience %d: components %v, want phase1 = 0 only (the follow-up was never released)", patience, c)
+		}
+		// The same last turn with SQL is accepted.
+		if r := b.step(tok, submit(fuQueryRef)); r.Done || r.Observation.Subtask != 2 {
+			t.Errorf("patience %d: the reference on the last turn: %v", patience, r)
+		}
+	}
+}
+
+// TestBirdCRewards plays each path through both sub-tasks: first try or
+// after the debug retry, for each; the rewards are exact.
+func TestBirdCRewards(t *testing.T) {
+	b := startBirdC(t)
+	for _, c := range []struct {
+		retry1, retry2 bool
+		want, p1, p2   float64
+	}{
+		{false, false, 1.0, 0.7, 0.3},
+		{true, false, 0.8, 0.5, 0.3},
+		{false, true, 0.9, 0.7, 0.2},
+		{true, true, 0.7, 0.5, 0.2},
+	} {
+		e := b.mustReset("fu-query", -1)
+		tok := e.Token
+		if c.retry1 {
+			r := b.step(tok, submit(fuQueryOther))
+			if r.Done || !r.Observation.SqlRequired || lastTurn(r).GetText() != "Are you sure about your SQL? You have one more chance." {
+				t.Fatalf("a wrong phase-1 SQL: %v", r)
+			}
+			tok = r.Token
+		}
+		r := b.step(tok, submit(fuQueryRef))
+		if r.Done || r.Observation.Subtask != 2 || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_REQUEST ||
+			lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT || lastTurn(r).GetText() != fuFollowUp {
+			t.Fatalf("phase 1 passed: %v", r)
+		}
+		if got := r.Privileged.GetFollowUpReferenceSql(); len(got) != 1 || got[0] != fuQueryFU {
+			t.Errorf("the release's privileged follow-up reference: %q", got)
+		}
+		tok = r.Token
+		if c.retry2 {
+			r = b.step(tok, submit("SELECT COUNT(*) FROM sales"))
+			if r.Done || !r.Observation.SqlRequired || r.Observation.Subtask != 2 {
+				t.Fatalf("a wrong phase-2 SQL: %v", r)
+			}
+			tok = r.Token
+		}
+		r = b.step(tok, submit(fuQueryFU))
+		if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward.GetType() != pb.RewardType_REWARD_TYPE_BIRD_INTERACT {
+			t.Fatalf("phase 2 passed: %v", r)
+		}
+		comp := r.Reward.GetComponents()
+		if r.Reward.GetValue() != c.want || comp["phase1"] != c.p1 || comp["phase2"] != c.p2 {
+			t.Errorf("retries %v/%v: reward %v %v, want %v (%v + %v)", c.retry1, c.retry2, r.Reward.GetValue(), comp, c.want, c.p1, c.p2)
+		}
+	}
+}
+
+// TestBirdCDebugRetry: the retry's message carries the database's error
+// for SQL that does not run; the retry must be SQL (anything else ends the
+// sub-task unsolved); it comes once per sub-task; it uses no turn.
+func TestBirdCDebugRetry(t *testing.T) {
+	b := startBirdC(t)
+	e := b.mustReset("fu-query", 0) // 2 turns
+	r := b.step(e.Token, submit("SELECT nope FROM sales"))
+	msg := lastTurn(r).GetText()
+	if r.Done || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK || lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT ||
+		!strings.HasPrefix(msg, "Your SQL is not executable and raises the following error: ") || !strings.Contains(msg, "nope") {
+		t.Fatalf("an execution error: %v", r)
+	}
+	if r.Observation.Budget.GetUsedMilli() != 1000 || !r.Observation.SqlRequired {
+		t.Fatalf("after the first submission: %v", r.Observation)
+	}
+	retryTok := r.Token
+	// The retry uses no turn: passing it leaves one turn of phase 1's two,
+	// plus the follow-up's.
+	r = b.step(retryTok, submit(fuQueryRef))
+	if r.Observation.Subtask != 2 || r.Observation.Budget.GetUsedMilli() != 1000 || r.Observation.Budget.GetTotalMilli() != 3000 {
+		t.Fatalf("the retry passed: %v", r.Observation)
+	}
+	// Anything but SQL during the retry ends the sub-task.
+	for _, a := range []*pb.Action{ask("What do you mean by big sales?"), unparsed("hmm"), {Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}} {
+		r := b.step(retryTok, a)
+		if !r.Done || r.Reward.GetValue() != 0 || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
+			t.Errorf("%v during the retry: %v", a, r)
+		}
+	}
+	// Once per sub-task: a second failure ends it.
+	r = b.step(retryTok, submit(fuQueryOther))
+	if !r.Done || r.Reward.GetValue() != 0 || len(r.Reward.GetComponents()) != 1 {
+		t.Errorf("the retry failed too: %v", r)
+	}
+}
+
+// TestBirdCFollowUpHidden: before the release the follow-up's request and
+// reference appear nowhere — GetTask, ListTasks, reset and step
+// observations, and the privileged channel.
+func TestBirdCFollowUpHidden(t *testing.T) {
+	b := startBirdC(t)
+	ctx := context.Background()
+	leaks := func(where string, m proto.Message) {
+		t.Helper()
+		s := m.(interface{ String() string }).String()
+		for _, secret := range []string{fuFollowUp, "total amount", "SUM(amount)", "north_big hold"} {
+			if strings.Contains(s, secret) {
+				t.Errorf("%s shows %q before the release", where, secret)
+			}
+		}
+	}
+	g, err := b.env.GetTask(ctx, &pb.GetTaskRequest{TaskId: "fu-query"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks("GetTask", g)
+	l, err := b.env.ListTasks(ctx, &pb.ListTasksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks("ListTasks", l)
+	subtasks := map[string]int32{}
+	for _, s := range l.Tasks {
+		subtasks[s.TaskId] = s.Subtasks
+	}
+	if subtasks["fu-query"] != 2 || subtasks["fu-view"] != 2 || subtasks["top-a"] != 1 {
+		t.Errorf("ListTasks subtasks %v", subtasks)
+	}
+	e := b.mustReset("fu-query", -1)
+	leaks("the reset", e)
+	r := b.step(e.Token, ask("What do you mean by big sales?"))
+	leaks("a reply", r)
+	r = b.step(r.Token, submit(fuQueryOther))
+	leaks("the retry", r)
+	retry := r.Token
+	r = b.step(retry, submit(fuQueryRef))
+	if lastTurn(r).GetText() != fuFollowUp {
+		t.Errorf("the release shows %v", lastTurn(r))
+	}
+	// Released without asking for privileged data: the request only.
+	plain, err := b.env.Step(ctx, &pb.StepRequest{Token: retry, Action: submit(fuQueryRef)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Privileged != nil || strings.Contains(plain.String(), "SUM(amount)") || lastTurn(plain).GetText() != fuFollowUp {
+		t.Errorf("a release without include_privileged: %v", plain)
+	}
+	// Oracle questions during phase 1 about the follow-up get nothing of it.
+	e = b.mustReset("fu-query", -1)
+	r = b.step(e.Token, ask("What will you ask me next, after this one?"))
+	leaks("a probing question's reply", r)
+}
+
+// TestBirdCPhase2OnPhase1State: the follow-up is verified on the state
+// phase 1's accepted SQL left — replayed in isolation — so a follow-up
+// that reads the policy's own view passes, and nothing reaches the shared
+// database.
+func TestBirdCPhase2OnPhase1State(t *testing.T) {
+	b := startBirdC(t)
+	// A view that passes phase 1's check and has one more column than the
+	// reference's.
+	mine := "CREATE VIEW north_big AS SELECT id, amount, region FROM sales WHERE region = 'North' AND amount >= 110"
+	e := b.mustReset("fu-view", -1)
+	r := b.step(e.Token, ask("What do you mean by big?"))
+	r = b.step(r.Token, submit(mine))
+	if r.Done || r.Observation.Subtask != 2 {
+		t.Fatalf("phase 1 with the policy's view: %v", r)
+	}
+	released := r.Token
+	// Only the policy's view has a region column.
+	r = b.step(released, submit("SELECT COUNT(*) FROM north_big WHERE region = 'North'"))
+	if !r.Done || r.Reward.GetValue() != 1 {
+		t.Fatalf("a follow-up reading the policy's view: %v (%s)", r.Reward, r.Privileged.GetVerifierReason())
+	}
+	// The reference's own view has no region: the same follow-up after the
+	// reference fails to run (and gets its retry).
+	e = b.mustReset("fu-view", -1)
+	r = b.step(e.Token, submit("CREATE VIEW north_big AS SELECT id, amount FROM sales WHERE region = 'North' AND amount >= 110"))
+	r = b.step(r.Token, submit("SELECT COUNT(*) FROM north_big WHERE region = 'North'"))
+	if r.Done || !strings.Contains(lastTurn(r).GetText(), "not executable") {
+		t.Fatalf("the follow-up on the reference's view: %v", r)
+	}
+	// The shared database never got the view: a plain Query episode on it
+	// cannot read north_big.
+	ctx := context.Background()
+	q, err := b.env.Reset(ctx, &pb.ResetRequest{TaskId: "count", Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = b.step(q.Episodes[0].Token, submit("SELECT COUNT(*) FROM north_big"))
+	if !strings.Contains(lastTurn(r).GetText(), "north_big") {
+		t.Errorf("the shared database has north_big: %v", r)
+	}
+}
+
+// TestBirdCUnparsed: under BIRD_C an unparsed output spends a turn (and on
+// the last turn ends the sub-task); under AMBITAB the first gets a notice
+// and the second in a row is a STOP.
+func TestBirdCUnparsed(t *testing.T) {
+	b := startBirdC(t)
+	e := b.mustReset("fu-query", 0) // 2 turns
+	r := b.step(e.Token, unparsed("<s>half a question"))
+	if r.Done || r.Observation.Budget.GetUsedMilli() != 1000 || !r.Observation.SqlRequired ||
+		r.Observation.Turns[0].GetKind() != pb.TurnKind_TURN_KIND_UNPARSED || r.Observation.Turns[0].GetRole() != pb.Role_ROLE_POLICY {
+		t.Fatalf("BIRD_C unparsed: %v", r)
+	}
+	if r := b.step(r.Token, unparsed("again")); !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED {
+		t.Errorf("BIRD_C unparsed on the last turn: %v", r)
+	}
+
+	ctx := context.Background()
+	a, err := b.env.Reset(ctx, &pb.ResetRequest{TaskId: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = b.step(a.Episodes[0].Token, unparsed("???"))
+	if r.Done || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_NOTICE || r.Observation.QuestionsAsked != 0 {
+		t.Fatalf("AMBITAB's first unparsed: %v", r)
+	}
+	// Another action in between resets the count.
+	r2 := b.step(r.Token, ask("What do you mean by big sales?"))
+	if r2 := b.step(r2.Token, unparsed("???")); r2.Done {
+		t.Errorf("an unparsed output after a question ended the episode: %v", r2)
+	}
+	r = b.step(r.Token, unparsed("still ???"))
+	if !r.Done || r.Observation.Phase != pb.Phase_PHASE_DONE || r.Reward.GetType() != pb.RewardType_REWARD_TYPE_QUESTION_F1 {
+		t.Errorf("AMBITAB's second unparsed in a row: %v", r)
+	}
+}
+
+// TestBirdCOptions: what BIRD_C refuses at reset, and that drawing a task
+// draws only among tasks with a follow-up.
+func TestBirdCOptions(t *testing.T) {
+	b := startBirdC(t)
+	ctx := context.Background()
+	bad := []*pb.ResetRequest{
+		{TaskId: "top-a", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_A}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_TIDE_F}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, Patience: proto.Int32(33)}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, Reward: pb.RewardType_REWARD_TYPE_OUTCOME}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, Solver: pb.Solver_SOLVER_LOOKUP}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, ExtraQuestions: proto.Int32(2)}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Patience: proto.Int32(3)}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_BIRD_INTERACT}},
+	}
+	for _, req := range bad {
+		if _, err := b.env.Reset(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v, want InvalidArgument", req, err)
+		}
+	}
+	for seed := range uint64(20) {
+		r, err := b.env.Reset(ctx, &pb.ResetRequest{Seed: proto.Uint64(seed), Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := r.Episodes[0].Observation.Task.TaskId; !strings.HasPrefix(id, "fu-") {
+			t.Fatalf("seed %d drew %s, which has no follow-up", seed, id)
+		}
+	}
+}

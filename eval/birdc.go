@@ -1,0 +1,448 @@
+package eval
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// BirdC is the name of BIRD-Interact's conversational protocol, c-Interact
+// (PROTOCOL.md §8), as `--protocol` and the episodes spell it.
+const BirdC = "bird-c"
+
+// RunInfoFile records, in a run directory, the protocol of the run and
+// the tasks it left out, for the report (under bird-c, the tasks without
+// a follow-up). It is rewritten by every run into the directory.
+const RunInfoFile = "protocol.json"
+
+// RunInfo is what RunInfoFile holds.
+type RunInfo struct {
+	// Protocol is the run's protocol as --protocol names it.
+	Protocol string `json:"protocol"`
+	// Patience is the bird-c patience the run asked for (null: the
+	// server's default, 3).
+	Patience *int32 `json:"patience"`
+	// Tasks counts the tasks the run evaluates (after --limit), and
+	// Skipped the tasks of the corpus (and split) that the protocol does
+	// not serve: under bird-c those without a follow-up.
+	Tasks   int `json:"tasks"`
+	Skipped int `json:"skipped_tasks"`
+	// Asker names the policy of the asker condition.
+	Asker string `json:"asker,omitempty"`
+}
+
+// ReadRunInfo reads the RunInfoFile of a run directory (or of the
+// directory of a results file); nil, nil when there is none (a run made
+// before the file existed).
+func ReadRunInfo(path string) (*RunInfo, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		path = filepath.Dir(path)
+	}
+	b, err := os.ReadFile(filepath.Join(path, RunInfoFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ri RunInfo
+	if err := json.Unmarshal(b, &ri); err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", filepath.Join(path, RunInfoFile), err)
+	}
+	return &ri, nil
+}
+
+// Apply gives the analysis what the run knew (ri may be nil).
+func (ri *RunInfo) Apply(opt *AnalyzeOptions) {
+	if ri != nil {
+		opt.Run = ri
+	}
+}
+
+// phase1Of returns whether an episode solved BIRD-Interact's phase 1 (its
+// reward's phase1 component is positive: 0.7, or 0.5 after the debug
+// retry) and whether it is eligible: scored with a reward, or the
+// environment's ERROR, a failure with zero credit.
+func phase1Of(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, true
+	}
+	if !e.Scored() || e.Reward == nil {
+		return 0, false
+	}
+	if e.Phase1 != nil && *e.Phase1 > 0 {
+		return 1, true
+	}
+	return 0, true
+}
+
+// phase2Of returns whether an episode solved phase 2, over the same
+// episodes as phase 1: an episode whose follow-up was never released
+// (phase 1 failed) is a phase-2 failure, as BIRD-Interact counts it.
+func phase2Of(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, true
+	}
+	if !e.Scored() || e.Reward == nil {
+		return 0, false
+	}
+	if e.Phase2 != nil && *e.Phase2 > 0 {
+		return 1, true
+	}
+	return 0, true
+}
+
+// birdRewardOf returns an episode's BIRD-Interact reward (phase1 +
+// phase2, at most 1); ERROR is 0.
+func birdRewardOf(e *Episode) (float64, bool) {
+	if errored(e) {
+		return 0, true
+	}
+	if !e.Scored() || e.Reward == nil {
+		return 0, false
+	}
+	return *e.Reward, true
+}
+
+// BirdCReport is a bird-c run's analysis: BIRD-Interact's metrics per
+// oracle and condition, with the same AVT-cluster bootstrap intervals as
+// the AMBITAB metrics.
+type BirdCReport struct {
+	// Patience is the patience the run asked for (null: the server's
+	// default, 3, or unknown).
+	Patience *int32 `json:"patience"`
+	// Tasks counts the tasks evaluated (those with episodes); Skipped the
+	// corpus's tasks left out for having no follow-up (null: unknown, the
+	// run directory has no RunInfoFile).
+	Tasks   int  `json:"tasks"`
+	Skipped *int `json:"skipped_tasks"`
+	// Asker names the policy of the asker condition (empty: unknown).
+	Asker string `json:"asker,omitempty"`
+	// Rows has one row per oracle and condition that ran.
+	Rows []BirdCRow `json:"rows"`
+	// Cells lists the per-seed numbers behind the rows.
+	Cells []BirdCCell `json:"cells"`
+}
+
+// BirdCRow is one (oracle, condition) row of a bird-c report. Phase1SR
+// and Phase2SR are fractions over every evaluated episode (phase 2 counts
+// an episode whose phase 1 failed as a failure, as BIRD-Interact does);
+// Reward is the mean reward in [0, 1] and NormalizedReward
+// BIRD-Interact's normalised reward, the mean × 100 (its interval scaled
+// alike). ERROR episodes count as failures with zero reward; the
+// Completed summaries keep only the (task, seed) pairs every oracle that
+// ran the condition completed.
+type BirdCRow struct {
+	Oracle    string    `json:"oracle"`
+	Condition Condition `json:"condition"`
+	// Episodes counts the row's episodes (all seeds), Errors those that
+	// ended in ERROR, Released those whose follow-up was released.
+	Episodes         int     `json:"episodes"`
+	Errors           int     `json:"errors"`
+	Released         int     `json:"released"`
+	Phase1SR         Summary `json:"phase1_sr"`
+	Phase2SR         Summary `json:"phase2_sr"`
+	Reward           Summary `json:"reward"`
+	NormalizedReward Summary `json:"normalized_reward"`
+	Phase1Completed  Summary `json:"phase1_sr_completed"`
+	Phase2Completed  Summary `json:"phase2_sr_completed"`
+	RewardCompleted  Summary `json:"reward_completed"`
+}
+
+// BirdCCell is one (oracle, condition, seed) cell of a bird-c report.
+type BirdCCell struct {
+	Oracle    string    `json:"oracle"`
+	Condition Condition `json:"condition"`
+	Seed      uint64    `json:"seed"`
+	Episodes  int       `json:"episodes"`
+	Scored    int       `json:"scored"`
+	Phase1SR  *float64  `json:"phase1_sr"`
+	Phase2SR  *float64  `json:"phase2_sr"`
+	Reward    *float64  `json:"reward"`
+}
+
+// birdCMetrics is the number of metrics of a BirdCRow.
+const birdCMetrics = 7
+
+// analyzeBirdC builds the bird-c section of a report.
+func analyzeBirdC(d *dataset, opt *AnalyzeOptions) *BirdCReport {
+	b := &BirdCReport{}
+	if ri := opt.Run; ri != nil {
+		b.Patience, b.Asker = ri.Patience, ri.Asker
+		if ri.Protocol == BirdC {
+			b.Skipped = &ri.Skipped
+		}
+	}
+	tasks := map[string]bool{}
+	for k := range d.byKey {
+		tasks[k.task] = true
+	}
+	b.Tasks = len(tasks)
+	type rc struct {
+		o    string
+		cond Condition
+	}
+	var rows []rc
+	for _, o := range d.oracles {
+		for _, cond := range AllConditions {
+			if d.ran(cond, o) {
+				rows = append(rows, rc{o, cond})
+			}
+		}
+	}
+	var ms []*metric
+	for _, r := range rows {
+		reward := d.cellStat(r.cond, r.o, birdRewardOf, false)
+		noEp := "no scored episode"
+		noPair := "no (task, seed) pair that every oracle completed"
+		ms = append(ms,
+			&metric{terms: []term{{d.cellStat(r.cond, r.o, phase1Of, false), 1}}, empty: noEp},
+			&metric{terms: []term{{d.cellStat(r.cond, r.o, phase2Of, false), 1}}, empty: noEp},
+			&metric{terms: []term{{reward, 1}}, empty: noEp},
+			&metric{terms: []term{{reward, 100}}, empty: noEp},
+			&metric{terms: []term{{d.completedStat(r.cond, r.o, phase1Of), 1}}, empty: noPair},
+			&metric{terms: []term{{d.completedStat(r.cond, r.o, phase2Of), 1}}, empty: noPair},
+			&metric{terms: []term{{d.completedStat(r.cond, r.o, birdRewardOf), 1}}, empty: noPair},
+		)
+	}
+	s := summarize(ms, d, opt.Resamples, opt.BootstrapSeed)
+	for i, r := range rows {
+		x := s[i*birdCMetrics : (i+1)*birdCMetrics]
+		row := BirdCRow{Oracle: r.o, Condition: r.cond,
+			Phase1SR: x[0], Phase2SR: x[1], Reward: x[2], NormalizedReward: x[3],
+			Phase1Completed: x[4], Phase2Completed: x[5], RewardCompleted: x[6]}
+		for _, es := range d.cells[r.cond][r.o] {
+			for _, e := range es {
+				row.Episodes++
+				if errored(e) {
+					row.Errors++
+				}
+				if e.Phase2 != nil {
+					row.Released++
+				}
+			}
+		}
+		b.Rows = append(b.Rows, row)
+	}
+	for _, r := range rows {
+		for seed, es := range d.cells[r.cond][r.o] {
+			c := BirdCCell{Oracle: r.o, Condition: r.cond, Seed: seed, Episodes: len(es)}
+			var p1, p2, rw sum
+			for _, e := range es {
+				if e.Scored() {
+					c.Scored++
+				}
+				if v, ok := phase1Of(e); ok {
+					p1.add(&v)
+				}
+				if v, ok := phase2Of(e); ok {
+					p2.add(&v)
+				}
+				if v, ok := birdRewardOf(e); ok {
+					rw.add(&v)
+				}
+			}
+			c.Phase1SR, c.Phase2SR, c.Reward = p1.mean(), p2.mean(), rw.mean()
+			b.Cells = append(b.Cells, c)
+		}
+	}
+	sort.Slice(b.Cells, func(i, j int) bool {
+		x, y := b.Cells[i], b.Cells[j]
+		if x.Oracle != y.Oracle {
+			return oracleLess(x.Oracle, y.Oracle)
+		}
+		if x.Condition != y.Condition {
+			return slices.Index(AllConditions, x.Condition) < slices.Index(AllConditions, y.Condition)
+		}
+		return x.Seed < y.Seed
+	})
+	return b
+}
+
+// formatScaled formats a summary as FormatSummary does, its values
+// multiplied by scale and written with prec decimals.
+func formatScaled(s Summary, scale float64, prec int) string {
+	if s.Mean == nil {
+		return Dash
+	}
+	num := func(v float64) string {
+		t := fmt.Sprintf("%.*f", prec, scale*v)
+		if strings.TrimLeft(t, "-0.") == "" {
+			t = strings.TrimPrefix(t, "-")
+		}
+		return t
+	}
+	var b strings.Builder
+	b.WriteString(num(*s.Mean))
+	if s.SD != nil {
+		b.WriteString(" ± " + num(*s.SD))
+	}
+	if s.Lo != nil && s.Hi != nil {
+		fmt.Fprintf(&b, " [%s, %s; %s]", num(*s.Lo), num(*s.Hi), clusterText(s))
+	}
+	return b.String()
+}
+
+// cellWith is notes.cell with another formatter.
+func (n *notes) cellWith(s Summary, format func(Summary) string) string {
+	c := format(s)
+	switch {
+	case s.Mean == nil && s.Reason != "":
+		c += " " + n.ref(s.Reason)
+	case s.Warning != "":
+		c += " ⚠ " + n.ref(s.Warning)
+	}
+	return c
+}
+
+// formatReward formats a mean reward in [0, 1] with three decimals;
+// formatNormalized a normalised reward (already × 100) with one.
+func formatReward(s Summary) string     { return formatScaled(s, 1, 3) }
+func formatNormalized(s Summary) string { return formatScaled(s, 1, 1) }
+
+// birdCHeader is the column layout of the bird-c table.
+var birdCHeader = []string{"Corpus", "Oracle", "Condition", "Episodes", "Phase-1 SR", "Phase-2 SR", "Mean reward", "Normalised reward"}
+
+// conditionLabel names a row's condition, with the asker's policy.
+func (b *BirdCReport) conditionLabel(c Condition) string {
+	if c == Asker && b.Asker != "" {
+		return string(c) + " (" + b.Asker + ")"
+	}
+	return string(c)
+}
+
+func birdCCells(r *Report, row *BirdCRow, n *notes) []string {
+	return []string{r.Corpus, row.Oracle, r.BirdC.conditionLabel(row.Condition), fmt.Sprint(row.Episodes),
+		n.cell(row.Phase1SR), n.cell(row.Phase2SR), n.cellWith(row.Reward, formatReward), n.cellWith(row.NormalizedReward, formatNormalized)}
+}
+
+var birdCErrorsHeader = []string{"Corpus", "Oracle", "Condition", "ERROR episodes", "Phase-1 SR, completed", "Phase-2 SR, completed", "Mean reward, completed"}
+
+func birdCErrorsCells(r *Report, row *BirdCRow, n *notes) []string {
+	return []string{r.Corpus, row.Oracle, r.BirdC.conditionLabel(row.Condition), fmt.Sprint(row.Errors),
+		n.cell(row.Phase1Completed), n.cell(row.Phase2Completed), n.cellWith(row.RewardCompleted, formatReward)}
+}
+
+// birdCLegend explains the bird-c table's cells.
+const birdCLegend = "Cells: mean ± sample SD across seeds [95% AVT-cluster bootstrap interval; the clusters it resamples]. " +
+	"Phase-1 and phase-2 SR in %, over every evaluated episode (an episode whose phase 1 failed never sees its follow-up and counts as a phase-2 failure, as BIRD-Interact counts it); " +
+	"mean reward in [0, 1] (phase 1: 0.7, 0.5 after the debug retry; phase 2: 0.3, 0.2 after the retry); normalised reward = mean reward × 100, BIRD-Interact's headline number; " +
+	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
+
+// birdCErrorsLegend explains the bird-c failures table.
+const birdCErrorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count above as failures with zero reward (AmbiTab §C.2). " +
+	"Beside them, each row's rates on the (task, seed) pairs that every oracle that ran the condition completed."
+
+// birdCMeta is a report's one-line description of a bird-c run.
+func birdCMeta(r *Report) string {
+	b := r.BirdC
+	patience := "the server's default patience (3 turns)"
+	if b.Patience != nil {
+		patience = fmt.Sprintf("patience %d", *b.Patience)
+	}
+	skipped := "the number of tasks without a follow-up left out is unknown"
+	if b.Skipped != nil {
+		skipped = fmt.Sprintf("%d task(s) without a follow-up skipped", *b.Skipped)
+	}
+	return fmt.Sprintf("%s: protocol bird-c (BIRD-Interact c-Interact), %s; %d task(s) with a follow-up evaluated, %s; seeds %s; %d AVT-cluster bootstrap resamples (seed %d)",
+		r.Corpus, patience, b.Tasks, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
+}
+
+// writeBirdCMarkdown writes the bird-c reports' tables.
+func writeBirdCMarkdown(b *strings.Builder, rs []*Report) {
+	b.WriteString("## BIRD-Interact c-Interact: phase-1 and phase-2 success, reward\n\n")
+	for _, r := range rs {
+		b.WriteString("- " + birdCMeta(r) + "\n")
+	}
+	b.WriteString("\n" + birdCLegend + "\n\n")
+	birdCTable(b, rs, birdCHeader, birdCCells)
+	b.WriteString("\n### Environment failures\n\n" + birdCErrorsLegend + "\n\n")
+	birdCTable(b, rs, birdCErrorsHeader, birdCErrorsCells)
+	for _, r := range rs {
+		writeGroupSignal(b, r)
+	}
+}
+
+func birdCTable(b *strings.Builder, rs []*Report, header []string, cells func(*Report, *BirdCRow, *notes) []string) {
+	var n notes
+	b.WriteString(mdRow(header))
+	b.WriteString(mdSep(len(header)))
+	for _, r := range rs {
+		for i := range r.BirdC.Rows {
+			b.WriteString(mdRow(cells(r, &r.BirdC.Rows[i], &n)))
+		}
+	}
+	n.markdown(b)
+}
+
+// writeBirdCHTML writes the body of a bird-c report: a chart of the
+// phase SRs and the normalised reward per oracle and condition, then the
+// tables.
+func writeBirdCHTML(b *strings.Builder, r *Report) {
+	esc := html.EscapeString
+	fmt.Fprintf(b, "<p class=\"meta\">%s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval.</p>\n", esc(birdCMeta(r)))
+	groups := make([]string, len(r.BirdC.Rows))
+	vals := make([][]Summary, len(r.BirdC.Rows))
+	oracles := map[string]bool{}
+	for _, row := range r.BirdC.Rows {
+		oracles[row.Oracle] = true
+	}
+	for i, row := range r.BirdC.Rows {
+		groups[i] = r.BirdC.conditionLabel(row.Condition)
+		if len(oracles) > 1 {
+			groups[i] = row.Oracle + " " + groups[i]
+		}
+		// The reward's fraction, drawn × 100: the normalised reward.
+		vals[i] = []Summary{row.Phase1SR, row.Phase2SR, row.Reward}
+	}
+	b.WriteString("<h2>Charts</h2>\n<div class=\"charts\">\n")
+	writeChart(b, "birdc", "Phase-1 and phase-2 success rate (%) and BIRD-Interact's normalised reward (mean reward × 100) per condition; an episode whose phase 1 failed counts as a phase-2 failure.",
+		groups, []string{"Phase-1 SR", "Phase-2 SR", "Normalised reward"}, vals, nil, false)
+	b.WriteString("</div>\n")
+	b.WriteString("<h2>BIRD-Interact c-Interact: phase-1 and phase-2 success, reward</h2>\n")
+	b.WriteString("<p class=\"meta\">" + esc(birdCLegend) + "</p>\n")
+	writeBirdCHTMLTable(b, "birdc-table", birdCHeader, r, birdCCells)
+	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(birdCErrorsLegend) + "</p>\n")
+	writeBirdCHTMLTable(b, "birdc-errors", birdCErrorsHeader, r, birdCErrorsCells)
+}
+
+func writeBirdCHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *BirdCRow, *notes) []string) {
+	var n notes
+	const names = 3 // corpus, oracle, condition
+	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
+	for i, h := range header {
+		cls := ""
+		if i < names {
+			cls = " class=\"l\""
+		}
+		fmt.Fprintf(b, "<th%s>%s</th>", cls, html.EscapeString(h))
+	}
+	b.WriteString("</tr>\n")
+	for i := range r.BirdC.Rows {
+		b.WriteString("<tr>")
+		for j, c := range cells(r, &r.BirdC.Rows[i], &n) {
+			if j < names {
+				fmt.Fprintf(b, "<td class=\"l\">%s</td>", strings.ReplaceAll(html.EscapeString(c), "_", "_<wbr/>"))
+				continue
+			}
+			b.WriteString("<td>")
+			writeSummaryCell(b, c)
+			b.WriteString("</td>")
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n</div>\n")
+	if len(n.texts) > 0 {
+		fmt.Fprintf(b, "<ul class=\"notes\" id=\"%s-notes\">\n", id)
+		for i, t := range n.texts {
+			fmt.Fprintf(b, "<li>(%s) %s</li>\n", noteLabel(i), html.EscapeString(t))
+		}
+		b.WriteString("</ul>\n")
+	}
+}
