@@ -19,6 +19,7 @@ import (
 // follow-up reads the view phase 1 creates.
 const followUpRecords = `{"id":"fu-query","db":"mini","request":"List the big sales of the recent year.","ambiguities":[{"term":"big sales","kind":"critical","resolution":"Sales of 100 dollars or more."},{"term":"recent year","kind":"critical","resolution":"The year 2024."}],"reference":{"sql":"SELECT id FROM sales WHERE amount >= 100 AND year = 2024 ORDER BY id"},"follow_up":{"request":"Now give the total amount of those sales.","reference":{"sql":"SELECT SUM(amount) FROM sales WHERE amount >= 100 AND year = 2024"}}}
 {"id":"fu-view","category":"Management","db":"mini","request":"Make a view north_big of the big North sales.","ambiguities":[{"term":"big","kind":"critical","resolution":"110 dollars or more."}],"reference":{"sql":"CREATE VIEW north_big AS SELECT id, amount FROM sales WHERE region = 'North' AND amount >= 110","checks":["SELECT id, amount FROM north_big ORDER BY id"]},"follow_up":{"request":"How many sales does north_big hold?","reference":{"sql":"SELECT COUNT(*) FROM north_big"}}}
+{"id":"fu-strong","db":"mini","request":"Which regions are a strong market?","ambiguities":[{"term":"strong market","kind":"knowledge","resolution":"A strong market is a region whose 2024 sales total more than 200 dollars.","knowledge_id":"k-strong"}],"reference":{"sql":"SELECT region FROM sales WHERE year = 2024 GROUP BY region HAVING SUM(amount) > 200 ORDER BY region"},"follow_up":{"request":"And how many 2024 sales did those regions have?","reference":{"sql":"SELECT COUNT(*) FROM sales WHERE year = 2024 AND region IN (SELECT region FROM sales WHERE year = 2024 GROUP BY region HAVING SUM(amount) > 200)"}}}
 `
 
 const (
@@ -358,7 +359,8 @@ func TestBirdCOptions(t *testing.T) {
 	ctx := context.Background()
 	bad := []*pb.ResetRequest{
 		{TaskId: "top-a", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}},
-		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_A}},
+		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_TIDE_P}},
+		{TaskId: "top-a", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_A}},
 		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_TIDE_F}},
 		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, Patience: proto.Int32(33)}},
 		{TaskId: "fu-query", Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C, Reward: pb.RewardType_REWARD_TYPE_OUTCOME}},

@@ -420,3 +420,58 @@ func TestLiteBirdC(t *testing.T) {
 		}
 	}
 }
+
+// TestLiteBirdA is issue 16's check on the lite sample (PostgreSQL): under
+// BIRD_A an explorer that calls each tool once, asks each counted
+// ambiguity and submits the references reaches reward 1 on every task,
+// within the default coin budget.
+func TestLiteBirdA(t *testing.T) {
+	dir := importLite(t, "pgbirda")
+	s := testutil.StartServer(t, app.Config{Corpora: []string{dir}, PostgresURL: pgtest.URL(t)})
+	env := s.Client.Env
+	ctx := context.Background()
+	step := func(tok []byte, a *pb.Action) *pb.StepResponse {
+		t.Helper()
+		r, err := env.Step(ctx, &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Done && r.Reward.GetValue() != 1 {
+			t.Fatalf("ended early: %v", r)
+		}
+		return r
+	}
+	for task := range wrongReadings {
+		reset, err := env.Reset(ctx, &pb.ResetRequest{TaskId: task, IncludePrivileged: true,
+			Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_A}})
+		if err != nil {
+			t.Fatalf("%s: %v", task, err)
+		}
+		e := reset.Episodes[0]
+		tok := e.Token
+		names := e.Observation.Task.GetDatabase().GetKnowledge()
+		for _, a := range []*pb.Action{execute("SELECT 1"), getSchema, allMeanings, meaning("vessels", "vessel_name"), knowledgeList, allKnowledge} {
+			r := step(tok, a)
+			if lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_TOOL_RESULT || strings.HasPrefix(lastTurn(r).GetText(), "Error") {
+				t.Fatalf("%s: %v: %v", task, a, lastTurn(r))
+			}
+			tok = r.Token
+		}
+		if len(names) > 0 {
+			tok = step(tok, knowledge(names[0].GetName())).Token
+		}
+		for _, a := range e.Privileged.GetAmbiguities() {
+			if a.Counted {
+				tok = step(tok, ask("What do you mean by '"+a.Term+"'?")).Token
+			}
+		}
+		r := step(tok, submit(strings.Join(e.Privileged.GetReferenceSql(), ";\n")))
+		if r.Observation.Subtask != 2 {
+			t.Fatalf("%s: the reference did not release the follow-up: %v (%s)", task, r, r.Privileged.GetVerifierReason())
+		}
+		r = step(r.Token, submit(strings.Join(r.Privileged.GetFollowUpReferenceSql(), ";\n")))
+		if !r.Done || r.Reward.GetValue() != 1 {
+			t.Errorf("%s: reward %v: %s", task, r.Reward, r.Privileged.GetVerifierReason())
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // Package driver is the one episode loop of avtgym's client side: an
-// Episode started on an environment, stepped with Ask, Stop, SubmitSQL
-// and Unparsed (alone or many at once with StepAll), and summed up as a
-// Record. It follows the episode's protocol (PROTOCOL.md §11): AMBITAB's
-// ask-then-solve, or BIRD_C's two sub-tasks with their turn budget. The
+// Episode started on an environment, stepped with Ask, Stop, SubmitSQL,
+// Unparsed and BIRD_A's tools (Execute, GetSchema, …; alone or many at
+// once with StepAll), and summed up as a Record. It follows the episode's
+// protocol (PROTOCOL.md §11): AMBITAB's ask-then-solve, BIRD_C's two
+// sub-tasks with their turn budget, or BIRD_A's with its coins. The
 // environment is a small interface that both the gRPC client (Remote) and
 // the in-process env.Env satisfy, so that every policy, probe, audit and
 // benchmark plays through this code, over the wire or in process, and
@@ -82,6 +83,12 @@ type Episode struct {
 	allowance   *pb.Budget
 	sqlRequired bool
 	followUpSQL []string
+
+	// BIRD_A: the coins each action type spent (thousandths, from the
+	// budget's used_milli before and after each step) and how many of
+	// each were taken, by ActionName.
+	coinsSpent map[string]int64
+	actions    map[string]int
 
 	// FallbackStop and FallbackSQL are set by a policy whose output could
 	// not be parsed (PROTOCOL.md §6): the episode ended by a fallback STOP,
@@ -191,11 +198,11 @@ func (e *Episode) Options() *pb.EpisodeOptions { return e.opts }
 
 // NeedsSQL reports whether the client writes the episode's SQL: under
 // AMBITAB, whether the episode waits for it after STOP (the outcome reward
-// with the client as solver, the default solver); under BIRD_C always
-// (each sub-task is solved by the client's submit_sql, and a STOP ends it
-// unsolved).
+// with the client as solver, the default solver); under BIRD_C and BIRD_A
+// always (each sub-task is solved by the client's submit_sql, and a STOP
+// ends it unsolved).
 func (e *Episode) NeedsSQL() bool {
-	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_C {
+	if IsBird(e.Protocol()) {
 		return true
 	}
 	return e.opts.GetReward() == pb.RewardType_REWARD_TYPE_OUTCOME &&
@@ -271,9 +278,10 @@ func (e *Episode) Remaining() int { return e.left }
 // Done reports whether the episode has ended.
 func (e *Episode) Done() bool { return e.last.GetDone() }
 
-// Asking reports whether the episode still takes questions: not done, in
-// the asking phase, and not waiting for SQL only (BIRD_C's last turn or
-// debug retry; see SQLRequired).
+// Asking reports whether the episode still takes questions (and, under
+// BIRD_A, tools): not done, in the asking phase, and not waiting for SQL
+// only (BIRD_C's last turn or debug retry; BIRD_A's free final submit;
+// see SQLRequired).
 func (e *Episode) Asking() bool {
 	return !e.Done() && e.phase == pb.Phase_PHASE_ASKING && !e.sqlRequired
 }
@@ -324,15 +332,8 @@ func (e *Episode) request(a *pb.Action) *pb.StepRequest {
 }
 
 func actionName(a *pb.Action) string {
-	switch a.GetKind().(type) {
-	case *pb.Action_Ask_:
-		return "ask"
-	case *pb.Action_Stop_:
-		return "stop"
-	case *pb.Action_SubmitSql_:
-		return "submit_sql"
-	case *pb.Action_Unparsed_:
-		return "unparsed"
+	if n := ActionName(a); n != "" {
+		return n
 	}
 	return "step"
 }
@@ -342,7 +343,11 @@ func (e *Episode) apply(a *pb.Action, resp *pb.StepResponse) {
 	e.token, e.last = resp.GetToken(), resp
 	obs := resp.GetObservation()
 	e.turns = append(e.turns, obs.GetTurns()...)
+	before := e.coinsUsedMilli()
 	e.observe(obs)
+	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {
+		e.count(ActionName(a), e.coinsUsedMilli()-before)
+	}
 	if fu := resp.GetPrivileged().GetFollowUpReferenceSql(); len(fu) > 0 {
 		e.followUpSQL = slices.Clone(fu)
 	}

@@ -53,7 +53,7 @@ type Record struct {
 	// (ProtocolName), left out for AMBITAB so that its records read as
 	// before.
 	Protocol string `json:"protocol,omitempty"`
-	// Under BIRD_C: Subtask is the last sub-task reached (2 when the
+	// Under BIRD_C (and BIRD_A): Subtask is the last sub-task reached (2 when the
 	// follow-up was released); Phase1 and Phase2 are the reward's
 	// components phase1 (0.7, 0.5 after the debug retry, else 0) and
 	// phase2 (0.3 / 0.2 / 0; null when the follow-up was never released);
@@ -64,6 +64,16 @@ type Record struct {
 	Phase2     *float64 `json:"phase2,omitempty"`
 	TurnsUsed  int      `json:"turns_used,omitempty"`
 	TurnBudget int      `json:"turn_budget,omitempty"`
+	// Under BIRD_A (Subtask, Phase1 and Phase2 as under BIRD_C, Phase1 0.7
+	// or 0, Phase2 0.3 or 0): CoinBudget and CoinsUsed are the coins
+	// allowed and spent (thousandths exact); CoinsSpent the coins each
+	// action type spent (by driver.ActionName: ask, submit_sql, execute,
+	// get_schema, …; a free final submit spends 0) and Actions how many of
+	// each the policy took.
+	CoinBudget *float64           `json:"coin_budget,omitempty"`
+	CoinsUsed  *float64           `json:"coins_used,omitempty"`
+	CoinsSpent map[string]float64 `json:"coins_spent,omitempty"`
+	Actions    map[string]int     `json:"actions,omitempty"`
 	// Error explains an episode that could not be played or scored (for
 	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
@@ -83,14 +93,23 @@ func (e *Episode) Record(err error) *Record {
 		Questions: nonNil(e.questions), Replies: nonNil(e.replies), CreditedTerms: []string{},
 		FallbackStop: e.FallbackStop, FallbackSQL: e.FallbackSQL,
 	}
-	bird := e.Protocol() == pb.Protocol_PROTOCOL_BIRD_C
 	if p := e.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
 		r.Protocol = ProtocolName(p)
 	}
-	if bird {
+	if IsBird(e.Protocol()) {
 		r.Subtask = e.subtask
 		if b := e.allowance; b != nil && b.GetUnit() == pb.BudgetUnit_BUDGET_UNIT_TURNS {
 			r.TurnsUsed, r.TurnBudget = int(b.GetUsedMilli()/1000), int(b.GetTotalMilli()/1000)
+		}
+	}
+	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {
+		if e.Coins() {
+			total, used := e.CoinBudget()
+			r.CoinBudget, r.CoinsUsed = &total, &used
+		}
+		r.CoinsSpent, r.Actions = e.CoinsSpent(), e.ActionCounts()
+		if r.Actions == nil {
+			r.Actions = map[string]int{}
 		}
 	}
 	priv := e.reset.GetPrivileged()

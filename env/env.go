@@ -74,7 +74,7 @@ type Env struct {
 	views   map[*corpus.Task]*pb.TaskView
 	splits  map[*corpus.Corpus]map[string][]*corpus.Task
 	// twoPhase holds the tasks with a follow-up by split (the tasks
-	// PROTOCOL_BIRD_C draws from).
+	// PROTOCOL_BIRD_C and PROTOCOL_BIRD_A draw from).
 	twoPhase map[*corpus.Corpus]map[string][]*corpus.Task
 	// maxState bounds every state seal writes, and maxToken every token
 	// open reads (limits.go); maxStep bounds one StepResponse.
@@ -230,11 +230,11 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		}
 	} else {
 		pool := e.splits[c][req.GetSplit()]
-		if req.GetOptions().GetProtocol() == pb.Protocol_PROTOCOL_BIRD_C {
-			// BIRD_C plays tasks with a follow-up only.
+		if p := req.GetOptions().GetProtocol(); p == pb.Protocol_PROTOCOL_BIRD_C || p == pb.Protocol_PROTOCOL_BIRD_A {
+			// BIRD-Interact's protocols play tasks with a follow-up only.
 			pool = e.twoPhase[c][req.GetSplit()]
 			if len(pool) == 0 {
-				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task with a follow-up in split %q (PROTOCOL_BIRD_C needs two sub-tasks)", c.Name, req.GetSplit())
+				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task with a follow-up in split %q (%s needs two sub-tasks)", c.Name, req.GetSplit(), p)
 			}
 		}
 		if len(pool) == 0 {

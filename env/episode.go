@@ -57,8 +57,11 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 	if st.Phase == pb.Phase_PHASE_DONE {
 		return errorf(FailedPrecondition, ReasonEpisodeDone, "action", "the episode is done (%s); reset a new one", st.Status)
 	}
-	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C {
+	switch st.Protocol {
+	case pb.Protocol_PROTOCOL_BIRD_C:
 		return ep.applyBirdC(ctx, a)
+	case pb.Protocol_PROTOCOL_BIRD_A:
+		return ep.applyBirdA(ctx, a)
 	}
 	if u, ok := a.GetKind().(*pb.Action_Unparsed_); ok {
 		return ep.applyUnparsed(ctx, u.Unparsed.GetText())
@@ -96,6 +99,9 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
 		return ep.verify(ctx, sql)
 	default:
+		if actionField(a) != 0 {
+			return errorf(InvalidArgument, ReasonInvalidAction, "action", "tools are PROTOCOL_BIRD_A's; AMBITAB takes ask, stop, submit_sql or unparsed")
+		}
 		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, stop, submit_sql or unparsed)")
 	}
 }
@@ -282,7 +288,7 @@ func (ep *episode) fail(reason string) {
 // the reward.
 func (ep *episode) finish() {
 	st, o := ep.st, ep.out.Observation
-	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C && st.Phase != pb.Phase_PHASE_DONE {
+	if st.Protocol != pb.Protocol_PROTOCOL_AMBITAB && st.Phase != pb.Phase_PHASE_DONE {
 		st.Phase = pb.Phase_PHASE_ASKING
 		if sqlRequired(st) {
 			st.Phase = pb.Phase_PHASE_SOLVING

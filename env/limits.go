@@ -57,6 +57,11 @@ import (
 // corpus-dependent term) with the follow-up's reference in the privileged
 // field; its questions stay within MaxAnswered (m + patience ≤ 64 + 32 +
 // 1). An unparsed output is kept like a question (MaxQuestionBytes).
+// BIRD_A keeps its coins and a one-byte-per-action log (maxActionLog), not
+// its tool outputs; a tool step adds the call (an execute holds up to
+// MaxSQLBytes of SQL) and the output
+// (MaxToolResultBytes) to StepResponseBound. Its questions stay within
+// MaxAnswered (the coins buy at most (6 + 2·64 + 32) / 2 = 83).
 // Agentic tool calls add MaxToolCalls × (call + result)
 // with their own per-turn limits; TIDE drift turns add MaxDriftTurns ×
 // MaxNoticeBytes. Each new term gets its per-turn limit here, enforced by
@@ -146,7 +151,9 @@ func StateBound(corpusBytes, idBytes int) int {
 		bytesField(27, MaxSQLBytes) + // BIRD_C phase-1 SQL
 		varintField(28) + varintField(29) + // BIRD_C sub-task rewards
 		varintField(30) + // unparsed in a row
-		varintField(31) // first question of sub-task 2
+		varintField(31) + // first question of sub-task 2
+		varintField(32) + varintField(33) + // BIRD_A coins total, used
+		bytesField(34, maxActionLog) // BIRD_A action log
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound
@@ -204,7 +211,9 @@ func StepResponseBound(t *corpus.Task) int {
 		credits + // the episode's credits (field 7: same tag size)
 		bytesField(8, MaxSQLBytes) + // solver SQL
 		bytesField(9, MaxReplyBytes) // oracle action
-	turns := stepTurnsBound()
+	turns := max(stepTurnsBound(),
+		// A BIRD_A tool step: the call and its output.
+		bytesField(2, turnBound(maxToolCallBytes))+bytesField(2, turnBound(MaxToolResultBytes)))
 	if fu := t.FollowUp; fu != nil {
 		for _, s := range fu.Reference.SQL {
 			priv += bytesField(10, len(s)) // the follow-up's reference, on release

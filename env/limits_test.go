@@ -51,6 +51,9 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		Phase2RewardMilli:     -1,
 		UnparsedInRow:         -1,
 		Subtask2FirstQuestion: -1,
+		CoinsTotalMilli:       -1,
+		CoinsUsedMilli:        -1,
+		ActionLog:             make([]byte, maxActionLog),
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
@@ -137,6 +140,7 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 		"over budget":      {turn(MaxQuestionBytes), turn(MaxNoticeBytes), turn(MaxNoticeBytes)},
 		"submit":           {turn(MaxSQLBytes), turn(MaxNoticeBytes)},
 		"stop then verify": {turn(0), turn(MaxNoticeBytes)},
+		"tool":             {turn(maxToolCallBytes), turn(MaxToolResultBytes)},
 	}
 	var fuRef []string
 	if fu := task.FollowUp; fu != nil {

@@ -95,24 +95,28 @@ func resolveProtocol(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeSt
 			return errorf(InvalidArgument, ReasonInvalidOption, "options.patience", "patience applies to PROTOCOL_BIRD_C only (AMBITAB's budget is m + extra_questions)")
 		}
 		return nil
-	case pb.Protocol_PROTOCOL_BIRD_C:
-	case pb.Protocol_PROTOCOL_BIRD_A, pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "%s is reserved and not served yet; this server serves PROTOCOL_AMBITAB and PROTOCOL_BIRD_C", p)
+	case pb.Protocol_PROTOCOL_BIRD_C, pb.Protocol_PROTOCOL_BIRD_A:
+	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "%s is reserved and not served yet; this server serves PROTOCOL_AMBITAB, PROTOCOL_BIRD_C and PROTOCOL_BIRD_A", p)
 	default:
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "unknown protocol %d", p)
 	}
-	// BIRD_C.
+	// BIRD_C and BIRD_A.
 	if r := o.GetReward(); r != pb.RewardType_REWARD_TYPE_UNSPECIFIED && r != pb.RewardType_REWARD_TYPE_BIRD_INTERACT {
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "PROTOCOL_BIRD_C has its own reward (REWARD_TYPE_BIRD_INTERACT); leave reward unset")
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "%s has its own reward (REWARD_TYPE_BIRD_INTERACT); leave reward unset", p)
 	}
 	if s := o.GetSolver(); s != pb.Solver_SOLVER_UNSPECIFIED && s != pb.Solver_SOLVER_CLIENT {
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "under PROTOCOL_BIRD_C the policy writes the SQL: leave solver unset (or SOLVER_CLIENT)")
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "under %s the policy writes the SQL: leave solver unset (or SOLVER_CLIENT)", p)
 	}
 	if o.ExtraQuestions != nil || o.ZeroAmbiguityBudget != nil {
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "extra_questions and zero_ambiguity_budget are AMBITAB's; PROTOCOL_BIRD_C's budget is m + patience turns")
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "extra_questions and zero_ambiguity_budget are AMBITAB's; %s has its own budget", p)
 	}
 	if t.FollowUp == nil {
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "task %q has no follow-up, and PROTOCOL_BIRD_C serves tasks with two sub-tasks only (TaskSummary.subtasks = 2)", t.ID)
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "task %q has no follow-up, and %s serves tasks with two sub-tasks only (TaskSummary.subtasks = 2)", t.ID, p)
+	}
+	st.Reward, st.Solver = pb.RewardType_REWARD_TYPE_BIRD_INTERACT, pb.Solver_SOLVER_CLIENT
+	if p == pb.Protocol_PROTOCOL_BIRD_A {
+		return resolveBirdA(t, o, st)
 	}
 	patience := int32(DefaultPatience)
 	if o.Patience != nil {
@@ -121,7 +125,6 @@ func resolveProtocol(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeSt
 			return errorf(InvalidArgument, ReasonInvalidOption, "options.patience", "%d is outside 0..%d", patience, MaxPatience)
 		}
 	}
-	st.Reward, st.Solver = pb.RewardType_REWARD_TYPE_BIRD_INTERACT, pb.Solver_SOLVER_CLIENT
 	st.TurnsTotal = max(1, int32(len(t.Counted()))+patience)
 	// The questions the turns allow: one turn is kept for the SQL.
 	st.Budget = st.TurnsTotal - 1
@@ -131,7 +134,13 @@ func resolveProtocol(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeSt
 // sqlRequired reports whether only SQL is accepted now: BIRD_C's last
 // turn, or a pending debug retry.
 func sqlRequired(st *statepb.EpisodeState) bool {
-	return st.Protocol == pb.Protocol_PROTOCOL_BIRD_C && (st.RetryPending || st.TurnsTotal-st.TurnsUsed <= 1)
+	switch st.Protocol {
+	case pb.Protocol_PROTOCOL_BIRD_C:
+		return st.RetryPending || st.TurnsTotal-st.TurnsUsed <= 1
+	case pb.Protocol_PROTOCOL_BIRD_A:
+		return st.CoinsTotalMilli-st.CoinsUsedMilli < cheapestBirdA
+	}
+	return false
 }
 
 // applyBirdC applies one action under BIRD_C.
@@ -163,7 +172,7 @@ func (ep *episode) applyBirdC(ctx context.Context, a *pb.Action) error {
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, birdUnparsed)
 		return nil
 	default:
-		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, submit_sql, stop or unparsed)")
+		return errorf(InvalidArgument, ReasonInvalidAction, "action", "want ask, submit_sql, stop or unparsed (tools are PROTOCOL_BIRD_A's)")
 	}
 }
 
@@ -261,7 +270,7 @@ func (ep *episode) releaseFollowUp(phase1SQL string) {
 // 0), and with it the episode.
 func (ep *episode) endSubtask(notice string) {
 	st := ep.st
-	truncated := !st.RetryPending && st.TurnsTotal-st.TurnsUsed <= 1
+	truncated := st.Protocol == pb.Protocol_PROTOCOL_BIRD_C && !st.RetryPending && st.TurnsTotal-st.TurnsUsed <= 1
 	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, notice)
 	st.RetryPending = false
 	st.Phase = pb.Phase_PHASE_DONE
@@ -322,9 +331,14 @@ func observe(o *pb.Observation, st *statepb.EpisodeState) {
 	o.Subtask = max(1, st.Subtask)
 	b := &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, TotalMilli: int64(st.Budget) * 1000, UsedMilli: int64(len(st.Questions)) * 1000}
 	o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
-	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C {
+	switch st.Protocol {
+	case pb.Protocol_PROTOCOL_BIRD_C:
 		b = &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_TURNS, TotalMilli: int64(st.TurnsTotal) * 1000, UsedMilli: int64(st.TurnsUsed) * 1000}
 		o.QuestionsRemaining = max(0, st.TurnsTotal-st.TurnsUsed-1)
+		o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequired(st)
+	case pb.Protocol_PROTOCOL_BIRD_A:
+		b = &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_COINS, TotalMilli: st.CoinsTotalMilli, UsedMilli: st.CoinsUsedMilli}
+		o.QuestionsRemaining = int32(max(0, st.CoinsTotalMilli-st.CoinsUsedMilli) / birdACost[1])
 		o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequired(st)
 	}
 	b.RemainingMilli = max(0, b.TotalMilli-b.UsedMilli)
@@ -336,7 +350,7 @@ func score(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
 	if st.Phase != pb.Phase_PHASE_DONE || st.Status == pb.EpisodeStatus_EPISODE_STATUS_ERROR {
 		return nil
 	}
-	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C {
+	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C || st.Protocol == pb.Protocol_PROTOCOL_BIRD_A {
 		c := map[string]float64{reward.ComponentPhase1: float64(st.Phase1RewardMilli) / 1000}
 		total := st.Phase1RewardMilli
 		if st.Subtask == 2 {

@@ -5,16 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"avtgym/driver"
 )
 
-// BirdC is the name of BIRD-Interact's conversational protocol, c-Interact
-// (PROTOCOL.md §8), as `--protocol` and the episodes spell it.
-const BirdC = "bird-c"
+// BirdC and BirdA are the names of BIRD-Interact's conversational
+// protocol, c-Interact, and its agentic protocol, a-Interact (PROTOCOL.md
+// §8), as `--protocol` and the episodes spell them.
+const (
+	BirdC = "bird-c"
+	BirdA = "bird-a"
+)
+
+// isBird reports whether a protocol name is one of BIRD-Interact's, whose
+// runs this file analyses (the same figures; bird-a adds the coins).
+func isBird(protocol string) bool { return protocol == BirdC || protocol == BirdA }
 
 // RunInfoFile records, in a run directory, the protocol of the run and
 // the tasks it left out, for the report (under bird-c, the tasks without
@@ -25,12 +36,12 @@ const RunInfoFile = "protocol.json"
 type RunInfo struct {
 	// Protocol is the run's protocol as --protocol names it.
 	Protocol string `json:"protocol"`
-	// Patience is the bird-c patience the run asked for (null: the
-	// server's default, 3).
+	// Patience is the bird-c or bird-a patience the run asked for (null:
+	// the server's default: 3 turns, 6 coins).
 	Patience *int32 `json:"patience"`
 	// Tasks counts the tasks the run evaluates (after --limit), and
 	// Skipped the tasks of the corpus (and split) that the protocol does
-	// not serve: under bird-c those without a follow-up.
+	// not serve: under bird-c and bird-a those without a follow-up.
 	Tasks   int `json:"tasks"`
 	Skipped int `json:"skipped_tasks"`
 	// Asker names the policy of the asker condition.
@@ -110,12 +121,15 @@ func birdRewardOf(e *Episode) (float64, bool) {
 	return *e.Reward, true
 }
 
-// BirdCReport is a bird-c run's analysis: BIRD-Interact's metrics per
-// oracle and condition, with the same AVT-cluster bootstrap intervals as
-// the AMBITAB metrics.
+// BirdCReport is a bird-c or bird-a run's analysis: BIRD-Interact's
+// metrics per oracle and condition, with the same AVT-cluster bootstrap
+// intervals as the AMBITAB metrics; under bird-a also the coins spent,
+// in all and per action type.
 type BirdCReport struct {
+	// Protocol is the run's protocol, bird-c or bird-a.
+	Protocol string `json:"protocol"`
 	// Patience is the patience the run asked for (null: the server's
-	// default, 3, or unknown).
+	// default, 3 turns under bird-c and 6 coins under bird-a, or unknown).
 	Patience *int32 `json:"patience"`
 	// Tasks counts the tasks evaluated (those with episodes); Skipped the
 	// corpus's tasks left out for having no follow-up (null: unknown, the
@@ -124,6 +138,10 @@ type BirdCReport struct {
 	Skipped *int `json:"skipped_tasks"`
 	// Asker names the policy of the asker condition (empty: unknown).
 	Asker string `json:"asker,omitempty"`
+	// Actions lists, under bird-a, the action types the run's episodes
+	// took, in driver.ActionNames order: the keys of each row's
+	// CoinsByAction.
+	Actions []string `json:"actions,omitempty"`
 	// Rows has one row per oracle and condition that ran.
 	Rows []BirdCRow `json:"rows"`
 	// Cells lists the per-seed numbers behind the rows.
@@ -153,6 +171,12 @@ type BirdCRow struct {
 	Phase1Completed  Summary `json:"phase1_sr_completed"`
 	Phase2Completed  Summary `json:"phase2_sr_completed"`
 	RewardCompleted  Summary `json:"reward_completed"`
+	// Under bird-a: Coins is the mean coins an episode spent, and
+	// CoinsByAction the mean coins an episode spent on each action type
+	// (0 for an episode that took none of it), over the scored episodes
+	// (ERROR episodes, which hold no budget, are left out).
+	Coins         *Summary           `json:"coins_used,omitempty"`
+	CoinsByAction map[string]Summary `json:"coins_by_action,omitempty"`
 }
 
 // BirdCCell is one (oracle, condition, seed) cell of a bird-c report.
@@ -170,14 +194,48 @@ type BirdCCell struct {
 // birdCMetrics is the number of metrics of a BirdCRow.
 const birdCMetrics = 7
 
-// analyzeBirdC builds the bird-c section of a report.
-func analyzeBirdC(d *dataset, opt *AnalyzeOptions) *BirdCReport {
-	b := &BirdCReport{}
+// coinsOf returns the coins a bird-a episode spent on the named action
+// type ("" for all), over the scored episodes.
+func coinsOf(action string) episodeValue {
+	return func(e *Episode) (float64, bool) {
+		if !e.Scored() || e.CoinsUsed == nil {
+			return 0, false
+		}
+		if action == "" {
+			return *e.CoinsUsed, true
+		}
+		return e.CoinsSpent[action], true
+	}
+}
+
+// analyzeBirdC builds the bird-c or bird-a section of a report.
+func analyzeBirdC(d *dataset, opt *AnalyzeOptions, protocol string) *BirdCReport {
+	b := &BirdCReport{Protocol: protocol}
 	if ri := opt.Run; ri != nil {
 		b.Patience, b.Asker = ri.Patience, ri.Asker
-		if ri.Protocol == BirdC {
+		if ri.Protocol == protocol {
 			b.Skipped = &ri.Skipped
 		}
+	}
+	coins := protocol == BirdA
+	if coins {
+		seen := map[string]bool{}
+		for _, e := range d.byKey {
+			for a := range e.CoinsSpent {
+				seen[a] = true
+			}
+		}
+		for _, a := range driver.ActionNames {
+			if seen[a] {
+				b.Actions = append(b.Actions, a)
+				delete(seen, a)
+			}
+		}
+		b.Actions = append(b.Actions, slices.Sorted(maps.Keys(seen))...)
+	}
+	perRow := birdCMetrics
+	if coins {
+		perRow += 1 + len(b.Actions)
 	}
 	tasks := map[string]bool{}
 	for k := range d.byKey {
@@ -210,13 +268,26 @@ func analyzeBirdC(d *dataset, opt *AnalyzeOptions) *BirdCReport {
 			&metric{terms: []term{{d.completedStat(r.cond, r.o, phase2Of), 1}}, empty: noPair},
 			&metric{terms: []term{{d.completedStat(r.cond, r.o, birdRewardOf), 1}}, empty: noPair},
 		)
+		if coins {
+			ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(""), false), 1}}, empty: noEp})
+			for _, a := range b.Actions {
+				ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(a), false), 1}}, empty: noEp})
+			}
+		}
 	}
 	s := summarize(ms, d, opt.Resamples, opt.BootstrapSeed)
 	for i, r := range rows {
-		x := s[i*birdCMetrics : (i+1)*birdCMetrics]
+		x := s[i*perRow : (i+1)*perRow]
 		row := BirdCRow{Oracle: r.o, Condition: r.cond,
 			Phase1SR: x[0], Phase2SR: x[1], Reward: x[2], NormalizedReward: x[3],
 			Phase1Completed: x[4], Phase2Completed: x[5], RewardCompleted: x[6]}
+		if coins {
+			c := x[birdCMetrics]
+			row.Coins, row.CoinsByAction = &c, map[string]Summary{}
+			for j, a := range b.Actions {
+				row.CoinsByAction[a] = x[birdCMetrics+1+j]
+			}
+		}
 		for _, es := range d.cells[r.cond][r.o] {
 			for _, e := range es {
 				row.Episodes++
@@ -318,14 +389,14 @@ func (b *BirdCReport) conditionLabel(c Condition) string {
 }
 
 func birdCCells(r *Report, row *BirdCRow, n *notes) []string {
-	return []string{r.Corpus, row.Oracle, r.BirdC.conditionLabel(row.Condition), fmt.Sprint(row.Episodes),
+	return []string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition), fmt.Sprint(row.Episodes),
 		n.cell(row.Phase1SR), n.cell(row.Phase2SR), n.cellWith(row.Reward, formatReward), n.cellWith(row.NormalizedReward, formatNormalized)}
 }
 
 var birdCErrorsHeader = []string{"Corpus", "Oracle", "Condition", "ERROR episodes", "Phase-1 SR, completed", "Phase-2 SR, completed", "Mean reward, completed"}
 
 func birdCErrorsCells(r *Report, row *BirdCRow, n *notes) []string {
-	return []string{r.Corpus, row.Oracle, r.BirdC.conditionLabel(row.Condition), fmt.Sprint(row.Errors),
+	return []string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition), fmt.Sprint(row.Errors),
 		n.cell(row.Phase1Completed), n.cell(row.Phase2Completed), n.cellWith(row.RewardCompleted, formatReward)}
 }
 
@@ -335,14 +406,67 @@ const birdCLegend = "Cells: mean ± sample SD across seeds [95% AVT-cluster boot
 	"mean reward in [0, 1] (phase 1: 0.7, 0.5 after the debug retry; phase 2: 0.3, 0.2 after the retry); normalised reward = mean reward × 100, BIRD-Interact's headline number; " +
 	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
 
+// birdALegend explains the bird-a table's cells.
+const birdALegend = "Cells: mean ± sample SD across seeds [95% AVT-cluster bootstrap interval; the clusters it resamples]. " +
+	"Phase-1 and phase-2 SR in %, over every evaluated episode (an episode whose phase 1 failed never sees its follow-up and counts as a phase-2 failure, as BIRD-Interact counts it); " +
+	"mean reward in [0, 1] (phase 1: 0.7; phase 2: 0.3; no retry penalty); normalised reward = mean reward × 100, BIRD-Interact's headline number; " +
+	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
+
+// birdACoinsLegend explains the bird-a coins table.
+const birdACoinsLegend = "Coins an episode spent, mean ± sample SD across seeds [95% AVT-cluster bootstrap interval], over the scored episodes: in all, then per action type " +
+	"(ask 2, submit_sql 3, execute 1, get_schema 1, get_all_column_meanings 1, get_column_meaning 0.5, get_all_external_knowledge_names 0.5, get_knowledge_definition 0.5, " +
+	"get_all_knowledge_definitions 1, unparsed 0.2; a final submit the budget cannot pay for is free). An episode that took no action of a type counts 0 for it."
+
+// legend is the main table's legend for the report's protocol.
+func (b *BirdCReport) legend() string {
+	if b.Protocol == BirdA {
+		return birdALegend
+	}
+	return birdCLegend
+}
+
+// title is the heading of the report's section.
+func (b *BirdCReport) title() string {
+	if b.Protocol == BirdA {
+		return "BIRD-Interact a-Interact: phase-1 and phase-2 success, reward, coins"
+	}
+	return "BIRD-Interact c-Interact: phase-1 and phase-2 success, reward"
+}
+
+// coinsHeader is the column layout of the bird-a coins table.
+func (b *BirdCReport) coinsHeader() []string {
+	return append([]string{"Corpus", "Oracle", "Condition", "Coins spent"}, b.Actions...)
+}
+
+func birdACoinsCells(r *Report, row *BirdCRow, n *notes) []string {
+	cells := []string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition)}
+	format := func(s Summary) string { return formatScaled(s, 1, 2) }
+	if row.Coins == nil {
+		cells = append(cells, Dash)
+	} else {
+		cells = append(cells, n.cellWith(*row.Coins, format))
+	}
+	for _, a := range r.bird().Actions {
+		if s, ok := row.CoinsByAction[a]; ok {
+			cells = append(cells, n.cellWith(s, format))
+		} else {
+			cells = append(cells, Dash)
+		}
+	}
+	return cells
+}
+
 // birdCErrorsLegend explains the bird-c failures table.
 const birdCErrorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count above as failures with zero reward (AmbiTab §C.2). " +
 	"Beside them, each row's rates on the (task, seed) pairs that every oracle that ran the condition completed."
 
-// birdCMeta is a report's one-line description of a bird-c run.
+// birdCMeta is a report's one-line description of a bird-c or bird-a run.
 func birdCMeta(r *Report) string {
-	b := r.BirdC
-	patience := "the server's default patience (3 turns)"
+	b := r.bird()
+	patience, mode := "the server's default patience (3 turns)", "bird-c (BIRD-Interact c-Interact)"
+	if b.Protocol == BirdA {
+		patience, mode = "the server's default patience (6 coins)", "bird-a (BIRD-Interact a-Interact)"
+	}
 	if b.Patience != nil {
 		patience = fmt.Sprintf("patience %d", *b.Patience)
 	}
@@ -350,22 +474,41 @@ func birdCMeta(r *Report) string {
 	if b.Skipped != nil {
 		skipped = fmt.Sprintf("%d task(s) without a follow-up skipped", *b.Skipped)
 	}
-	return fmt.Sprintf("%s: protocol bird-c (BIRD-Interact c-Interact), %s; %d task(s) with a follow-up evaluated, %s; seeds %s; %d AVT-cluster bootstrap resamples (seed %d)",
-		r.Corpus, patience, b.Tasks, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
+	return fmt.Sprintf("%s: protocol %s, %s; %d task(s) with a follow-up evaluated, %s; seeds %s; %d AVT-cluster bootstrap resamples (seed %d)",
+		r.Corpus, mode, patience, b.Tasks, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
 }
 
-// writeBirdCMarkdown writes the bird-c reports' tables.
-func writeBirdCMarkdown(b *strings.Builder, rs []*Report) {
-	b.WriteString("## BIRD-Interact c-Interact: phase-1 and phase-2 success, reward\n\n")
-	for _, r := range rs {
-		b.WriteString("- " + birdCMeta(r) + "\n")
-	}
-	b.WriteString("\n" + birdCLegend + "\n\n")
-	birdCTable(b, rs, birdCHeader, birdCCells)
-	b.WriteString("\n### Environment failures\n\n" + birdCErrorsLegend + "\n\n")
-	birdCTable(b, rs, birdCErrorsHeader, birdCErrorsCells)
-	for _, r := range rs {
-		writeGroupSignal(b, r)
+// writeBirdCMarkdown writes the bird-c and bird-a reports' tables: one
+// section per protocol (bird-c first).
+func writeBirdCMarkdown(b *strings.Builder, all []*Report) {
+	for i, protocol := range []string{BirdC, BirdA} {
+		rs := slices.DeleteFunc(slices.Clone(all), func(r *Report) bool {
+			return r.bird().Protocol != protocol && !(protocol == BirdC && r.bird().Protocol == "")
+		})
+		if len(rs) == 0 {
+			continue
+		}
+		if i > 0 && len(rs) < len(all) {
+			b.WriteString("\n")
+		}
+		first := rs[0].bird()
+		b.WriteString("## " + first.title() + "\n\n")
+		for _, r := range rs {
+			b.WriteString("- " + birdCMeta(r) + "\n")
+		}
+		b.WriteString("\n" + first.legend() + "\n\n")
+		birdCTable(b, rs, birdCHeader, birdCCells)
+		if protocol == BirdA {
+			for _, r := range rs {
+				b.WriteString("\n### Coins spent per episode (" + r.Corpus + ")\n\n" + birdACoinsLegend + "\n\n")
+				birdCTable(b, []*Report{r}, r.bird().coinsHeader(), birdACoinsCells)
+			}
+		}
+		b.WriteString("\n### Environment failures\n\n" + birdCErrorsLegend + "\n\n")
+		birdCTable(b, rs, birdCErrorsHeader, birdCErrorsCells)
+		for _, r := range rs {
+			writeGroupSignal(b, r)
+		}
 	}
 }
 
@@ -374,8 +517,8 @@ func birdCTable(b *strings.Builder, rs []*Report, header []string, cells func(*R
 	b.WriteString(mdRow(header))
 	b.WriteString(mdSep(len(header)))
 	for _, r := range rs {
-		for i := range r.BirdC.Rows {
-			b.WriteString(mdRow(cells(r, &r.BirdC.Rows[i], &n)))
+		for i := range r.bird().Rows {
+			b.WriteString(mdRow(cells(r, &r.bird().Rows[i], &n)))
 		}
 	}
 	n.markdown(b)
@@ -387,14 +530,14 @@ func birdCTable(b *strings.Builder, rs []*Report, header []string, cells func(*R
 func writeBirdCHTML(b *strings.Builder, r *Report) {
 	esc := html.EscapeString
 	fmt.Fprintf(b, "<p class=\"meta\">%s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval.</p>\n", esc(birdCMeta(r)))
-	groups := make([]string, len(r.BirdC.Rows))
-	vals := make([][]Summary, len(r.BirdC.Rows))
+	groups := make([]string, len(r.bird().Rows))
+	vals := make([][]Summary, len(r.bird().Rows))
 	oracles := map[string]bool{}
-	for _, row := range r.BirdC.Rows {
+	for _, row := range r.bird().Rows {
 		oracles[row.Oracle] = true
 	}
-	for i, row := range r.BirdC.Rows {
-		groups[i] = r.BirdC.conditionLabel(row.Condition)
+	for i, row := range r.bird().Rows {
+		groups[i] = r.bird().conditionLabel(row.Condition)
 		if len(oracles) > 1 {
 			groups[i] = row.Oracle + " " + groups[i]
 		}
@@ -405,9 +548,13 @@ func writeBirdCHTML(b *strings.Builder, r *Report) {
 	writeChart(b, "birdc", "Phase-1 and phase-2 success rate (%) and BIRD-Interact's normalised reward (mean reward × 100) per condition; an episode whose phase 1 failed counts as a phase-2 failure.",
 		groups, []string{"Phase-1 SR", "Phase-2 SR", "Normalised reward"}, vals, nil, false)
 	b.WriteString("</div>\n")
-	b.WriteString("<h2>BIRD-Interact c-Interact: phase-1 and phase-2 success, reward</h2>\n")
-	b.WriteString("<p class=\"meta\">" + esc(birdCLegend) + "</p>\n")
+	b.WriteString("<h2>" + esc(r.bird().title()) + "</h2>\n")
+	b.WriteString("<p class=\"meta\">" + esc(r.bird().legend()) + "</p>\n")
 	writeBirdCHTMLTable(b, "birdc-table", birdCHeader, r, birdCCells)
+	if r.bird().Protocol == BirdA {
+		b.WriteString("<h2>Coins spent per episode</h2>\n<p class=\"meta\">" + esc(birdACoinsLegend) + "</p>\n")
+		writeBirdCHTMLTable(b, "birda-coins", r.bird().coinsHeader(), r, birdACoinsCells)
+	}
 	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(birdCErrorsLegend) + "</p>\n")
 	writeBirdCHTMLTable(b, "birdc-errors", birdCErrorsHeader, r, birdCErrorsCells)
 }
@@ -424,9 +571,9 @@ func writeBirdCHTMLTable(b *strings.Builder, id string, header []string, r *Repo
 		fmt.Fprintf(b, "<th%s>%s</th>", cls, html.EscapeString(h))
 	}
 	b.WriteString("</tr>\n")
-	for i := range r.BirdC.Rows {
+	for i := range r.bird().Rows {
 		b.WriteString("<tr>")
-		for j, c := range cells(r, &r.BirdC.Rows[i], &n) {
+		for j, c := range cells(r, &r.bird().Rows[i], &n) {
 			if j < names {
 				fmt.Fprintf(b, "<td class=\"l\">%s</td>", strings.ReplaceAll(html.EscapeString(c), "_", "_<wbr/>"))
 				continue

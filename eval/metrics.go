@@ -223,6 +223,18 @@ type Report struct {
 	// phase-2 SR, mean and normalised reward. Rows and Cells, AMBITAB's
 	// metrics, are then empty.
 	BirdC *BirdCReport `json:"bird_c,omitempty"`
+	// BirdA is the analysis of a bird-a run: BirdC's figures, plus the
+	// coins spent in all and per action type.
+	BirdA *BirdCReport `json:"bird_a,omitempty"`
+}
+
+// bird is the report's BIRD-Interact section (bird-c or bird-a; nil for
+// an AMBITAB report).
+func (r *Report) bird() *BirdCReport {
+	if r.BirdC != nil {
+		return r.BirdC
+	}
+	return r.BirdA
 }
 
 // AnalyzeOptions configures Analyze.
@@ -325,11 +337,15 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 		Protocol:      protocol,
 	}
 	if protocol != "" {
-		if protocol != BirdC {
-			return nil, fmt.Errorf("eval: no analysis for protocol %s (want ambitab or bird-c)", protocol)
+		if !isBird(protocol) {
+			return nil, fmt.Errorf("eval: no analysis for protocol %s (want ambitab, bird-c or bird-a)", protocol)
 		}
 		r.Rows, r.Cells = []Row{}, []CellEntry{}
-		r.BirdC = analyzeBirdC(d, &opt)
+		if protocol == BirdA {
+			r.BirdA = analyzeBirdC(d, &opt, protocol)
+		} else {
+			r.BirdC = analyzeBirdC(d, &opt, protocol)
+		}
 		return r, nil
 	}
 	var metrics []*metric

@@ -175,7 +175,7 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	var b strings.Builder
 	var bird []*Report
 	rs = slices.DeleteFunc(slices.Clone(rs), func(r *Report) bool {
-		if r.BirdC != nil {
+		if r.bird() != nil {
 			bird = append(bird, r)
 			return true
 		}

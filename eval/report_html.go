@@ -41,7 +41,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n")
 	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
 	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
-	if r.BirdC != nil {
+	if r.bird() != nil {
 		writeBirdCHTML(&b, r)
 		writeHTMLGroupSignal(&b, r)
 		b.WriteString("</body>\n</html>\n")

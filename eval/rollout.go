@@ -29,7 +29,7 @@ type RolloutSummary struct {
 	// Protocol is the episodes' protocol when it is not ambitab (left out
 	// for ambitab, so that its summary reads as before).
 	Protocol string `json:"protocol,omitempty"`
-	// BirdC holds BIRD-Interact's rates under bird-c.
+	// BirdC holds BIRD-Interact's rates under bird-c and bird-a.
 	BirdC *BirdCSummary `json:"bird_c,omitempty"`
 }
 
@@ -43,6 +43,11 @@ type BirdCSummary struct {
 	NormalizedReward *float64 `json:"normalized_reward"`
 	// Released counts the episodes whose follow-up was released.
 	Released int `json:"released"`
+	// Under bird-a: CoinsUsed is the mean coins an episode spent, and
+	// CoinsByAction the mean coins an episode spent per action type (0
+	// for an episode that took none of it), over the scored episodes.
+	CoinsUsed     *float64           `json:"coins_used,omitempty"`
+	CoinsByAction map[string]float64 `json:"coins_by_action,omitempty"`
 }
 
 // MultiSummary is success on multi-interpretation AVTs against chance.
@@ -94,8 +99,8 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 		}
 	}
 	s.MultiInterpretation.SuccessRate, s.MultiInterpretation.Chance = multi.mean(), chance.mean()
-	if s.Protocol == BirdC {
-		var p1, p2 sum
+	if isBird(s.Protocol) {
+		var p1, p2, coins sum
 		b := &BirdCSummary{}
 		for i := range eps {
 			if v, ok := phase1Of(&eps[i]); ok {
@@ -106,6 +111,18 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 			}
 			if eps[i].Phase2 != nil {
 				b.Released++
+			}
+			coins.add(eps[i].CoinsUsed)
+		}
+		if s.Protocol == BirdA && coins.n > 0 {
+			b.CoinsUsed, b.CoinsByAction = coins.mean(), map[string]float64{}
+			for i := range eps {
+				for a, c := range eps[i].CoinsSpent {
+					b.CoinsByAction[a] += c
+				}
+			}
+			for a := range b.CoinsByAction {
+				b.CoinsByAction[a] /= float64(coins.n)
 			}
 		}
 		b.Phase1SR, b.Phase2SR = p1.mean(), p2.mean()

@@ -193,14 +193,15 @@ type Config struct {
 	// policy writes the SQL: Solver must be left unset.
 	Solver pb.Solver
 	// Protocol is the episodes' protocol (PROTOCOL.md §11): AMBITAB (the
-	// default; unset means it) or BIRD_C, under which only the tasks with a
+	// default; unset means it), BIRD_C or BIRD_A, under which only the tasks with a
 	// follow-up are evaluated, the episodes take BIRD-Interact's reward, the
 	// conditions are asker (default) and full, no oracle is added for
 	// leakage diagnostics, and the report gives phase-1 and phase-2 SR and
 	// the mean and normalised reward. The server refuses the reserved
 	// protocols, and the run stops with its reason.
 	Protocol pb.Protocol
-	// Patience is BIRD_C's patience in turns (nil: the server's default).
+	// Patience is BIRD_C's patience in turns, or BIRD_A's in coins (nil:
+	// the server's default).
 	Patience *int32
 	// Dir is the run directory (created when missing).
 	Dir string
@@ -401,7 +402,7 @@ func (cfg *Config) defaults() error {
 		}
 	} else {
 		if cfg.Patience != nil {
-			return errors.New("eval: patience applies to the bird-c protocol only")
+			return errors.New("eval: patience applies to the bird-c and bird-a protocols only")
 		}
 		if len(cfg.Conditions) == 0 {
 			cfg.Conditions = AllConditions

@@ -194,7 +194,7 @@ func TestWrongReadingsFile(t *testing.T) {
 // the rollout with the server's reason.
 func TestReservedProtocolRefused(t *testing.T) {
 	srv := testutil.StartServer(t, app.Config{})
-	for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_BIRD_A, pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P} {
+	for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P} {
 		_, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: Scripted(probe.Full), Corpus: "demo", Options: &pb.EpisodeOptions{Protocol: p}})
 		if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), p.String()) {
 			t.Errorf("%s: %v", p, err)

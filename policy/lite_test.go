@@ -25,7 +25,8 @@ const liteDir = "../../shared/data/birdinteract-format/lite"
 // sample (PostgreSQL): under BIRD_C the scripted full policy reaches reward
 // 1 on every task (each follow-up verified on the state its phase 1 left),
 // and the wrong-reading policy with fixtures/wrong-readings/
-// birdinteract-lite.json gets 0 for phase 1 and never sees phase 2.
+// birdinteract-lite.json gets 0 for phase 1 and never sees phase 2; under
+// BIRD_A (issue 16) the explorer reaches reward 1 on every task.
 func TestLitePoliciesUnderBirdC(t *testing.T) {
 	if _, err := os.Stat(liteDir); err != nil {
 		t.Skipf("the BIRD-Interact lite sample is not at %s (it lives outside the repository): %v", liteDir, err)
@@ -89,5 +90,20 @@ func TestLitePoliciesUnderBirdC(t *testing.T) {
 	wrong := run(w)
 	if len(full) == 0 || len(full) != len(wrong) || len(full) != len(f.Readings) {
 		t.Errorf("full played %d tasks, wrong-reading %d; the fixture has %d readings", len(full), len(wrong), len(f.Readings))
+	}
+
+	// Issue 16: under BIRD_A the explorer (each tool once, the canonical
+	// questions, the references) reaches 1.0 on every task too.
+	rs, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: Explorer(), Corpus: name, Options: birdAOptions(nil), Concurrency: 4})
+	if err != nil {
+		t.Fatalf("explorer: %v", err)
+	}
+	for _, r := range rs {
+		if r.Status != "TERMINATED" || val(r.Reward) != 1 || val(r.Phase1) != 0.7 || val(r.Phase2) != 0.3 || r.Actions["execute"] != 1 || r.Actions["get_all_knowledge_definitions"] != 1 {
+			t.Errorf("explorer on %s under bird-a: %s %s reward %v phase1 %v phase2 %v actions %v", r.TaskID, r.Status, r.Error, val(r.Reward), val(r.Phase1), val(r.Phase2), r.Actions)
+		}
+	}
+	if len(rs) != len(full) {
+		t.Errorf("the explorer played %d tasks, full %d", len(rs), len(full))
 	}
 }

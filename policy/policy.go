@@ -88,25 +88,27 @@ func ReferenceSQL(ep *driver.Episode) (string, error) {
 
 // Solve plays ep to its end for a policy that writes its own SQL: it asks
 // qs in order while the episode takes questions (in sub-task 1 only, and
-// never where only SQL is accepted: the last BIRD_C turn, a debug retry),
-// then submits sql(ep). Under AMBITAB it stops before the SQL (which the
-// episode then waits for, when the client is the solver); under BIRD_C it
-// submits in the asking phase, again on the debug retry after a failed
-// submission, and for the follow-up once it is released, until the
+// never where only SQL is accepted: the last BIRD_C turn, a debug retry;
+// under BIRD_A only while the coins left after the question still pay for
+// phase 1's submission), then submits sql(ep). Under AMBITAB it stops
+// before the SQL (which the episode then waits for, when the client is the
+// solver); under BIRD_C and BIRD_A it submits in the asking phase, again
+// after a failed submission (BIRD_C's debug retry; BIRD_A's next submit,
+// while coins last), and for the follow-up once it is released, until the
 // episode ends.
 func Solve(ctx context.Context, ep *driver.Episode, qs []string, sql func(*driver.Episode) (string, error)) error {
-	bird := ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_C
+	bird := driver.IsBird(ep.Protocol())
 	// A bound on the steps, against a server that would never end the
 	// episode: every question, a stop, and two submissions (the debug
 	// retry) per sub-task, with room to spare.
-	limit := 2*(len(qs)+ep.Budget()) + 16
+	limit := 2*(len(qs)+ep.Budget()) + 16 + int(ep.CoinsLeftMilli()/1000)
 	for steps := 0; !ep.Done(); steps++ {
 		if steps >= limit {
 			return fmt.Errorf("the episode did not end after %d steps (phase %s, sub-task %d)", steps, ep.Phase(), ep.Subtask())
 		}
 		var err error
 		switch {
-		case ep.Asking() && len(qs) > 0 && ep.Subtask() <= 1:
+		case ep.Asking() && len(qs) > 0 && ep.Subtask() <= 1 && affordsQuestion(ep):
 			err = ep.Ask(ctx, qs[0])
 			qs = qs[1:]
 		case ep.Asking() && !bird:
@@ -115,16 +117,35 @@ func Solve(ctx context.Context, ep *driver.Episode, qs []string, sql func(*drive
 			return fmt.Errorf("the episode neither asks nor waits for SQL (phase %s)", ep.Phase())
 		default:
 			var q string
-			if q, err = sql(ep); err != nil {
-				return err
+			q, err = sql(ep)
+			switch {
+			case errors.Is(err, errStopNow):
+				err = ep.Stop(ctx)
+			case err == nil:
+				err = ep.SubmitSQL(ctx, q)
 			}
-			err = ep.SubmitSQL(ctx, q)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// errStopNow, returned by Solve's sql function, makes Solve stop instead
+// of submitting (under BIRD-Interact's protocols the stop ends the
+// episode, the sub-task unsolved).
+var errStopNow = errors.New("stop now")
+
+// affordsQuestion reports whether a question fits the episode's coin
+// budget (BIRD_A): the coins left after it must still pay for phase 1's
+// submission, so that the follow-up can be released. Always true for a
+// budget that is not in coins.
+func affordsQuestion(ep *driver.Episode) bool {
+	if !ep.Coins() {
+		return true
+	}
+	return ep.CoinsLeftMilli()-driver.CoinCostMilli(driver.ActAsk) >= driver.CoinCostMilli(driver.ActSubmitSQL)
 }
 
 // PartialName is the name of the Partial asker.
@@ -172,7 +193,7 @@ func (r replay) Play(ctx context.Context, ep *driver.Episode) error { return Ask
 
 // Ask asks qs in order while the episode takes questions, then stops. The
 // episode must then be done: a policy that only asks cannot write SQL.
-// Under BIRD_C, where every sub-task needs the client's SQL, it stops even
+// Under BIRD_C and BIRD_A, where every sub-task needs the client's SQL, it stops even
 // where only SQL is accepted: the sub-task ends unsolved, and the episode
 // with it (an asker that writes no SQL scores 0 there).
 func Ask(ctx context.Context, ep *driver.Episode, qs []string) error {
@@ -187,7 +208,7 @@ func Ask(ctx context.Context, ep *driver.Episode, qs []string) error {
 	if err != nil {
 		return err
 	}
-	if !ep.Done() && ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_C {
+	if !ep.Done() && driver.IsBird(ep.Protocol()) {
 		if err := ep.Stop(ctx); err != nil {
 			return err
 		}

@@ -95,10 +95,10 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 }
 
 // ProtocolTasks keeps the tasks a protocol serves: under BIRD_C those with
-// a follow-up (TaskSummary.subtasks = 2), under the others all. It returns
-// them, in order, and how many were left out.
+// a follow-up (TaskSummary.subtasks = 2), and so under BIRD_A; under the
+// others all. It returns them, in order, and how many were left out.
 func ProtocolTasks(tasks []*pb.TaskSummary, p pb.Protocol) ([]*pb.TaskSummary, int) {
-	if p != pb.Protocol_PROTOCOL_BIRD_C {
+	if !driver.IsBird(p) {
 		return tasks, 0
 	}
 	var kept []*pb.TaskSummary

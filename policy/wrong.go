@@ -112,6 +112,9 @@ func (w *WrongReading) Play(ctx context.Context, ep *driver.Episode) error {
 		return &AskerError{Err: fmt.Errorf("the wrong-reading policy writes its own SQL: play it under bird-c, or with the outcome reward and the client as solver")}
 	}
 	qs := probe.Questions(probe.Full, ep.Terms(), ep.Budget())
+	if ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {
+		return w.playBirdA(ctx, ep, qs, r.SQL)
+	}
 	return Solve(ctx, ep, qs, func(ep *driver.Episode) (string, error) {
 		if ep.Subtask() >= 2 {
 			return ReferenceSQL(ep)
@@ -125,4 +128,24 @@ func (w *WrongReading) Play(ctx context.Context, ep *driver.Episode) error {
 // Rollout and eval call it once and stop with its error.
 type TaskChecker interface {
 	CheckTasks(tasks []*pb.TaskSummary) error
+}
+
+// playBirdA plays the wrong reading under BIRD_A: the full policy's
+// questions (while the coins left after each still pay for a submission),
+// the wrong SQL once, then a stop, which ends the episode with phase 1
+// unsolved (BIRD_A would take more submissions while coins last; this
+// baseline does not retry). Should the follow-up be released all the
+// same, it submits the follow-up's reference.
+func (w *WrongReading) playBirdA(ctx context.Context, ep *driver.Episode, qs []string, wrong string) error {
+	submitted := false
+	return Solve(ctx, ep, qs, func(ep *driver.Episode) (string, error) {
+		if ep.Subtask() >= 2 {
+			return ReferenceSQL(ep)
+		}
+		if submitted {
+			return "", errStopNow
+		}
+		submitted = true
+		return wrong, nil
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"avtgym/client"
+	"avtgym/driver"
 	"avtgym/eval"
 	"avtgym/policy"
 	"avtgym/probe"
@@ -38,12 +39,12 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c the default is scripted:full")
+	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c or bird-a), scripted:explorer (bird-a: each tool once, then as full), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c and bird-a the default is scripted:full")
 	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, llm, llm_scoped, hybrid, hybrid_scoped, or a test oracle; each one's hybrid and the reference are added (the diagnostics compare with them)")
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
-	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c: asker, full; default asker)")
-	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c, where the policy writes it")
+	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c or bird-a: asker, full; default asker)")
+	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c or bird-a, where the policy writes it")
 	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
 	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
 	fs.StringVar(&f.groups, "groups", "", "a training run's GRPO groups (JSONL of {reward_type, rewards}); the report gives the fraction of groups whose rewards differ")
@@ -138,13 +139,15 @@ func (f *evalFlags) player() (policy.Player, func(), error) {
 	switch a := f.asker; {
 	case a == "scripted:"+policy.PartialName:
 		return policy.Partial(), func() {}, nil
+	case a == "scripted:"+policy.ExplorerName:
+		return policy.Explorer(), func() {}, nil
 	case a == "scripted:"+policy.WrongReadingName:
 		w, err := f.proto.wrongReading()
 		if err != nil {
 			return nil, nil, err
 		}
 		if f.cfg.Protocol == pb.Protocol_PROTOCOL_UNSPECIFIED {
-			return nil, nil, fmt.Errorf("--asker scripted:%s writes its own SQL, which eval takes under --protocol bird-c only (ambitab's eval uses the lookup or llm solver); use rollout --policy %s for ambitab", policy.WrongReadingName, policy.WrongReadingName)
+			return nil, nil, fmt.Errorf("--asker scripted:%s writes its own SQL, which eval takes under --protocol bird-c or bird-a only (ambitab's eval uses the lookup or llm solver); use rollout --policy %s for ambitab", policy.WrongReadingName, policy.WrongReadingName)
 		}
 		return w, func() {}, nil
 	case strings.HasPrefix(a, "scripted:"):
@@ -160,6 +163,9 @@ func (f *evalFlags) player() (policy.Player, func(), error) {
 		}
 		return tr, func() {}, nil
 	case a == "llm":
+		if driver.IsBird(f.cfg.Protocol) {
+			return f.llmAsker.buildAgent("--asker llm")
+		}
 		if f.cfg.Protocol != pb.Protocol_PROTOCOL_UNSPECIFIED {
 			return nil, nil, policy.ErrAmbiTabOnly
 		}

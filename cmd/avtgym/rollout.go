@@ -38,8 +38,8 @@ type protocolFlags struct {
 }
 
 func (p *protocolFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.protocol, "protocol", "ambitab", "interaction protocol: ambitab, bird-c (BIRD-Interact's c-Interact: only tasks with a follow-up are played), or bird-a, tide-f, tide-p (reserved: the server refuses them for now)")
-	fs.IntVar(&p.patience, "patience", 3, "bird-c: turns beyond the m counted ambiguities (BIRD-Interact used 0, 3, 5, 7); default: the server's, 3")
+	fs.StringVar(&p.protocol, "protocol", "ambitab", "interaction protocol: ambitab, bird-c (BIRD-Interact's c-Interact), bird-a (BIRD-Interact's a-Interact: coins, tools; both play only tasks with a follow-up), or tide-f, tide-p (reserved: the server refuses them for now)")
+	fs.IntVar(&p.patience, "patience", 3, "bird-c: turns beyond the m counted ambiguities (BIRD-Interact used 0, 3, 5, 7; default: the server's, 3); bird-a: coins beyond 6 + 2m (0, 6, 10, 14; default 6)")
 	fs.StringVar(&p.wrongReadings, "wrong-readings", "", "the wrong-reading policy's file of SQL of another reading per task (fixtures/wrong-readings/*.json); required by that policy")
 }
 
@@ -60,7 +60,7 @@ func (p *protocolFlags) options(opts *pb.EpisodeOptions) error {
 	}
 	if p.set["patience"] {
 		if proto == pb.Protocol_PROTOCOL_AMBITAB {
-			return fmt.Errorf("--patience applies to --protocol bird-c (ambitab's budget is m + extra questions)")
+			return fmt.Errorf("--patience applies to --protocol bird-c and bird-a (ambitab's budget is m + extra questions)")
 		}
 		if p.patience < 0 {
 			return fmt.Errorf("--patience must not be negative")
@@ -93,6 +93,36 @@ func (a *askerFlags) register(fs *flag.FlagSet, when string) {
 	fs.IntVar(&a.concurrency, "asker-concurrency", llm.DefaultConcurrency, when+": model calls in flight")
 	fs.DurationVar(&a.timeout, "asker-timeout", llm.DefaultTimeout, when+": deadline of one model call")
 	fs.StringVar(&a.cache, "llm-cache", "", when+": persistent response cache file (replays recorded calls without the endpoint)")
+}
+
+// buildAgent makes the LLM agent of BIRD-Interact's protocols (bird-c,
+// bird-a) from the same flags (--asker-style does not apply: the agent has
+// one prompt per mode); the returned function closes its cache.
+func (a *askerFlags) buildAgent(when string) (*policy.LLMAgent, func(), error) {
+	if a.url == "" || a.model == "" {
+		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
+	}
+	if a.concurrency <= 0 || a.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
+	}
+	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, Version: policy.AgentPromptVersion}
+	closeCache := func() {}
+	if a.cache != "" {
+		cache, err := llm.OpenFileCache(a.cache)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Cache, closeCache = cache, func() { cache.Close() }
+	}
+	lc, err := llm.New(cfg, nil)
+	if err == nil {
+		var agent *policy.LLMAgent
+		if agent, err = policy.NewLLMAgent(lc); err == nil {
+			return agent, closeCache, nil
+		}
+	}
+	closeCache()
+	return nil, nil, err
 }
 
 // build makes the LLM asker; the returned function closes its cache.
@@ -132,7 +162,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "server", "127.0.0.1:50051", "server address")
-	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted), wrong-reading (asks like full, then submits another reading's SQL: --wrong-readings) or llm (the LLM asker; ambitab only) (required)")
+	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted), wrong-reading (asks like full, then submits another reading's SQL: --wrong-readings), explorer (bird-a: calls each tool once, asks like full, submits the references; elsewhere full) or llm (the LLM asker under ambitab; under bird-c and bird-a the LLM agent, one action per turn in BIRD-Interact's agentic grammar) (required)")
 	f.asker.register(fs, "--policy llm")
 	f.proto.register(fs)
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
@@ -255,7 +285,10 @@ func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
 		return w, func() {}, nil
 	}
 	if f.policy == "llm" {
-		if f.cfg.Options.GetProtocol() != pb.Protocol_PROTOCOL_UNSPECIFIED {
+		switch p := f.cfg.Options.GetProtocol(); {
+		case driver.IsBird(p):
+			return f.asker.buildAgent("--policy llm")
+		case p != pb.Protocol_PROTOCOL_UNSPECIFIED:
 			return nil, nil, policy.ErrAmbiTabOnly
 		}
 		asker, closeAsker, err := f.asker.build("--policy llm")
@@ -264,9 +297,12 @@ func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
 		}
 		return asker, closeAsker, nil
 	}
+	if f.policy == policy.ExplorerName {
+		return policy.Explorer(), func() {}, nil
+	}
 	name, err := probe.Parse(f.policy)
 	if err != nil {
-		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv, wrong-reading or llm)", f.policy)
+		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv, wrong-reading, explorer or llm)", f.policy)
 	}
 	return policy.Scripted(name), func() {}, nil
 }
@@ -307,6 +343,15 @@ func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated, %d fallback stops)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated, sum.FallbackStops)
 	if b := sum.BirdC; b != nil {
 		fmt.Fprintf(w, "protocol %s: phase-1 SR %s  phase-2 SR %s  reward %s  normalised reward %s\n", sum.Protocol, f(b.Phase1SR), f(b.Phase2SR), f(sum.RewardMean), normalised(b.NormalizedReward))
+		if b.CoinsUsed != nil {
+			fmt.Fprintf(w, "coins spent per episode: %s", f(b.CoinsUsed))
+			for _, a := range driver.ActionNames {
+				if c, ok := b.CoinsByAction[a]; ok {
+					fmt.Fprintf(w, "  %s %s", a, f(&c))
+				}
+			}
+			fmt.Fprintln(w)
+		}
 		return
 	}
 	fmt.Fprintf(w, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))

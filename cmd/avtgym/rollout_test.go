@@ -85,7 +85,7 @@ func TestRolloutProtocols(t *testing.T) {
 	})
 
 	t.Run("reserved protocols", func(t *testing.T) {
-		for _, p := range []string{"bird-a", "tide-f", "tide-p"} {
+		for _, p := range []string{"tide-f", "tide-p"} {
 			code, _, stderr := runCmd(t, "rollout", "--server", addr, "--policy", "full", "--protocol", p)
 			if code != 1 || !strings.Contains(stderr, "refused") || !strings.Contains(stderr, "not served") {
 				t.Errorf("--protocol %s: exit %d, stderr %q", p, code, stderr)
@@ -109,7 +109,8 @@ func TestRolloutProtocols(t *testing.T) {
 			{"--policy", "full", "--protocol", "bird-c", "--patience", "-1"},
 			{"--policy", "wrong-reading", "--protocol", "bird-c"},
 			{"--policy", "wrong-reading", "--protocol", "bird-c", "--wrong-readings", "/nonexistent.json"},
-			{"--policy", "llm", "--protocol", "bird-c", "--asker-url", "http://127.0.0.1:1/v1", "--asker-model", "m"},
+			{"--policy", "llm", "--protocol", "tide-f", "--asker-url", "http://127.0.0.1:1/v1", "--asker-model", "m"},
+			{"--policy", "llm", "--protocol", "bird-c"},
 			{"--policy", "full", "--solver", "bogus"},
 		} {
 			code, _, stderr := runCmd(t, append([]string{"rollout", "--server", addr}, args...)...)

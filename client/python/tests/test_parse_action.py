@@ -65,3 +65,14 @@ def test_malformed_has_defined_outcome(text, why):
 
 def test_none_is_malformed():
     assert not parse_action(None).ok
+
+
+def test_agentic_grammar_precedence():
+    # An <action> block decides over JSON and the lenient rules; a malformed block is malformed.
+    text = 'I could answer {"type": "done"} but <action>ask("Which year?")</action>'
+    assert parse_action(text).action == Action.ask("Which year?")
+    assert not parse_action('{"type": "done"} <action>nonsense</action>').ok
+    # A bare call of the grammar is read before JSON; an unknown call falls through to the old rules.
+    assert parse_action('submit("SELECT \'{}\'")').action == Action.submit_sql("SELECT '{}'")
+    assert parse_action("count(*)").ok is False
+    assert parse_action("SELECT max(x) FROM t").action == Action.submit_sql("SELECT max(x) FROM t")

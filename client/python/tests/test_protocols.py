@@ -260,7 +260,7 @@ def test_protocol_names():
 def test_protocol_errors(client, bird_task):
     with pytest.raises(ValueError):  # client-side, before any call
         client.reset(task_id=bird_task, protocol="c-interact")
-    for reserved in ("bird-a", "tide-f", "tide-p"):
+    for reserved in ("tide-f", "tide-p"):
         with pytest.raises(AvtgymError) as ei:
             client.reset(task_id=bird_task, protocol=reserved)
         assert (ei.value.code, ei.value.reason) == ("INVALID_ARGUMENT", "INVALID_OPTION"), reserved

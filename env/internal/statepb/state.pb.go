@@ -95,8 +95,16 @@ type EpisodeState struct {
 	// The index in questions of the first question of sub-task 2 (the
 	// follow-up's oracle answers from there on).
 	Subtask2FirstQuestion int32 `protobuf:"varint,31,opt,name=subtask2_first_question,json=subtask2FirstQuestion,proto3" json:"subtask2_first_question,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// BIRD_A: the coin budget and what has been spent, in thousandths.
+	CoinsTotalMilli int64 `protobuf:"varint,32,opt,name=coins_total_milli,json=coinsTotalMilli,proto3" json:"coins_total_milli,omitempty"`
+	// BIRD_A: the coins spent, in thousandths.
+	CoinsUsedMilli int64 `protobuf:"varint,33,opt,name=coins_used_milli,json=coinsUsedMilli,proto3" json:"coins_used_milli,omitempty"`
+	// BIRD_A: the action log, one byte per paid action (the Action oneof's
+	// field number), so that a transcript can say what the coins bought;
+	// tool outputs are not kept (they are recomputed from the corpus).
+	ActionLog     []byte `protobuf:"bytes,34,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpisodeState) Reset() {
@@ -339,6 +347,27 @@ func (x *EpisodeState) GetSubtask2FirstQuestion() int32 {
 	return 0
 }
 
+func (x *EpisodeState) GetCoinsTotalMilli() int64 {
+	if x != nil {
+		return x.CoinsTotalMilli
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetCoinsUsedMilli() int64 {
+	if x != nil {
+		return x.CoinsUsedMilli
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetActionLog() []byte {
+	if x != nil {
+		return x.ActionLog
+	}
+	return nil
+}
+
 // AnsweredQuestion is one question with its reply and credits.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -409,7 +438,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xf3\b\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xe8\t\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -447,7 +476,11 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x13phase1_reward_milli\x18\x1c \x01(\x05R\x11phase1RewardMilli\x12.\n" +
 	"\x13phase2_reward_milli\x18\x1d \x01(\x05R\x11phase2RewardMilli\x12&\n" +
 	"\x0funparsed_in_row\x18\x1e \x01(\x05R\runparsedInRow\x126\n" +
-	"\x17subtask2_first_question\x18\x1f \x01(\x05R\x15subtask2FirstQuestionJ\x04\b\x1a\x10\x1b\"z\n" +
+	"\x17subtask2_first_question\x18\x1f \x01(\x05R\x15subtask2FirstQuestion\x12*\n" +
+	"\x11coins_total_milli\x18  \x01(\x03R\x0fcoinsTotalMilli\x12(\n" +
+	"\x10coins_used_milli\x18! \x01(\x03R\x0ecoinsUsedMilli\x12\x1d\n" +
+	"\n" +
+	"action_log\x18\" \x01(\fR\tactionLogJ\x04\b\x1a\x10\x1b\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +

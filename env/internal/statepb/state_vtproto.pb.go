@@ -50,6 +50,29 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.ActionLog) > 0 {
+		i -= len(m.ActionLog)
+		copy(dAtA[i:], m.ActionLog)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ActionLog)))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0x92
+	}
+	if m.CoinsUsedMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsUsedMilli))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0x88
+	}
+	if m.CoinsTotalMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsTotalMilli))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0x80
+	}
 	if m.Subtask2FirstQuestion != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask2FirstQuestion))
 		i--
@@ -429,6 +452,16 @@ func (m *EpisodeState) SizeVT() (n int) {
 	}
 	if m.Subtask2FirstQuestion != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.Subtask2FirstQuestion))
+	}
+	if m.CoinsTotalMilli != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.CoinsTotalMilli))
+	}
+	if m.CoinsUsedMilli != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.CoinsUsedMilli))
+	}
+	l = len(m.ActionLog)
+	if l > 0 {
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1153,6 +1186,78 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 32:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CoinsTotalMilli", wireType)
+			}
+			m.CoinsTotalMilli = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CoinsTotalMilli |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 33:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CoinsUsedMilli", wireType)
+			}
+			m.CoinsUsedMilli = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.CoinsUsedMilli |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 34:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ActionLog", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ActionLog = append(m.ActionLog[:0], dAtA[iNdEx:postIndex]...)
+			if m.ActionLog == nil {
+				m.ActionLog = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -111,21 +111,30 @@ const (
 	// Model output the client could not parse, reported with an unparsed
 	// action (role POLICY). What it costs depends on the protocol.
 	TurnKind_TURN_KIND_UNPARSED TurnKind = 9
+	// A tool call of the policy (role POLICY; BIRD_A): its text names the
+	// tool and its arguments, e.g. execute("SELECT …") or get_schema().
+	TurnKind_TURN_KIND_TOOL_CALL TurnKind = 10
+	// A tool's output (role ENVIRONMENT; BIRD_A): bounded, readable text
+	// from what the public task view holds, or the database's result or
+	// error. Never a trainable token.
+	TurnKind_TURN_KIND_TOOL_RESULT TurnKind = 11
 )
 
 // Enum value maps for TurnKind.
 var (
 	TurnKind_name = map[int32]string{
-		0: "TURN_KIND_UNSPECIFIED",
-		1: "TURN_KIND_REQUEST",
-		2: "TURN_KIND_QUESTION",
-		3: "TURN_KIND_REPLY",
-		4: "TURN_KIND_STOP",
-		5: "TURN_KIND_SQL",
-		6: "TURN_KIND_FEEDBACK",
-		7: "TURN_KIND_NOTICE",
-		8: "TURN_KIND_REFUSAL",
-		9: "TURN_KIND_UNPARSED",
+		0:  "TURN_KIND_UNSPECIFIED",
+		1:  "TURN_KIND_REQUEST",
+		2:  "TURN_KIND_QUESTION",
+		3:  "TURN_KIND_REPLY",
+		4:  "TURN_KIND_STOP",
+		5:  "TURN_KIND_SQL",
+		6:  "TURN_KIND_FEEDBACK",
+		7:  "TURN_KIND_NOTICE",
+		8:  "TURN_KIND_REFUSAL",
+		9:  "TURN_KIND_UNPARSED",
+		10: "TURN_KIND_TOOL_CALL",
+		11: "TURN_KIND_TOOL_RESULT",
 	}
 	TurnKind_value = map[string]int32{
 		"TURN_KIND_UNSPECIFIED": 0,
@@ -138,6 +147,8 @@ var (
 		"TURN_KIND_NOTICE":      7,
 		"TURN_KIND_REFUSAL":     8,
 		"TURN_KIND_UNPARSED":    9,
+		"TURN_KIND_TOOL_CALL":   10,
+		"TURN_KIND_TOOL_RESULT": 11,
 	}
 )
 
@@ -185,8 +196,16 @@ const (
 	// per sub-task; reward 0.7 or 0.5 (after the retry) for sub-task 1 plus
 	// 0.3 or 0.2 for sub-task 2. Only tasks with a follow-up are served.
 	Protocol_PROTOCOL_BIRD_C Protocol = 2
-	// BIRD-Interact's agentic mode, a-Interact. Reserved: not served yet
-	// (INVALID_ARGUMENT / INVALID_OPTION).
+	// BIRD-Interact's agentic mode, a-Interact (PROTOCOL.md §8): two
+	// sub-tasks as in BIRD_C; the policy asks, explores with tools and
+	// submits, paying coins from a budget of 6 + 2·m + patience: ask 2,
+	// submit 3, execute 1, get_schema 1, get_all_column_meanings 1,
+	// get_column_meaning 0.5, get_all_external_knowledge_names 0.5,
+	// get_knowledge_definition 0.5, get_all_knowledge_definitions 1,
+	// unparsed 0.2. Several submits while coins last; a submit the budget
+	// cannot pay for is free, scored, and ends the episode; any other action
+	// it cannot pay for ends the episode. Reward 0.7 + 0.3, no retry
+	// penalty. Only tasks with a follow-up are served.
 	Protocol_PROTOCOL_BIRD_A Protocol = 3
 	// TIDE-Bench's full-disclosure protocol. Reserved: not served yet
 	// (INVALID_ARGUMENT / INVALID_OPTION).
@@ -434,10 +453,11 @@ const (
 	// The outcome reward V(θ, ŝ) ∈ {0, 1}: the episode ends when SQL has
 	// been verified.
 	RewardType_REWARD_TYPE_OUTCOME RewardType = 2
-	// BIRD-Interact's sub-task reward, the only one of BIRD_C (its default
-	// there): components "phase1" (0.7 first try, 0.5 after the debug
-	// retry, else 0) and "phase2" (0.3 / 0.2 / 0; absent when the follow-up
-	// was never released); the value is their sum.
+	// BIRD-Interact's sub-task reward, the only one of BIRD_C and BIRD_A
+	// (their default): components "phase1" (0.7; under BIRD_C 0.5 after the
+	// debug retry; else 0) and "phase2" (0.3, under BIRD_C 0.2 after the
+	// retry, else 0; absent when the follow-up was never released); the
+	// value is their sum.
 	RewardType_REWARD_TYPE_BIRD_INTERACT RewardType = 3
 )
 
@@ -771,6 +791,13 @@ type Action struct {
 	//	*Action_Stop_
 	//	*Action_SubmitSql_
 	//	*Action_Unparsed_
+	//	*Action_Execute_
+	//	*Action_GetSchema_
+	//	*Action_GetAllColumnMeanings_
+	//	*Action_GetColumnMeaning_
+	//	*Action_GetAllExternalKnowledgeNames_
+	//	*Action_GetKnowledgeDefinition_
+	//	*Action_GetAllKnowledgeDefinitions_
 	Kind          isAction_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -849,6 +876,69 @@ func (x *Action) GetUnparsed() *Action_Unparsed {
 	return nil
 }
 
+func (x *Action) GetExecute() *Action_Execute {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_Execute_); ok {
+			return x.Execute
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetSchema() *Action_GetSchema {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetSchema_); ok {
+			return x.GetSchema
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetAllColumnMeanings() *Action_GetAllColumnMeanings {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetAllColumnMeanings_); ok {
+			return x.GetAllColumnMeanings
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetColumnMeaning() *Action_GetColumnMeaning {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetColumnMeaning_); ok {
+			return x.GetColumnMeaning
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetAllExternalKnowledgeNames() *Action_GetAllExternalKnowledgeNames {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetAllExternalKnowledgeNames_); ok {
+			return x.GetAllExternalKnowledgeNames
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetKnowledgeDefinition() *Action_GetKnowledgeDefinition {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetKnowledgeDefinition_); ok {
+			return x.GetKnowledgeDefinition
+		}
+	}
+	return nil
+}
+
+func (x *Action) GetGetAllKnowledgeDefinitions() *Action_GetAllKnowledgeDefinitions {
+	if x != nil {
+		if x, ok := x.Kind.(*Action_GetAllKnowledgeDefinitions_); ok {
+			return x.GetAllKnowledgeDefinitions
+		}
+	}
+	return nil
+}
+
 type isAction_Kind interface {
 	isAction_Kind()
 }
@@ -873,6 +963,41 @@ type Action_Unparsed_ struct {
 	Unparsed *Action_Unparsed `protobuf:"bytes,4,opt,name=unparsed,proto3,oneof"`
 }
 
+type Action_Execute_ struct {
+	// BIRD_A: run read-only SQL on the task's database.
+	Execute *Action_Execute `protobuf:"bytes,5,opt,name=execute,proto3,oneof"`
+}
+
+type Action_GetSchema_ struct {
+	// BIRD_A: the database schema.
+	GetSchema *Action_GetSchema `protobuf:"bytes,6,opt,name=get_schema,json=getSchema,proto3,oneof"`
+}
+
+type Action_GetAllColumnMeanings_ struct {
+	// BIRD_A: every column's meaning.
+	GetAllColumnMeanings *Action_GetAllColumnMeanings `protobuf:"bytes,7,opt,name=get_all_column_meanings,json=getAllColumnMeanings,proto3,oneof"`
+}
+
+type Action_GetColumnMeaning_ struct {
+	// BIRD_A: one column's meaning.
+	GetColumnMeaning *Action_GetColumnMeaning `protobuf:"bytes,8,opt,name=get_column_meaning,json=getColumnMeaning,proto3,oneof"`
+}
+
+type Action_GetAllExternalKnowledgeNames_ struct {
+	// BIRD_A: the names of the public knowledge entries.
+	GetAllExternalKnowledgeNames *Action_GetAllExternalKnowledgeNames `protobuf:"bytes,9,opt,name=get_all_external_knowledge_names,json=getAllExternalKnowledgeNames,proto3,oneof"`
+}
+
+type Action_GetKnowledgeDefinition_ struct {
+	// BIRD_A: one public knowledge entry's definition.
+	GetKnowledgeDefinition *Action_GetKnowledgeDefinition `protobuf:"bytes,10,opt,name=get_knowledge_definition,json=getKnowledgeDefinition,proto3,oneof"`
+}
+
+type Action_GetAllKnowledgeDefinitions_ struct {
+	// BIRD_A: every public knowledge entry with its definition.
+	GetAllKnowledgeDefinitions *Action_GetAllKnowledgeDefinitions `protobuf:"bytes,11,opt,name=get_all_knowledge_definitions,json=getAllKnowledgeDefinitions,proto3,oneof"`
+}
+
 func (*Action_Ask_) isAction_Kind() {}
 
 func (*Action_Stop_) isAction_Kind() {}
@@ -880,6 +1005,20 @@ func (*Action_Stop_) isAction_Kind() {}
 func (*Action_SubmitSql_) isAction_Kind() {}
 
 func (*Action_Unparsed_) isAction_Kind() {}
+
+func (*Action_Execute_) isAction_Kind() {}
+
+func (*Action_GetSchema_) isAction_Kind() {}
+
+func (*Action_GetAllColumnMeanings_) isAction_Kind() {}
+
+func (*Action_GetColumnMeaning_) isAction_Kind() {}
+
+func (*Action_GetAllExternalKnowledgeNames_) isAction_Kind() {}
+
+func (*Action_GetKnowledgeDefinition_) isAction_Kind() {}
+
+func (*Action_GetAllKnowledgeDefinitions_) isAction_Kind() {}
 
 // EpisodeOptions are the per-episode options chosen at reset. Unset fields
 // take the server's defaults.
@@ -915,9 +1054,9 @@ type EpisodeOptions struct {
 	// The interaction protocol; default AMBITAB. BIRD_C takes only the
 	// default reward (REWARD_TYPE_BIRD_INTERACT) and the client as solver.
 	Protocol Protocol `protobuf:"varint,7,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
-	// BIRD_C: the patience, in turns beyond the m counted ambiguities
-	// (BIRD-Interact used 0, 3, 5 and 7); default 3, at most 32. Other
-	// protocols reject it.
+	// The patience beyond the m counted ambiguities. BIRD_C: in turns
+	// (BIRD-Interact used 0, 3, 5 and 7), default 3; BIRD_A: in coins (0, 6,
+	// 10 and 14), default 6; at most 32 either way. AMBITAB rejects it.
 	Patience      *int32 `protobuf:"varint,8,opt,name=patience,proto3,oneof" json:"patience,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1366,7 +1505,9 @@ type Observation struct {
 	// budget above, in QUESTIONS).
 	Budget *Budget `protobuf:"bytes,9,opt,name=budget,proto3" json:"budget,omitempty"`
 	// True when only submit_sql is accepted now (BIRD_C: the last turn, or a
-	// debug retry); any other action then ends the sub-task unsolved.
+	// debug retry; BIRD_A: the budget cannot pay for any other action, and
+	// the submit is the free final one); any other action then ends the
+	// sub-task unsolved.
 	SqlRequired   bool `protobuf:"varint,10,opt,name=sql_required,json=sqlRequired,proto3" json:"sql_required,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2045,6 +2186,308 @@ func (x *Action_SubmitSql) GetSql() string {
 	return ""
 }
 
+// Execute runs read-only SQL on the task's database (BIRD_A's execute
+// tool; 1 coin). The result (at most 50 rows, 8 KiB of text) or the
+// database's error comes back as a TOOL_RESULT turn; the server's
+// limits apply, and SQL that writes fails as a policy error.
+type Action_Execute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The SQL text (at most 256 KiB).
+	Sql           string `protobuf:"bytes,1,opt,name=sql,proto3" json:"sql,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_Execute) Reset() {
+	*x = Action_Execute{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_Execute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_Execute) ProtoMessage() {}
+
+func (x *Action_Execute) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_Execute.ProtoReflect.Descriptor instead.
+func (*Action_Execute) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 3}
+}
+
+func (x *Action_Execute) GetSql() string {
+	if x != nil {
+		return x.Sql
+	}
+	return ""
+}
+
+// GetSchema returns the database's schema text (1 coin).
+type Action_GetSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetSchema) Reset() {
+	*x = Action_GetSchema{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetSchema) ProtoMessage() {}
+
+func (x *Action_GetSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetSchema.ProtoReflect.Descriptor instead.
+func (*Action_GetSchema) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 4}
+}
+
+// GetAllColumnMeanings returns every column's public meaning (1 coin).
+type Action_GetAllColumnMeanings struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetAllColumnMeanings) Reset() {
+	*x = Action_GetAllColumnMeanings{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetAllColumnMeanings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetAllColumnMeanings) ProtoMessage() {}
+
+func (x *Action_GetAllColumnMeanings) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetAllColumnMeanings.ProtoReflect.Descriptor instead.
+func (*Action_GetAllColumnMeanings) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 5}
+}
+
+// GetColumnMeaning returns one column's public meaning (0.5 coins).
+type Action_GetColumnMeaning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The table's name.
+	Table string `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The column's name.
+	Column        string `protobuf:"bytes,2,opt,name=column,proto3" json:"column,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetColumnMeaning) Reset() {
+	*x = Action_GetColumnMeaning{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetColumnMeaning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetColumnMeaning) ProtoMessage() {}
+
+func (x *Action_GetColumnMeaning) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetColumnMeaning.ProtoReflect.Descriptor instead.
+func (*Action_GetColumnMeaning) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 6}
+}
+
+func (x *Action_GetColumnMeaning) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *Action_GetColumnMeaning) GetColumn() string {
+	if x != nil {
+		return x.Column
+	}
+	return ""
+}
+
+// GetAllExternalKnowledgeNames returns the names of the public knowledge
+// entries (0.5 coins). Entries the task hides are never listed.
+type Action_GetAllExternalKnowledgeNames struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetAllExternalKnowledgeNames) Reset() {
+	*x = Action_GetAllExternalKnowledgeNames{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetAllExternalKnowledgeNames) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetAllExternalKnowledgeNames) ProtoMessage() {}
+
+func (x *Action_GetAllExternalKnowledgeNames) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetAllExternalKnowledgeNames.ProtoReflect.Descriptor instead.
+func (*Action_GetAllExternalKnowledgeNames) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 7}
+}
+
+// GetKnowledgeDefinition returns one public knowledge entry's definition
+// (0.5 coins). An entry the task hides is "not found", as an unknown
+// name is: only the user (the oracle) can reveal it.
+type Action_GetKnowledgeDefinition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The entry's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetKnowledgeDefinition) Reset() {
+	*x = Action_GetKnowledgeDefinition{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetKnowledgeDefinition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetKnowledgeDefinition) ProtoMessage() {}
+
+func (x *Action_GetKnowledgeDefinition) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetKnowledgeDefinition.ProtoReflect.Descriptor instead.
+func (*Action_GetKnowledgeDefinition) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 8}
+}
+
+func (x *Action_GetKnowledgeDefinition) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// GetAllKnowledgeDefinitions returns every public knowledge entry with
+// its definition (1 coin).
+type Action_GetAllKnowledgeDefinitions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Action_GetAllKnowledgeDefinitions) Reset() {
+	*x = Action_GetAllKnowledgeDefinitions{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Action_GetAllKnowledgeDefinitions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Action_GetAllKnowledgeDefinitions) ProtoMessage() {}
+
+func (x *Action_GetAllKnowledgeDefinitions) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Action_GetAllKnowledgeDefinitions.ProtoReflect.Descriptor instead.
+func (*Action_GetAllKnowledgeDefinitions) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 9}
+}
+
 // Unparsed reports model output that the client could not parse into
 // an action, so that the protocol's own rule applies (PROTOCOL.md §11):
 // AMBITAB answers the first with a notice asking for a valid action and
@@ -2061,7 +2504,7 @@ type Action_Unparsed struct {
 
 func (x *Action_Unparsed) Reset() {
 	*x = Action_Unparsed{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2516,7 @@ func (x *Action_Unparsed) String() string {
 func (*Action_Unparsed) ProtoMessage() {}
 
 func (x *Action_Unparsed) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2529,7 @@ func (x *Action_Unparsed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action_Unparsed.ProtoReflect.Descriptor instead.
 func (*Action_Unparsed) Descriptor() ([]byte, []int) {
-	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 3}
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{1, 10}
 }
 
 func (x *Action_Unparsed) GetText() string {
@@ -2104,18 +2547,38 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x04Turn\x12#\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x0f.avtgym.v1.RoleR\x04role\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.avtgym.v1.TurnKindR\x04kind\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xc3\x02\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xb0\t\n" +
 	"\x06Action\x12)\n" +
 	"\x03ask\x18\x01 \x01(\v2\x15.avtgym.v1.Action.AskH\x00R\x03ask\x12,\n" +
 	"\x04stop\x18\x02 \x01(\v2\x16.avtgym.v1.Action.StopH\x00R\x04stop\x12<\n" +
 	"\n" +
 	"submit_sql\x18\x03 \x01(\v2\x1b.avtgym.v1.Action.SubmitSqlH\x00R\tsubmitSql\x128\n" +
-	"\bunparsed\x18\x04 \x01(\v2\x1a.avtgym.v1.Action.UnparsedH\x00R\bunparsed\x1a\x19\n" +
+	"\bunparsed\x18\x04 \x01(\v2\x1a.avtgym.v1.Action.UnparsedH\x00R\bunparsed\x125\n" +
+	"\aexecute\x18\x05 \x01(\v2\x19.avtgym.v1.Action.ExecuteH\x00R\aexecute\x12<\n" +
+	"\n" +
+	"get_schema\x18\x06 \x01(\v2\x1b.avtgym.v1.Action.GetSchemaH\x00R\tgetSchema\x12_\n" +
+	"\x17get_all_column_meanings\x18\a \x01(\v2&.avtgym.v1.Action.GetAllColumnMeaningsH\x00R\x14getAllColumnMeanings\x12R\n" +
+	"\x12get_column_meaning\x18\b \x01(\v2\".avtgym.v1.Action.GetColumnMeaningH\x00R\x10getColumnMeaning\x12x\n" +
+	" get_all_external_knowledge_names\x18\t \x01(\v2..avtgym.v1.Action.GetAllExternalKnowledgeNamesH\x00R\x1cgetAllExternalKnowledgeNames\x12d\n" +
+	"\x18get_knowledge_definition\x18\n" +
+	" \x01(\v2(.avtgym.v1.Action.GetKnowledgeDefinitionH\x00R\x16getKnowledgeDefinition\x12q\n" +
+	"\x1dget_all_knowledge_definitions\x18\v \x01(\v2,.avtgym.v1.Action.GetAllKnowledgeDefinitionsH\x00R\x1agetAllKnowledgeDefinitions\x1a\x19\n" +
 	"\x03Ask\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x1a\x06\n" +
 	"\x04Stop\x1a\x1d\n" +
 	"\tSubmitSql\x12\x10\n" +
-	"\x03sql\x18\x01 \x01(\tR\x03sql\x1a\x1e\n" +
+	"\x03sql\x18\x01 \x01(\tR\x03sql\x1a\x1b\n" +
+	"\aExecute\x12\x10\n" +
+	"\x03sql\x18\x01 \x01(\tR\x03sql\x1a\v\n" +
+	"\tGetSchema\x1a\x16\n" +
+	"\x14GetAllColumnMeanings\x1a@\n" +
+	"\x10GetColumnMeaning\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
+	"\x06column\x18\x02 \x01(\tR\x06column\x1a\x1e\n" +
+	"\x1cGetAllExternalKnowledgeNames\x1a,\n" +
+	"\x16GetKnowledgeDefinition\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x1a\x1c\n" +
+	"\x1aGetAllKnowledgeDefinitions\x1a\x1e\n" +
 	"\bUnparsed\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04textB\x06\n" +
 	"\x04kind\"\xb2\x03\n" +
@@ -2219,7 +2682,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
 	"\vROLE_ORACLE\x10\x02\x12\x14\n" +
-	"\x10ROLE_ENVIRONMENT\x10\x03*\xed\x01\n" +
+	"\x10ROLE_ENVIRONMENT\x10\x03*\xa1\x02\n" +
 	"\bTurnKind\x12\x19\n" +
 	"\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TURN_KIND_REQUEST\x10\x01\x12\x16\n" +
@@ -2230,7 +2693,10 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x12TURN_KIND_FEEDBACK\x10\x06\x12\x14\n" +
 	"\x10TURN_KIND_NOTICE\x10\a\x12\x15\n" +
 	"\x11TURN_KIND_REFUSAL\x10\b\x12\x16\n" +
-	"\x12TURN_KIND_UNPARSED\x10\t*\x8e\x01\n" +
+	"\x12TURN_KIND_UNPARSED\x10\t\x12\x17\n" +
+	"\x13TURN_KIND_TOOL_CALL\x10\n" +
+	"\x12\x19\n" +
+	"\x15TURN_KIND_TOOL_RESULT\x10\v*\x8e\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PROTOCOL_AMBITAB\x10\x01\x12\x13\n" +
@@ -2297,37 +2763,44 @@ func file_avtgym_v1_episode_proto_rawDescGZIP() []byte {
 }
 
 var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_avtgym_v1_episode_proto_goTypes = []any{
-	(Role)(0),                // 0: avtgym.v1.Role
-	(TurnKind)(0),            // 1: avtgym.v1.TurnKind
-	(Protocol)(0),            // 2: avtgym.v1.Protocol
-	(BudgetUnit)(0),          // 3: avtgym.v1.BudgetUnit
-	(Phase)(0),               // 4: avtgym.v1.Phase
-	(EpisodeStatus)(0),       // 5: avtgym.v1.EpisodeStatus
-	(RewardType)(0),          // 6: avtgym.v1.RewardType
-	(Solver)(0),              // 7: avtgym.v1.Solver
-	(OracleType)(0),          // 8: avtgym.v1.OracleType
-	(AmbiguityKind)(0),       // 9: avtgym.v1.AmbiguityKind
-	(*Turn)(nil),             // 10: avtgym.v1.Turn
-	(*Action)(nil),           // 11: avtgym.v1.Action
-	(*EpisodeOptions)(nil),   // 12: avtgym.v1.EpisodeOptions
-	(*KnowledgeEntry)(nil),   // 13: avtgym.v1.KnowledgeEntry
-	(*DatabaseView)(nil),     // 14: avtgym.v1.DatabaseView
-	(*TaskView)(nil),         // 15: avtgym.v1.TaskView
-	(*TaskSummary)(nil),      // 16: avtgym.v1.TaskSummary
-	(*Observation)(nil),      // 17: avtgym.v1.Observation
-	(*Budget)(nil),           // 18: avtgym.v1.Budget
-	(*Reward)(nil),           // 19: avtgym.v1.Reward
-	(*AmbiguityInfo)(nil),    // 20: avtgym.v1.AmbiguityInfo
-	(*Credit)(nil),           // 21: avtgym.v1.Credit
-	(*Privileged)(nil),       // 22: avtgym.v1.Privileged
-	(*Action_Ask)(nil),       // 23: avtgym.v1.Action.Ask
-	(*Action_Stop)(nil),      // 24: avtgym.v1.Action.Stop
-	(*Action_SubmitSql)(nil), // 25: avtgym.v1.Action.SubmitSql
-	(*Action_Unparsed)(nil),  // 26: avtgym.v1.Action.Unparsed
-	nil,                      // 27: avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	nil,                      // 28: avtgym.v1.Reward.ComponentsEntry
+	(Role)(0),                           // 0: avtgym.v1.Role
+	(TurnKind)(0),                       // 1: avtgym.v1.TurnKind
+	(Protocol)(0),                       // 2: avtgym.v1.Protocol
+	(BudgetUnit)(0),                     // 3: avtgym.v1.BudgetUnit
+	(Phase)(0),                          // 4: avtgym.v1.Phase
+	(EpisodeStatus)(0),                  // 5: avtgym.v1.EpisodeStatus
+	(RewardType)(0),                     // 6: avtgym.v1.RewardType
+	(Solver)(0),                         // 7: avtgym.v1.Solver
+	(OracleType)(0),                     // 8: avtgym.v1.OracleType
+	(AmbiguityKind)(0),                  // 9: avtgym.v1.AmbiguityKind
+	(*Turn)(nil),                        // 10: avtgym.v1.Turn
+	(*Action)(nil),                      // 11: avtgym.v1.Action
+	(*EpisodeOptions)(nil),              // 12: avtgym.v1.EpisodeOptions
+	(*KnowledgeEntry)(nil),              // 13: avtgym.v1.KnowledgeEntry
+	(*DatabaseView)(nil),                // 14: avtgym.v1.DatabaseView
+	(*TaskView)(nil),                    // 15: avtgym.v1.TaskView
+	(*TaskSummary)(nil),                 // 16: avtgym.v1.TaskSummary
+	(*Observation)(nil),                 // 17: avtgym.v1.Observation
+	(*Budget)(nil),                      // 18: avtgym.v1.Budget
+	(*Reward)(nil),                      // 19: avtgym.v1.Reward
+	(*AmbiguityInfo)(nil),               // 20: avtgym.v1.AmbiguityInfo
+	(*Credit)(nil),                      // 21: avtgym.v1.Credit
+	(*Privileged)(nil),                  // 22: avtgym.v1.Privileged
+	(*Action_Ask)(nil),                  // 23: avtgym.v1.Action.Ask
+	(*Action_Stop)(nil),                 // 24: avtgym.v1.Action.Stop
+	(*Action_SubmitSql)(nil),            // 25: avtgym.v1.Action.SubmitSql
+	(*Action_Execute)(nil),              // 26: avtgym.v1.Action.Execute
+	(*Action_GetSchema)(nil),            // 27: avtgym.v1.Action.GetSchema
+	(*Action_GetAllColumnMeanings)(nil), // 28: avtgym.v1.Action.GetAllColumnMeanings
+	(*Action_GetColumnMeaning)(nil),     // 29: avtgym.v1.Action.GetColumnMeaning
+	(*Action_GetAllExternalKnowledgeNames)(nil), // 30: avtgym.v1.Action.GetAllExternalKnowledgeNames
+	(*Action_GetKnowledgeDefinition)(nil),       // 31: avtgym.v1.Action.GetKnowledgeDefinition
+	(*Action_GetAllKnowledgeDefinitions)(nil),   // 32: avtgym.v1.Action.GetAllKnowledgeDefinitions
+	(*Action_Unparsed)(nil),                     // 33: avtgym.v1.Action.Unparsed
+	nil,                                         // 34: avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	nil,                                         // 35: avtgym.v1.Reward.ComponentsEntry
 }
 var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	0,  // 0: avtgym.v1.Turn.role:type_name -> avtgym.v1.Role
@@ -2335,31 +2808,38 @@ var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	23, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
 	24, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
 	25, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
-	26, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
-	6,  // 6: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
-	7,  // 7: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
-	8,  // 8: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
-	2,  // 9: avtgym.v1.EpisodeOptions.protocol:type_name -> avtgym.v1.Protocol
-	27, // 10: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	13, // 11: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
-	14, // 12: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
-	15, // 13: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
-	10, // 14: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
-	4,  // 15: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
-	2,  // 16: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
-	18, // 17: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
-	3,  // 18: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
-	6,  // 19: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
-	28, // 20: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
-	9,  // 21: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
-	20, // 22: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
-	21, // 23: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
-	21, // 24: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	33, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
+	26, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
+	27, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
+	28, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
+	29, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
+	30, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
+	31, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
+	32, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
+	6,  // 13: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
+	7,  // 14: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
+	8,  // 15: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
+	2,  // 16: avtgym.v1.EpisodeOptions.protocol:type_name -> avtgym.v1.Protocol
+	34, // 17: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	13, // 18: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
+	14, // 19: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
+	15, // 20: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
+	10, // 21: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
+	4,  // 22: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
+	2,  // 23: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
+	18, // 24: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
+	3,  // 25: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
+	6,  // 26: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
+	35, // 27: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
+	9,  // 28: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
+	20, // 29: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
+	21, // 30: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
+	21, // 31: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_episode_proto_init() }
@@ -2372,6 +2852,13 @@ func file_avtgym_v1_episode_proto_init() {
 		(*Action_Stop_)(nil),
 		(*Action_SubmitSql_)(nil),
 		(*Action_Unparsed_)(nil),
+		(*Action_Execute_)(nil),
+		(*Action_GetSchema_)(nil),
+		(*Action_GetAllColumnMeanings_)(nil),
+		(*Action_GetColumnMeaning_)(nil),
+		(*Action_GetAllExternalKnowledgeNames_)(nil),
+		(*Action_GetKnowledgeDefinition_)(nil),
+		(*Action_GetAllKnowledgeDefinitions_)(nil),
 	}
 	file_avtgym_v1_episode_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
@@ -2380,7 +2867,7 @@ func file_avtgym_v1_episode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_episode_proto_rawDesc), len(file_avtgym_v1_episode_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   19,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

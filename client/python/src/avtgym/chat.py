@@ -15,9 +15,22 @@ def policy_turn_text(turn: Turn, action_format: str = "text") -> str:
 
     action_format "text": the question or SQL as it is, and "STOP" for a stop turn (its text is
     empty on the wire). "json": the AmbiTab JSON action ({"type": "clarification", "question":
-    ...}, {"type": "done"}, {"type": "sql", "sql": ...}). Both parse back to the same action
-    with parse_action (the text form of a question does when it is one line ending in "?"). An
-    "unparsed" turn is the model's output as it was, in either format."""
+    ...}, {"type": "done"}, {"type": "sql", "sql": ...}). "agentic": BIRD-Interact's agentic
+    grammar (<action>ask("...")</action>, <action>submit("...")</action>, <action>stop()</action>,
+    and a BIRD_A tool call as the server wrote it, e.g. <action>execute("SELECT 1")</action>).
+    All parse back to the same action with parse_action (the text form of a question does when it
+    is one line ending in "?"; a "tool_call" turn's text is the call, which parse_action reads in
+    every format). An "unparsed" turn is the model's output as it was, in any format."""
+    if action_format == "agentic":
+        if turn.kind == "question":
+            return f"<action>ask({json.dumps(turn.text, ensure_ascii=False)})</action>"
+        if turn.kind == "stop":
+            return "<action>stop()</action>"
+        if turn.kind == "sql":
+            return f"<action>submit({json.dumps(turn.text, ensure_ascii=False)})</action>"
+        if turn.kind == "tool_call":
+            return f"<action>{turn.text}</action>"
+        return turn.text
     if action_format == "json":
         if turn.kind == "question":
             return json.dumps({"type": "clarification", "question": turn.text}, ensure_ascii=False)
@@ -27,7 +40,7 @@ def policy_turn_text(turn: Turn, action_format: str = "text") -> str:
             return json.dumps({"type": "sql", "sql": turn.text}, ensure_ascii=False)
         return turn.text
     if action_format != "text":
-        raise ValueError(f"action_format {action_format!r}: want text or json")
+        raise ValueError(f"action_format {action_format!r}: want text, json or agentic")
     if turn.kind == "stop" and not turn.text:
         return "STOP"
     return turn.text
@@ -38,10 +51,10 @@ def render_chat(episode: Episode, system_prompt: str | None = None, action_forma
     """OpenAI-style messages for an episode's whole history, and the loss mask.
 
     The system prompt (if any) is a "system" message. Each turn is one message: the policy's
-    turns (questions, STOP, its SQL, output it reported as unparsed) are "assistant" messages;
-    the request, the oracle's replies and every environment turn (notices, feedback such as
-    BIRD_C's debug-retry message, and a BIRD_C follow-up's request, released after phase 1) are
-    "user" messages. mask[i] is True exactly for the policy's own messages: oracle and
+    turns (questions, STOP, its SQL, output it reported as unparsed, BIRD_A's tool calls) are
+    "assistant" messages; the request, the oracle's replies and every environment turn (notices,
+    feedback such as BIRD_C's debug-retry message, a BIRD-Interact follow-up's request, released
+    after phase 1, and BIRD_A's tool outputs, "tool_result" turns) are "user" messages. mask[i] is True exactly for the policy's own messages: oracle and
     environment text is never trainable. merge_user=True joins consecutive user messages with a
     blank line (for chat templates that need alternation)."""
     messages: list[dict[str, Any]] = []

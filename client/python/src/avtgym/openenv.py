@@ -29,7 +29,10 @@ protocol's ``protocol``, ``subtask``, ``budget`` and ``sql_required``). ``reset(
 patience=3)`` plays BIRD-Interact's conversational protocol: the follow-up's request, released
 once phase 1's SQL passes, arrives in ``reply`` and as a new user message of ``messages``; malformed
 output is then reported to the server as an unparsed action (it spends a turn) rather than
-turned into STOP. ``reward``
+turned into STOP. ``reset(protocol="bird-a")`` plays its agentic protocol: messages in
+BIRD-Interact's agentic grammar (``<action>execute("SELECT 1")</action>``, ``get_schema()``, ...)
+or ``AvtgymAction(kind="execute", text=...)`` call the tools, whose output arrives in ``reply``
+as an environment (user) message, never trainable; ``budget`` is then in coins. ``reward``
 is None until the episode is done, then the episode's reward; an episode that ends in ``ERROR``
 (the environment failed) is done with reward None and ``metadata["dropped"] = True``: drop it, as
 the project's rule says, never score it 0. Pinned against openenv-core 0.3.0.
@@ -73,14 +76,23 @@ ON_MALFORMED = ("stop", "unparsed")
 
 
 class AvtgymAction(Action):
-    """One policy decision. Either kind ("ask", "stop", "submit_sql", "unparsed") with text (the
-    question, the SQL, or output that could not be parsed), or message: the model's raw output,
+    """One policy decision. Either kind ("ask", "stop", "submit_sql", "unparsed", or under BIRD_A a
+    tool: "execute", "get_schema", "get_all_column_meanings", "get_column_meaning",
+    "get_all_external_knowledge_names", "get_knowledge_definition",
+    "get_all_knowledge_definitions") with text (the question, the SQL, the knowledge entry's name,
+    or output that could not be parsed) and, for get_column_meaning, table and column; or
+    message: the model's raw output,
     mapped to an action by avtgym.parse_action (a malformed one becomes STOP, AmbiTab's fallback,
     or under another protocol an unparsed action, which the server's protocol charges for; either
     way it is reported in the observation's metadata["malformed"])."""
 
-    kind: Optional[Literal["ask", "stop", "submit_sql", "unparsed"]] = Field(default=None, description="the action")
-    text: str = Field(default="", description="the question (ask), the SQL (submit_sql) or the raw output (unparsed)")
+    kind: Optional[Literal["ask", "stop", "submit_sql", "unparsed", "execute", "get_schema",
+                           "get_all_column_meanings", "get_column_meaning",
+                           "get_all_external_knowledge_names", "get_knowledge_definition",
+                           "get_all_knowledge_definitions"]] = Field(default=None, description="the action")
+    text: str = Field(default="", description="the question (ask), the SQL (submit_sql, execute), the entry's name (get_knowledge_definition) or the raw output (unparsed)")
+    table: Optional[str] = Field(default=None, description="get_column_meaning: the table")
+    column: Optional[str] = Field(default=None, description="get_column_meaning: the column")
     message: Optional[str] = Field(default=None, description="raw model output, parsed with parse_action")
 
     @model_validator(mode="after")
@@ -110,7 +122,7 @@ class AvtgymAction(Action):
         A malformed message becomes STOP (on_malformed "stop", AmbiTab's fallback) or
         Action.unparsed(message) ("unparsed": the server's protocol decides)."""
         if self.kind is not None:
-            return _Action(self.kind, self.text), None
+            return _Action(self.kind, self.text, self.table or "", self.column or ""), None
         parsed = parse_action(self.message or "")
         if parsed.ok and parsed.action is not None:
             return parsed.action, None
@@ -330,7 +342,8 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
         if isinstance(action, AvtgymAction):
             return action
         if isinstance(action, _Action):
-            return AvtgymAction(kind=action.kind, text=action.text)  # type: ignore[arg-type]
+            return AvtgymAction(kind=action.kind, text=action.text,  # type: ignore[arg-type]
+                                table=action.table or None, column=action.column or None)
         if isinstance(action, str):
             return AvtgymAction(message=action)
         if isinstance(action, dict):

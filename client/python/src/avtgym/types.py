@@ -10,6 +10,9 @@ from google.protobuf.json_format import MessageToDict
 from avtgym.v1 import episode_pb2 as epb
 
 __all__ = [
+    "ACTION_KINDS",
+    "COIN_COSTS",
+    "TOOL_KINDS",
     "Action",
     "Budget",
     "PROTOCOLS",
@@ -46,8 +49,8 @@ _PROTOCOL_VALUE = {n: v for v, n in _names(epb.Protocol, "PROTOCOL_", sep="-").i
 _PROTOCOL = {v: n for n, v in _PROTOCOL_VALUE.items()}
 _PROTOCOL[epb.PROTOCOL_UNSPECIFIED] = "ambitab"
 
-# The protocols reset(protocol=...) takes, by name (BIRD_A and the TIDE protocols are reserved:
-# a server that does not serve them answers INVALID_ARGUMENT / INVALID_OPTION).
+# The protocols reset(protocol=...) takes, by name (the TIDE protocols are reserved: a server that
+# does not serve them answers INVALID_ARGUMENT / INVALID_OPTION).
 PROTOCOLS = tuple(n for n, v in sorted(_PROTOCOL_VALUE.items(), key=lambda nv: nv[1]))
 # Name -> value for the option arguments ("unspecified" included, as the enum's own name).
 _REWARD_VALUE = {n: v for v, n in _REWARD_TYPE.items()}
@@ -64,13 +67,32 @@ def _name(table: dict[int, str], value: int) -> str:
     return name if name is not None else f"unknown_{value}"
 
 
+# BIRD_A's tools (the Action kinds beyond ask, stop, submit_sql and unparsed), in the order of the
+# Action oneof, with their price in coins (the server charges them before the action; ask costs 2,
+# submit_sql 3, unparsed 0.2; a submit the budget cannot pay for is free and ends the episode).
+TOOL_KINDS = ("execute", "get_schema", "get_all_column_meanings", "get_column_meaning",
+              "get_all_external_knowledge_names", "get_knowledge_definition",
+              "get_all_knowledge_definitions")
+ACTION_KINDS = ("ask", "stop", "submit_sql", "unparsed") + TOOL_KINDS
+COIN_COSTS = {"ask": 2.0, "stop": 0.0, "submit_sql": 3.0, "unparsed": 0.2, "execute": 1.0,
+              "get_schema": 1.0, "get_all_column_meanings": 1.0, "get_column_meaning": 0.5,
+              "get_all_external_knowledge_names": 0.5, "get_knowledge_definition": 0.5,
+              "get_all_knowledge_definitions": 1.0}
+
+
 @dataclass(frozen=True)
 class Action:
-    """One policy decision: kind is "ask", "stop", "submit_sql" or "unparsed"; text is the
-    question, the SQL, or the model output that could not be parsed."""
+    """One policy decision. kind is "ask", "stop", "submit_sql" or "unparsed", or under BIRD_A one
+    of the tools (TOOL_KINDS): "execute", "get_schema", "get_all_column_meanings",
+    "get_column_meaning", "get_all_external_knowledge_names", "get_knowledge_definition",
+    "get_all_knowledge_definitions". text is the question, the SQL (submit_sql, execute), the
+    knowledge entry's name (get_knowledge_definition) or the model output that could not be
+    parsed; table and column name get_column_meaning's column."""
 
     kind: str
     text: str = ""
+    table: str = ""
+    column: str = ""
 
     @staticmethod
     def ask(text: str) -> "Action":
@@ -92,6 +114,48 @@ class Action:
         turn on it (on the last turn, or in a debug retry, it ends the sub-task unsolved)."""
         return Action("unparsed", "" if text is None else str(text))
 
+    @staticmethod
+    def execute(sql: str) -> "Action":
+        """BIRD_A: run read-only SQL on the task's database (1 coin); the result (or the database's
+        error) comes back as a "tool_result" turn (StepResult.tool_result)."""
+        return Action("execute", sql)
+
+    @staticmethod
+    def get_schema() -> "Action":
+        """BIRD_A: the database's schema (1 coin)."""
+        return Action("get_schema")
+
+    @staticmethod
+    def get_all_column_meanings() -> "Action":
+        """BIRD_A: every column's public meaning (1 coin)."""
+        return Action("get_all_column_meanings")
+
+    @staticmethod
+    def get_column_meaning(table: str, column: str) -> "Action":
+        """BIRD_A: one column's public meaning (0.5 coins)."""
+        return Action("get_column_meaning", "", table, column)
+
+    @staticmethod
+    def get_all_external_knowledge_names() -> "Action":
+        """BIRD_A: the names of the public knowledge entries (0.5 coins)."""
+        return Action("get_all_external_knowledge_names")
+
+    @staticmethod
+    def get_knowledge_definition(name: str) -> "Action":
+        """BIRD_A: one public knowledge entry's definition (0.5 coins); an entry the task hides
+        reads as an unknown one."""
+        return Action("get_knowledge_definition", name)
+
+    @staticmethod
+    def get_all_knowledge_definitions() -> "Action":
+        """BIRD_A: every public knowledge entry with its definition (1 coin)."""
+        return Action("get_all_knowledge_definitions")
+
+    @property
+    def is_tool(self) -> bool:
+        """True for BIRD_A's tools (TOOL_KINDS)."""
+        return self.kind in TOOL_KINDS
+
     def to_proto(self) -> epb.Action:
         if self.kind == "ask":
             return epb.Action(ask=epb.Action.Ask(text=self.text))
@@ -101,7 +165,22 @@ class Action:
             return epb.Action(submit_sql=epb.Action.SubmitSql(sql=self.text))
         if self.kind == "unparsed":
             return epb.Action(unparsed=epb.Action.Unparsed(text=self.text))
-        raise ValueError(f"unknown action kind {self.kind!r}: want ask, stop, submit_sql or unparsed")
+        if self.kind == "execute":
+            return epb.Action(execute=epb.Action.Execute(sql=self.text))
+        if self.kind == "get_schema":
+            return epb.Action(get_schema=epb.Action.GetSchema())
+        if self.kind == "get_all_column_meanings":
+            return epb.Action(get_all_column_meanings=epb.Action.GetAllColumnMeanings())
+        if self.kind == "get_column_meaning":
+            return epb.Action(get_column_meaning=epb.Action.GetColumnMeaning(table=self.table,
+                                                                             column=self.column))
+        if self.kind == "get_all_external_knowledge_names":
+            return epb.Action(get_all_external_knowledge_names=epb.Action.GetAllExternalKnowledgeNames())
+        if self.kind == "get_knowledge_definition":
+            return epb.Action(get_knowledge_definition=epb.Action.GetKnowledgeDefinition(name=self.text))
+        if self.kind == "get_all_knowledge_definitions":
+            return epb.Action(get_all_knowledge_definitions=epb.Action.GetAllKnowledgeDefinitions())
+        raise ValueError(f"unknown action kind {self.kind!r}: want one of {', '.join(ACTION_KINDS)}")
 
 
 @dataclass(frozen=True)
@@ -172,7 +251,9 @@ class Turn:
     the two by kind, never by text. An "unparsed" turn (role "policy") is model output the client
     reported with Action.unparsed. In a BIRD_C episode the follow-up's request, released once
     phase 1 passes, is a "request" turn of role "environment"; the debug-retry message is a
-    "feedback" turn of role "environment"."""
+    "feedback" turn of role "environment". Under BIRD_A a tool call is a "tool_call" turn (role
+    "policy"; its text names the tool and its arguments, e.g. execute("SELECT 1")) and the tool's
+    output a "tool_result" turn (role "environment": never trainable)."""
 
     role: str
     kind: str
@@ -369,6 +450,21 @@ class StepResult:
     @property
     def released(self) -> bool:
         return any(t.role == "environment" and t.kind == "request" for t in self.new_turns)
+
+    @property
+    def tool_result(self) -> str | None:
+        """BIRD_A: the output of the tool this step called (the text of its "tool_result" turn),
+        or None when the step called no tool (or the budget could not pay for it)."""
+        for t in reversed(self.new_turns):
+            if t.kind == "tool_result":
+                return t.text
+        return None
+
+    @property
+    def coins_left(self) -> float | None:
+        """BIRD_A: the coins left (budget.remaining), or None when the budget is not in coins."""
+        b = self.episode.budget
+        return b.remaining if b is not None and b.unit == "coins" else None
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ the server as an unparsed action (the protocol decides what it costs; BIRD_C spe
 instead of the client-side STOP fallback (``on_malformed``), and the default system prompt is the
 protocol's (``system_prompt_for``). An episode cut short (a length or decision cap) is ended with
 STOP under every protocol (BIRD_C: the sub-task ends unsolved, and the episode is scored).
-Environment turns (notices, feedback, a BIRD_C follow-up's request) reach the model as user
-messages and are never trainable.
+Environment turns (notices, feedback, a BIRD-Interact follow-up's request, BIRD_A's tool outputs)
+reach the model as user messages and are never trainable.
 
 The OpenEnv environment client is ``avtgym.openenv`` (not a trainer adapter: any OpenEnv loop).
 Importing this package imports neither torch, trl nor verl; each submodule imports its trainer
@@ -45,7 +45,23 @@ BIRD_C_SYSTEM_PROMPT = (
     "same way."
 )
 
-_SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PROMPT}
+# BIRD_A (BIRD-Interact's a-Interact): one action per turn in BIRD-Interact's agentic grammar
+# (avtgym.parse_action reads it), each paid from a coin budget.
+BIRD_A_SYSTEM_PROMPT = (
+    "You are a data assistant working on a SQL database for a user whose request may be "
+    "ambiguous. Each turn, reply with exactly one action inside <action></action> tags; every "
+    "action costs coins from a limited budget: ask(\"question\") asks the user one clarifying "
+    "question (2 coins); execute(\"SQL\") runs a read-only query and shows its result (1); "
+    "get_schema() (1); get_all_column_meanings() (1); get_column_meaning(\"table\", \"column\") "
+    "(0.5); get_all_external_knowledge_names() (0.5); get_knowledge_definition(\"name\") (0.5); "
+    "get_all_knowledge_definitions() (1); submit(\"SQL\") submits your solution (3). When the "
+    "coins cannot pay for anything else, only a final submit is accepted, and it is free. Once a "
+    "submission is accepted the user may send a follow-up request: solve it the same way. "
+    'Example: <action>ask("Which date range do you mean?")</action>'
+)
+
+_SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PROMPT,
+                   "bird-a": BIRD_A_SYSTEM_PROMPT}
 
 # Malformed-output handling ("on_malformed"): the client-side conventions "stop" (AmbiTab's
 # fallback) and "retry" (one corrective notice, then STOP), or "unparsed" (report the output to the
@@ -57,7 +73,8 @@ ON_MALFORMED = ("stop", "retry", "unparsed")
 def system_prompt_for(protocol: "str | int | None" = None) -> str:
     """The default system prompt of a protocol: DEFAULT_SYSTEM_PROMPT (AmbiTab's JSON actions:
     clarification or done) for AMBITAB (and None), BIRD_C_SYSTEM_PROMPT (clarification or sql)
-    for BIRD_C."""
+    for BIRD_C, BIRD_A_SYSTEM_PROMPT (BIRD-Interact's agentic grammar: ask, tools, submit) for
+    BIRD_A."""
     from avtgym.types import protocol_name
 
     name = protocol_name(protocol)
@@ -100,5 +117,5 @@ def malformed_policy(on_malformed: str | None, protocol: str | None) -> str:
     return "stop" if protocol in (None, "", "ambitab") else "unparsed"
 
 
-__all__ = ["BIRD_C_SYSTEM_PROMPT", "DEFAULT_SYSTEM_PROMPT", "ON_MALFORMED", "PROTOCOL_PROMPT",
+__all__ = ["BIRD_A_SYSTEM_PROMPT", "BIRD_C_SYSTEM_PROMPT", "DEFAULT_SYSTEM_PROMPT", "ON_MALFORMED", "PROTOCOL_PROMPT",
            "malformed_policy", "resolve_system_prompt", "system_prompt_for"]

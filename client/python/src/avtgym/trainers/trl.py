@@ -289,7 +289,8 @@ class AvtgymRollout:
                     # "unparsed": the server's protocol decides (its notice comes back as an
                     # environment turn); else AmbiTab's fallback STOP.
                     action = parsed.or_unparsed() if policy == "unparsed" else Action.stop()
-                if t.decisions >= self.max_decisions and action is not None and action.kind == "ask":
+                if (t.decisions >= self.max_decisions and action is not None
+                        and (action.kind == "ask" or action.is_tool)):
                     action = Action.stop()
                 items.append((t, action))
             if not items:
@@ -568,6 +569,9 @@ def _task_text(ep: Episode) -> str:
     text = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
     if ep.protocol in ("", "ambitab"):
         return f"{text}\n\n(You may ask up to {ep.question_budget} clarifying question(s).)"
+    if ep.budget is not None and ep.budget.unit == "coins":
+        return (f"{text}\n\n(You have {ep.budget.total:g} coins: each action costs coins; when they "
+                "cannot pay for anything else, only a final, free submission is accepted.)")
     turns = f"{ep.budget.total:g}" if ep.budget is not None else "a few"
     return (f"{text}\n\n(You have {turns} turn(s): each question and each SQL submission uses one; "
             "the last one must be SQL.)")

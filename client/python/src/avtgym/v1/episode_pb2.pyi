@@ -26,6 +26,8 @@ class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_KIND_NOTICE: _ClassVar[TurnKind]
     TURN_KIND_REFUSAL: _ClassVar[TurnKind]
     TURN_KIND_UNPARSED: _ClassVar[TurnKind]
+    TURN_KIND_TOOL_CALL: _ClassVar[TurnKind]
+    TURN_KIND_TOOL_RESULT: _ClassVar[TurnKind]
 
 class Protocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -103,6 +105,8 @@ TURN_KIND_FEEDBACK: TurnKind
 TURN_KIND_NOTICE: TurnKind
 TURN_KIND_REFUSAL: TurnKind
 TURN_KIND_UNPARSED: TurnKind
+TURN_KIND_TOOL_CALL: TurnKind
+TURN_KIND_TOOL_RESULT: TurnKind
 PROTOCOL_UNSPECIFIED: Protocol
 PROTOCOL_AMBITAB: Protocol
 PROTOCOL_BIRD_C: Protocol
@@ -154,7 +158,7 @@ class Turn(_message.Message):
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., kind: _Optional[_Union[TurnKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Action(_message.Message):
-    __slots__ = ("ask", "stop", "submit_sql", "unparsed")
+    __slots__ = ("ask", "stop", "submit_sql", "unparsed", "execute", "get_schema", "get_all_column_meanings", "get_column_meaning", "get_all_external_knowledge_names", "get_knowledge_definition", "get_all_knowledge_definitions")
     class Ask(_message.Message):
         __slots__ = ("text",)
         TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +172,35 @@ class Action(_message.Message):
         SQL_FIELD_NUMBER: _ClassVar[int]
         sql: str
         def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    class Execute(_message.Message):
+        __slots__ = ("sql",)
+        SQL_FIELD_NUMBER: _ClassVar[int]
+        sql: str
+        def __init__(self, sql: _Optional[str] = ...) -> None: ...
+    class GetSchema(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class GetAllColumnMeanings(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class GetColumnMeaning(_message.Message):
+        __slots__ = ("table", "column")
+        TABLE_FIELD_NUMBER: _ClassVar[int]
+        COLUMN_FIELD_NUMBER: _ClassVar[int]
+        table: str
+        column: str
+        def __init__(self, table: _Optional[str] = ..., column: _Optional[str] = ...) -> None: ...
+    class GetAllExternalKnowledgeNames(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
+    class GetKnowledgeDefinition(_message.Message):
+        __slots__ = ("name",)
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        def __init__(self, name: _Optional[str] = ...) -> None: ...
+    class GetAllKnowledgeDefinitions(_message.Message):
+        __slots__ = ()
+        def __init__(self) -> None: ...
     class Unparsed(_message.Message):
         __slots__ = ("text",)
         TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -177,11 +210,25 @@ class Action(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_SQL_FIELD_NUMBER: _ClassVar[int]
     UNPARSED_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_FIELD_NUMBER: _ClassVar[int]
+    GET_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    GET_ALL_COLUMN_MEANINGS_FIELD_NUMBER: _ClassVar[int]
+    GET_COLUMN_MEANING_FIELD_NUMBER: _ClassVar[int]
+    GET_ALL_EXTERNAL_KNOWLEDGE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    GET_KNOWLEDGE_DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    GET_ALL_KNOWLEDGE_DEFINITIONS_FIELD_NUMBER: _ClassVar[int]
     ask: Action.Ask
     stop: Action.Stop
     submit_sql: Action.SubmitSql
     unparsed: Action.Unparsed
-    def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ..., unparsed: _Optional[_Union[Action.Unparsed, _Mapping]] = ...) -> None: ...
+    execute: Action.Execute
+    get_schema: Action.GetSchema
+    get_all_column_meanings: Action.GetAllColumnMeanings
+    get_column_meaning: Action.GetColumnMeaning
+    get_all_external_knowledge_names: Action.GetAllExternalKnowledgeNames
+    get_knowledge_definition: Action.GetKnowledgeDefinition
+    get_all_knowledge_definitions: Action.GetAllKnowledgeDefinitions
+    def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ..., unparsed: _Optional[_Union[Action.Unparsed, _Mapping]] = ..., execute: _Optional[_Union[Action.Execute, _Mapping]] = ..., get_schema: _Optional[_Union[Action.GetSchema, _Mapping]] = ..., get_all_column_meanings: _Optional[_Union[Action.GetAllColumnMeanings, _Mapping]] = ..., get_column_meaning: _Optional[_Union[Action.GetColumnMeaning, _Mapping]] = ..., get_all_external_knowledge_names: _Optional[_Union[Action.GetAllExternalKnowledgeNames, _Mapping]] = ..., get_knowledge_definition: _Optional[_Union[Action.GetKnowledgeDefinition, _Mapping]] = ..., get_all_knowledge_definitions: _Optional[_Union[Action.GetAllKnowledgeDefinitions, _Mapping]] = ...) -> None: ...
 
 class EpisodeOptions(_message.Message):
     __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit", "protocol", "patience")
