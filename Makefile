@@ -142,6 +142,10 @@ bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.
 bench-hostile: ## measure a real server under attack: peak memory with 16 hostile clients, quick-step latency beside slow queries
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./hostile/
 
+.PHONY: bench-scale
+bench-scale: ## measure capacity: episodes/s per core per protocol and oracle, memory, 1-3 replicas behind nginx vs direct (docs/scaling.md; needs nginx)
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 20m ./deploy/
+
 .PHONY: tools
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf $(BIN)/staticcheck ## install the pinned tools into ./bin
 

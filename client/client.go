@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"avtgym/internal/grpcpool"
@@ -181,10 +184,47 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // server warns about it).
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
-// Dial connects to addr (host:port): plaintext, or TLS when Options.TLS
-// (or the environment) says so, with a bearer token when there is one.
-// The connection is lazy: the first call connects. Every call is retried
-// (see retry) within its deadline.
+// RoundRobin is the service config Dial gives every connection: calls go
+// to every address the target resolves to in turn (rather than all to the
+// first, gRPC's default), so that one client spreads its calls over the
+// replicas behind a headless Service or an address list. A DialOption
+// grpc.WithDefaultServiceConfig in Options.DialOptions replaces it.
+const RoundRobin = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+
+// listScheme is the resolver scheme of an address list (see target).
+const listScheme = "avtgym-list"
+
+// target turns Dial's addr into a gRPC target and the dial options it
+// needs. A gRPC target ("host:port", "dns:///name:port" — every address
+// DNS returns, re-resolved when connections fail —, "unix:///path", ...)
+// is used as it is; a comma-separated list of host:port gets a resolver of
+// its own, and the first address's host names the server (its TLS
+// certificate's name).
+func target(addr string) (string, []grpc.DialOption, error) {
+	if !strings.Contains(addr, ",") {
+		return addr, nil, nil
+	}
+	var addrs []resolver.Address
+	for _, a := range strings.Split(addr, ",") {
+		a = strings.TrimSpace(a)
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", nil, fmt.Errorf("address list %q: %q is not host:port", addr, a)
+		}
+		addrs = append(addrs, resolver.Address{Addr: a})
+	}
+	r := manual.NewBuilderWithScheme(listScheme)
+	r.InitialState(resolver.State{Addresses: addrs})
+	return listScheme + ":///" + addrs[0].Addr, []grpc.DialOption{grpc.WithResolvers(r)}, nil
+}
+
+// Dial connects to addr: host:port, a gRPC target such as
+// dns:///name:port (a headless Service), or a comma-separated list
+// host1:port,host2:port; calls are balanced round-robin over every
+// address (RoundRobin). Plaintext, or TLS when Options.TLS (or the
+// environment) says so, with a bearer token when there is one. The
+// connection is lazy: the first call connects. Every call is retried (see
+// retry) within its deadline, so a call that failed on a replica going
+// away is sent again, to another.
 func Dial(addr string, opt Options) (*Client, error) {
 	if opt.Attempts == 0 {
 		opt.Attempts = 5
@@ -202,8 +242,13 @@ func Dial(addr string, opt Options) (*Client, error) {
 	if opt.TLS != nil {
 		creds = credentials.NewTLS(opt.TLS)
 	}
+	tgt, topts, err := target(addr)
+	if err != nil {
+		return nil, err
+	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultServiceConfig(RoundRobin),
 		grpc.WithChainUnaryInterceptor(retry(opt)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20), grpc.ForceCodecV2(grpcpool.Codec{})),
 		experimental.WithBufferPool(grpcpool.Shared),
@@ -211,7 +256,8 @@ func Dial(addr string, opt Options) (*Client, error) {
 	if opt.Token != "" {
 		dopts = append(dopts, grpc.WithPerRPCCredentials(bearer{token: opt.Token, secure: opt.TLS != nil}))
 	}
-	conn, err := grpc.NewClient(addr, append(dopts, opt.DialOptions...)...)
+	dopts = append(dopts, topts...)
+	conn, err := grpc.NewClient(tgt, append(dopts, opt.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -297,6 +297,43 @@ def _oracle_reply(resp: Any) -> OracleReply:
     return OracleReply(resp.reply, credits, p.oracle_action, resp.refused)
 
 
+def _balanced(target: str, options: list[tuple[str, Any]]) -> tuple[str, list[tuple[str, Any]]]:
+    """The gRPC target and channel options of a client's channel, balanced round-robin over
+    every address the target names (the Go client's client.Dial does the same): a gRPC target
+    ("host:port", "dns:///name:port" for a headless Service, "ipv4:a:p,b:p") goes to gRPC as
+    it is; a comma-separated list "host1:port,host2:port" is resolved once, here, into an
+    ipv4: (else ipv6:) address list, and the first host names the server (TLS and :authority).
+    An explicit grpc.lb_policy_name or grpc.service_config option wins."""
+    import ipaddress
+    import socket
+
+    opts = list(options)
+    names = {k for k, _ in opts}
+    if not names & {"grpc.lb_policy_name", "grpc.service_config"}:
+        opts.append(("grpc.lb_policy_name", "round_robin"))
+    if "," not in target or ":///" in target or target.startswith(("ipv4:", "ipv6:", "unix:")):
+        return target, opts
+    v4: list[str] = []
+    v6: list[str] = []
+    first = ""
+    for item in (a.strip() for a in target.split(",")):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"address list {target!r}: {item!r} is not host:port")
+        host = host.strip("[]")
+        first = first or item
+        try:
+            ips = [ipaddress.ip_address(host)]
+        except ValueError:
+            ips = [ipaddress.ip_address(ai[4][0]) for ai in
+                   socket.getaddrinfo(host, int(port), proto=socket.IPPROTO_TCP)]
+        for ip in dict.fromkeys(ips):
+            (v4 if ip.version == 4 else v6).append(f"{ip}:{port}" if ip.version == 4 else f"[{ip}]:{port}")
+    if "grpc.default_authority" not in names:
+        opts.append(("grpc.default_authority", first))
+    return ("ipv4:" + ",".join(v4)) if v4 else ("ipv6:" + ",".join(v6)), opts
+
+
 class Client:
     """A synchronous EnvService client.
 
@@ -315,10 +352,11 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         self.tls, self._metadata, opts = _connection(tls, token, options)
+        chan_target, opts = _balanced(target, opts)
         if self.tls is not None:
-            self._channel = grpc.secure_channel(target, self.tls.credentials(), options=opts)
+            self._channel = grpc.secure_channel(chan_target, self.tls.credentials(), options=opts)
         else:
-            self._channel = grpc.insecure_channel(target, options=opts)
+            self._channel = grpc.insecure_channel(chan_target, options=opts)
         self._stub = pb_grpc.EnvServiceStub(self._channel)
         self._oracle = opb_grpc.OracleServiceStub(self._channel)
         self._health = self._channel.unary_unary(_HEALTH_CHECK, request_serializer=_health_request,
@@ -472,10 +510,11 @@ class AsyncClient:
     def _get_stub(self) -> pb_grpc.EnvServiceStub:
         # Created lazily so that the channel binds to the running event loop.
         if self._stub is None:
+            chan_target, opts = _balanced(self.target, self._options)
             if self.tls is not None:
-                self._channel = grpc.aio.secure_channel(self.target, self.tls.credentials(), options=self._options)
+                self._channel = grpc.aio.secure_channel(chan_target, self.tls.credentials(), options=opts)
             else:
-                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+                self._channel = grpc.aio.insecure_channel(chan_target, options=opts)
             self._stub = pb_grpc.EnvServiceStub(self._channel)
             self._oracle = opb_grpc.OracleServiceStub(self._channel)
         return self._stub
