@@ -181,33 +181,10 @@ func coins(milli int64) string {
 // is the final submission the budget could not pay for, which ends the
 // episode whatever its verdict.
 func (ep *episode) submitBirdA(ctx context.Context, sql string, free bool) error {
-	st, t := ep.st, ep.task
-	var v sqlexec.Verdict
-	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
-		sql = BoundText(sql, MaxSQLBytes)
-		v = sqlexec.Verdict{Reason: "the SQL " + fault, Err: &sqlexec.Error{Kind: sqlexec.KindSyntax, Msg: "the SQL was not run: it " + fault}}
-	} else {
-		var err error
-		if st.Subtask == 1 {
-			v, err = t.Verify(ctx, sql, ep.env.cfg.Limits)
-		} else {
-			v, err = t.VerifyFollowUp(ctx, []string{st.Phase1Sql}, sql, ep.env.cfg.Limits)
-		}
-		if err != nil {
-			if verr := ep.verifierError(err); verr != nil {
-				return verr
-			}
-			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-			ep.fail("the verifier failed: " + err.Error())
-			return nil
-		}
-	}
-	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-	st.SolutionSql = sql
-	st.Verified, st.Outcome = true, v.Success
-	st.VerifierReason = BoundText(v.Reason, MaxNoticeBytes)
-	if v.Err != nil && st.VerifierReason == "" {
-		st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
+	st := ep.st
+	v, ok, err := ep.verifySubmission(ctx, sql)
+	if !ok {
+		return err
 	}
 	switch {
 	case v.Success && st.Subtask == 1:

@@ -176,43 +176,54 @@ func (ep *episode) applyBirdC(ctx context.Context, a *pb.Action) error {
 	}
 }
 
-// submitBirdC verifies a BIRD_C submission for the current sub-task.
-func (ep *episode) submitBirdC(ctx context.Context, sql string) error {
+// verifySubmission verifies a submission for the current sub-task of a
+// two-sub-task protocol (BIRD_C, BIRD_A) and records it in the state: the
+// SQL turn, the solution and the verdict. ok is false when the step ends
+// here: err is the step's error (a busy verifier: nothing of the step is
+// kept, the state is not sealed), or the environment failed (ERROR).
+// Text the policy cannot submit is a failed verdict whose message says
+// why, as a database error would.
+func (ep *episode) verifySubmission(ctx context.Context, sql string) (v sqlexec.Verdict, ok bool, err error) {
 	st, t := ep.st, ep.task
-	var v sqlexec.Verdict
 	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
-		// Not run: a failed submission, whose message says why (as a
-		// database error would).
 		sql = BoundText(sql, MaxSQLBytes)
 		v = sqlexec.Verdict{Reason: "the SQL " + fault, Err: &sqlexec.Error{Kind: sqlexec.KindSyntax, Msg: "the SQL was not run: it " + fault}}
 	} else {
-		var err error
+		var verr error
 		if st.Subtask == 1 {
-			v, err = t.Verify(ctx, sql, ep.env.cfg.Limits)
+			v, verr = t.Verify(ctx, sql, ep.env.cfg.Limits)
 		} else {
-			v, err = t.VerifyFollowUp(ctx, []string{st.Phase1Sql}, sql, ep.env.cfg.Limits)
+			v, verr = t.VerifyFollowUp(ctx, []string{st.Phase1Sql}, sql, ep.env.cfg.Limits)
 		}
-		if err != nil {
-			// Busy: retryable, and nothing of this step is kept (the state
-			// is not sealed). Anything else: the environment failed.
-			if verr := ep.verifierError(err); verr != nil {
-				return verr
+		if verr != nil {
+			if busy := ep.verifierError(verr); busy != nil {
+				return v, false, busy
 			}
 			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-			ep.fail("the verifier failed: " + err.Error())
-			return nil
+			ep.fail("the verifier failed: " + verr.Error())
+			return v, false, nil
 		}
 	}
 	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-	retry := st.RetryPending
-	if !retry {
-		st.TurnsUsed++
-	}
 	st.SolutionSql = sql
 	st.Verified, st.Outcome = true, v.Success
 	st.VerifierReason = BoundText(v.Reason, MaxNoticeBytes)
 	if v.Err != nil && st.VerifierReason == "" {
 		st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
+	}
+	return v, true, nil
+}
+
+// submitBirdC verifies a BIRD_C submission for the current sub-task.
+func (ep *episode) submitBirdC(ctx context.Context, sql string) error {
+	st := ep.st
+	v, ok, err := ep.verifySubmission(ctx, sql)
+	if !ok {
+		return err
+	}
+	retry := st.RetryPending
+	if !retry {
+		st.TurnsUsed++
 	}
 	st.RetryPending = false
 	switch {
