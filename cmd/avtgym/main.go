@@ -55,6 +55,8 @@ Usage:
                   [--variants unfiltered,scoped] [--limit N] [--workers N] [--allow-leaks] [--json]
                   [--min-accuracy F] [--timeout D]
   avtgym bench    [--server ADDR] [--json] [--duration D] [--concurrency N] [--batch N]
+  avtgym sql commitments --db FILE [--json] SQL
+  avtgym sql drift --db FILE --pre SQL --post SQL [--json]
   avtgym keygen   FILE
 
 Run 'avtgym COMMAND -h' for all of a command's flags.
@@ -75,6 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"keygen":  runKeygen,
 		"eval":    runEval,
 		"probe":   runProbe,
+		"sql":     runSQL,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":

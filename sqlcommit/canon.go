@@ -1,0 +1,576 @@
+package sqlcommit
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// printer renders an expression canonically, in a value form and a
+// structural form at once: keywords upper case, identifiers lower case and
+// resolved (aliases to tables, unqualified columns to table.column where
+// the schema tells), literals kept (value) or replaced by ? (structural),
+// operands of nested operators parenthesised.
+type printer struct {
+	x       *extractor
+	sc      *scope
+	clause  Clause
+	val     strings.Builder
+	str     strings.Builder
+	lits    []string
+	subs    []*pg.SelectStmt // subqueries met, in order
+	cols    []string         // resolved column references met
+	noAlias bool             // inside a substituted column alias
+}
+
+func newPrinter(x *extractor, sc *scope, clause Clause) *printer {
+	return &printer{x: x, sc: sc, clause: clause}
+}
+
+func (p *printer) both(s string) {
+	p.val.WriteString(s)
+	p.str.WriteString(s)
+}
+
+func (p *printer) lit(s string) {
+	p.val.WriteString(s)
+	p.str.WriteString("?")
+	p.lits = append(p.lits, s)
+}
+
+// key renders a GROUP BY or ORDER BY key: an integer constant is a SELECT
+// item's ordinal and stands for that item.
+func (p *printer) key(n *pg.Node) {
+	if p.clause == GroupBy || p.clause == OrderBy {
+		if c := n.GetAConst(); c != nil && c.GetIval() != nil {
+			if i := int(c.GetIval().GetIval()); i >= 1 && i <= len(p.sc.targets) {
+				p.substitute(p.sc.targets[i-1].GetVal())
+				return
+			}
+		}
+	}
+	p.node(n)
+}
+
+func (p *printer) substitute(n *pg.Node) {
+	was := p.noAlias
+	p.noAlias = true
+	p.node(n)
+	p.noAlias = was
+}
+
+func (p *printer) list(ns []*pg.Node) {
+	for i, n := range ns {
+		if i > 0 {
+			p.both(", ")
+		}
+		p.node(n)
+	}
+}
+
+// operand renders n, parenthesised when it is itself an operator
+// expression.
+func (p *printer) operand(n *pg.Node) {
+	paren := false
+	switch v := n.GetNode().(type) {
+	case *pg.Node_AExpr, *pg.Node_BoolExpr, *pg.Node_NullTest, *pg.Node_BooleanTest, *pg.Node_CollateClause:
+		paren = true
+	case *pg.Node_SubLink:
+		// x IN (subquery), x > ALL (subquery): an operator expression too.
+		paren = v.SubLink.GetTestexpr() != nil
+	}
+	switch {
+	case paren:
+		p.both("(")
+		p.node(n)
+		p.both(")")
+	default:
+		p.node(n)
+	}
+}
+
+func (p *printer) node(n *pg.Node) {
+	if n == nil || n.GetNode() == nil {
+		return
+	}
+	switch v := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		p.columnRef(v.ColumnRef)
+	case *pg.Node_AConst:
+		p.aconst(v.AConst)
+	case *pg.Node_ParamRef:
+		p.lit("$" + strconv.Itoa(int(v.ParamRef.GetNumber())))
+	case *pg.Node_AExpr:
+		p.aexpr(v.AExpr)
+	case *pg.Node_BoolExpr:
+		b := v.BoolExpr
+		if b.GetBoolop() == pg.BoolExprType_NOT_EXPR {
+			p.both("NOT ")
+			p.operand(b.GetArgs()[0])
+			return
+		}
+		sep := " AND "
+		if b.GetBoolop() == pg.BoolExprType_OR_EXPR {
+			sep = " OR "
+		}
+		for i, a := range b.GetArgs() {
+			if i > 0 {
+				p.both(sep)
+			}
+			p.operand(a)
+		}
+	case *pg.Node_FuncCall:
+		p.funcCall(v.FuncCall)
+	case *pg.Node_TypeCast:
+		p.both("CAST(")
+		p.node(v.TypeCast.GetArg())
+		p.both(" AS " + typeName(v.TypeCast.GetTypeName()) + ")")
+	case *pg.Node_SubLink:
+		p.subLink(v.SubLink)
+	case *pg.Node_NullTest:
+		p.operand(v.NullTest.GetArg())
+		if v.NullTest.GetNulltesttype() == pg.NullTestType_IS_NOT_NULL {
+			p.both(" IS NOT NULL")
+		} else {
+			p.both(" IS NULL")
+		}
+	case *pg.Node_BooleanTest:
+		p.operand(v.BooleanTest.GetArg())
+		p.both(map[pg.BoolTestType]string{
+			pg.BoolTestType_IS_TRUE: " IS TRUE", pg.BoolTestType_IS_NOT_TRUE: " IS NOT TRUE",
+			pg.BoolTestType_IS_FALSE: " IS FALSE", pg.BoolTestType_IS_NOT_FALSE: " IS NOT FALSE",
+			pg.BoolTestType_IS_UNKNOWN: " IS UNKNOWN", pg.BoolTestType_IS_NOT_UNKNOWN: " IS NOT UNKNOWN",
+		}[v.BooleanTest.GetBooltesttype()])
+	case *pg.Node_CaseExpr:
+		c := v.CaseExpr
+		p.both("CASE")
+		if c.GetArg() != nil {
+			p.both(" ")
+			p.operand(c.GetArg())
+		}
+		for _, w := range c.GetArgs() {
+			cw := w.GetCaseWhen()
+			p.both(" WHEN ")
+			p.node(cw.GetExpr())
+			p.both(" THEN ")
+			p.node(cw.GetResult())
+		}
+		if c.GetDefresult() != nil {
+			p.both(" ELSE ")
+			p.node(c.GetDefresult())
+		}
+		p.both(" END")
+	case *pg.Node_CoalesceExpr:
+		p.both("coalesce(")
+		p.list(v.CoalesceExpr.GetArgs())
+		p.both(")")
+	case *pg.Node_MinMaxExpr:
+		if v.MinMaxExpr.GetOp() == pg.MinMaxOp_IS_LEAST {
+			p.both("least(")
+		} else {
+			p.both("greatest(")
+		}
+		p.list(v.MinMaxExpr.GetArgs())
+		p.both(")")
+	case *pg.Node_CollateClause:
+		p.operand(v.CollateClause.GetArg())
+		p.both(" COLLATE " + strings.ToLower(names(v.CollateClause.GetCollname())))
+	case *pg.Node_RowExpr:
+		p.both("(")
+		p.list(v.RowExpr.GetArgs())
+		p.both(")")
+	case *pg.Node_List:
+		p.both("(")
+		p.list(v.List.GetItems())
+		p.both(")")
+	case *pg.Node_SqlvalueFunction:
+		p.both(strings.TrimPrefix(v.SqlvalueFunction.GetOp().String(), "SVFOP_"))
+	case *pg.Node_SelectStmt:
+		p.subs = append(p.subs, v.SelectStmt)
+		p.both("(subquery)")
+	case *pg.Node_AStar:
+		p.both("*")
+	default:
+		// The oneof's message, not the Node wrapper (which generic would
+		// hand back here).
+		m := n.ProtoReflect()
+		if fd := m.WhichOneof(m.Descriptor().Oneofs().Get(0)); fd != nil && fd.Message() != nil {
+			p.generic(m.Get(fd).Message())
+		} else {
+			p.both("?node")
+		}
+	}
+}
+
+func (p *printer) columnRef(c *pg.ColumnRef) {
+	var parts []string
+	star := false
+	for _, f := range c.GetFields() {
+		if s := f.GetString_(); s != nil {
+			parts = append(parts, strings.ToLower(s.GetSval()))
+		} else if f.GetAStar() != nil {
+			star = true
+		}
+	}
+	switch {
+	case len(parts) == 0:
+		p.both("*")
+		return
+	case len(parts) == 1 && !star:
+		col := parts[0]
+		e, isAlias := p.sc.outAlias[col]
+		if isAlias && !p.noAlias && p.clause == OrderBy {
+			p.substitute(e) // ORDER BY: an output column name wins
+			return
+		}
+		if r := p.sc.resolveColumn(col); r != nil {
+			p.column(r.canon + "." + col)
+			return
+		}
+		if isAlias && !p.noAlias && (p.clause == GroupBy || p.clause == Having) {
+			p.substitute(e)
+			return
+		}
+		p.column(col)
+		return
+	}
+	// qualifier.column (a schema or catalog in front is dropped).
+	if star {
+		q := parts[len(parts)-1]
+		if r := p.sc.resolveQualifier(q); r != nil {
+			q = r.canon
+		}
+		p.both(q + ".*")
+		return
+	}
+	q := parts[len(parts)-2]
+	if r := p.sc.resolveQualifier(q); r != nil {
+		q = r.canon
+	}
+	p.column(q + "." + parts[len(parts)-1])
+}
+
+func (p *printer) column(s string) {
+	p.both(s)
+	p.cols = append(p.cols, s)
+}
+
+func (p *printer) aconst(c *pg.A_Const) {
+	switch {
+	case c.GetIsnull():
+		p.lit("NULL")
+	case c.GetIval() != nil:
+		p.lit(strconv.FormatInt(int64(c.GetIval().GetIval()), 10))
+	case c.GetFval() != nil:
+		p.lit(c.GetFval().GetFval())
+	case c.GetBoolval() != nil:
+		if c.GetBoolval().GetBoolval() {
+			p.lit("TRUE")
+		} else {
+			p.lit("FALSE")
+		}
+	case c.GetSval() != nil:
+		p.lit("'" + strings.ReplaceAll(c.GetSval().GetSval(), "'", "''") + "'")
+	case c.GetBsval() != nil:
+		p.lit(c.GetBsval().GetBsval())
+	default:
+		p.lit("0") // an A_Const with no value: the integer 0
+	}
+}
+
+func opName(ns []*pg.Node) string {
+	if len(ns) == 0 {
+		return ""
+	}
+	return ns[len(ns)-1].GetString_().GetSval()
+}
+
+func names(ns []*pg.Node) string {
+	var out []string
+	for _, n := range ns {
+		if s := n.GetString_(); s != nil {
+			out = append(out, s.GetSval())
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+func (p *printer) aexpr(e *pg.A_Expr) {
+	op := opName(e.GetName())
+	binary := func(kw string) {
+		p.operand(e.GetLexpr())
+		p.both(" " + kw + " ")
+		p.operand(e.GetRexpr())
+	}
+	switch e.GetKind() {
+	case pg.A_Expr_Kind_AEXPR_OP:
+		if e.GetLexpr() == nil {
+			p.both(op)
+			p.operand(e.GetRexpr())
+			return
+		}
+		if e.GetRexpr() == nil {
+			p.operand(e.GetLexpr())
+			p.both(" " + op)
+			return
+		}
+		binary(op)
+	case pg.A_Expr_Kind_AEXPR_OP_ANY, pg.A_Expr_Kind_AEXPR_OP_ALL:
+		p.operand(e.GetLexpr())
+		kw := " ANY("
+		if e.GetKind() == pg.A_Expr_Kind_AEXPR_OP_ALL {
+			kw = " ALL("
+		}
+		p.both(" " + op + kw)
+		p.node(e.GetRexpr())
+		p.both(")")
+	case pg.A_Expr_Kind_AEXPR_DISTINCT:
+		binary("IS DISTINCT FROM")
+	case pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
+		binary("IS NOT DISTINCT FROM")
+	case pg.A_Expr_Kind_AEXPR_NULLIF:
+		p.both("nullif(")
+		p.node(e.GetLexpr())
+		p.both(", ")
+		p.node(e.GetRexpr())
+		p.both(")")
+	case pg.A_Expr_Kind_AEXPR_IN:
+		kw := "IN"
+		if op == "<>" {
+			kw = "NOT IN"
+		}
+		binary(kw)
+	case pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE, pg.A_Expr_Kind_AEXPR_SIMILAR:
+		kw := map[string]string{"~~": "LIKE", "!~~": "NOT LIKE", "~~*": "ILIKE", "!~~*": "NOT ILIKE", "~": "SIMILAR TO", "!~": "NOT SIMILAR TO"}[op]
+		if kw == "" {
+			kw = op
+		}
+		binary(kw)
+	case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+		kw := map[pg.A_Expr_Kind]string{
+			pg.A_Expr_Kind_AEXPR_BETWEEN: "BETWEEN", pg.A_Expr_Kind_AEXPR_NOT_BETWEEN: "NOT BETWEEN",
+			pg.A_Expr_Kind_AEXPR_BETWEEN_SYM: "BETWEEN SYMMETRIC", pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM: "NOT BETWEEN SYMMETRIC",
+		}[e.GetKind()]
+		p.operand(e.GetLexpr())
+		p.both(" " + kw + " ")
+		if l := e.GetRexpr().GetList(); l != nil && len(l.GetItems()) == 2 {
+			p.operand(l.GetItems()[0])
+			p.both(" AND ")
+			p.operand(l.GetItems()[1])
+		} else {
+			p.node(e.GetRexpr())
+		}
+	default:
+		p.generic(e.ProtoReflect())
+	}
+}
+
+func funcName(ns []*pg.Node) string {
+	var parts []string
+	for _, n := range ns {
+		if s := n.GetString_(); s != nil && s.GetSval() != "pg_catalog" {
+			parts = append(parts, strings.ToLower(s.GetSval()))
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+func (p *printer) funcCall(f *pg.FuncCall) {
+	p.both(funcName(f.GetFuncname()) + "(")
+	switch {
+	case f.GetAggStar():
+		p.both("*")
+	default:
+		if f.GetAggDistinct() {
+			p.both("DISTINCT ")
+		}
+		p.list(f.GetArgs())
+	}
+	if o := f.GetAggOrder(); len(o) > 0 && !f.GetAggWithinGroup() {
+		p.both(" ORDER BY ")
+		p.sortList(o)
+	}
+	p.both(")")
+	if o := f.GetAggOrder(); len(o) > 0 && f.GetAggWithinGroup() {
+		p.both(" WITHIN GROUP (ORDER BY ")
+		p.sortList(o)
+		p.both(")")
+	}
+	if fl := f.GetAggFilter(); fl != nil {
+		p.both(" FILTER (WHERE ")
+		p.node(fl)
+		p.both(")")
+	}
+	if w := f.GetOver(); w != nil {
+		p.both(" OVER (")
+		sep := ""
+		if w.GetRefname() != "" {
+			p.both(strings.ToLower(w.GetRefname()))
+			sep = " "
+		}
+		if pc := w.GetPartitionClause(); len(pc) > 0 {
+			p.both(sep + "PARTITION BY ")
+			p.list(pc)
+			sep = " "
+		}
+		if oc := w.GetOrderClause(); len(oc) > 0 {
+			p.both(sep + "ORDER BY ")
+			p.sortList(oc)
+		}
+		p.both(")")
+		if w.GetName() != "" {
+			p.both(" " + strings.ToLower(w.GetName()))
+		}
+	}
+}
+
+func (p *printer) sortList(ns []*pg.Node) {
+	for i, n := range ns {
+		if i > 0 {
+			p.both(", ")
+		}
+		sb := n.GetSortBy()
+		if sb == nil {
+			p.node(n)
+			continue
+		}
+		p.node(sb.GetNode())
+		if sb.GetSortbyDir() == pg.SortByDir_SORTBY_DESC {
+			p.both(" DESC")
+		} else {
+			p.both(" ASC")
+		}
+	}
+}
+
+func (p *printer) subLink(s *pg.SubLink) {
+	sel := s.GetSubselect().GetSelectStmt()
+	if sel != nil {
+		p.subs = append(p.subs, sel)
+	}
+	switch s.GetSubLinkType() {
+	case pg.SubLinkType_EXISTS_SUBLINK:
+		p.both("EXISTS (subquery)")
+	case pg.SubLinkType_ANY_SUBLINK:
+		p.operand(s.GetTestexpr())
+		if op := opName(s.GetOperName()); op == "" || op == "=" {
+			p.both(" IN (subquery)")
+		} else {
+			p.both(" " + op + " ANY (subquery)")
+		}
+	case pg.SubLinkType_ALL_SUBLINK:
+		p.operand(s.GetTestexpr())
+		p.both(" " + opName(s.GetOperName()) + " ALL (subquery)")
+	case pg.SubLinkType_ARRAY_SUBLINK:
+		p.both("ARRAY(subquery)")
+	case pg.SubLinkType_ROWCOMPARE_SUBLINK:
+		p.operand(s.GetTestexpr())
+		p.both(" " + opName(s.GetOperName()) + " (subquery)")
+	default:
+		p.both("(subquery)")
+	}
+}
+
+// sqliteTypes maps PostgreSQL's internal names of the type keywords SQLite
+// queries use back to those keywords.
+var sqliteTypes = map[string]string{
+	"float4": "REAL", "float8": "DOUBLE PRECISION", "int4": "INTEGER", "int2": "SMALLINT", "int8": "BIGINT",
+	"numeric": "NUMERIC", "bool": "BOOLEAN", "varchar": "VARCHAR", "bpchar": "CHAR", "text": "TEXT",
+	"date": "DATE", "timestamp": "TIMESTAMP", "time": "TIME", "interval": "INTERVAL",
+}
+
+func typeName(t *pg.TypeName) string {
+	var parts []string
+	for _, n := range t.GetNames() {
+		if s := n.GetString_(); s != nil && s.GetSval() != "pg_catalog" {
+			parts = append(parts, strings.ToLower(s.GetSval()))
+		}
+	}
+	name := strings.Join(parts, ".")
+	if m, ok := sqliteTypes[name]; ok {
+		name = m
+	} else {
+		name = strings.ToUpper(name)
+	}
+	if mods := t.GetTypmods(); len(mods) > 0 {
+		var ms []string
+		for _, m := range mods {
+			if c := m.GetAConst(); c != nil && c.GetIval() != nil {
+				ms = append(ms, strconv.Itoa(int(c.GetIval().GetIval())))
+			} else {
+				ms = append(ms, "?")
+			}
+		}
+		name += "(" + strings.Join(ms, ", ") + ")"
+	}
+	for range t.GetArrayBounds() {
+		name += "[]"
+	}
+	return name
+}
+
+// generic renders a node this printer has no rule for: its message name
+// and fields (by field number, positions left out), rendering nested
+// expression nodes with the printer so that their literals and
+// subqueries are seen.
+func (p *printer) generic(m protoreflect.Message) {
+	if n, ok := m.Interface().(*pg.Node); ok {
+		p.node(n)
+		return
+	}
+	p.both(string(m.Descriptor().Name()) + "{")
+	fields := m.Descriptor().Fields()
+	var set []protoreflect.FieldDescriptor
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Name() == "location" || !m.Has(fd) {
+			continue
+		}
+		set = append(set, fd)
+	}
+	sort.Slice(set, func(i, j int) bool { return set[i].Number() < set[j].Number() })
+	for i, fd := range set {
+		if i > 0 {
+			p.both(" ")
+		}
+		p.both(string(fd.Name()) + ":")
+		v := m.Get(fd)
+		switch {
+		case fd.IsList():
+			l := v.List()
+			p.both("[")
+			for k := 0; k < l.Len(); k++ {
+				if k > 0 {
+					p.both(", ")
+				}
+				p.value(fd, l.Get(k))
+			}
+			p.both("]")
+		case fd.IsMap():
+			p.both("map")
+		default:
+			p.value(fd, v)
+		}
+	}
+	p.both("}")
+}
+
+func (p *printer) value(fd protoreflect.FieldDescriptor, v protoreflect.Value) {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		p.generic(v.Message())
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			p.both(string(ev.Name()))
+		} else {
+			p.both(strconv.Itoa(int(v.Enum())))
+		}
+	case protoreflect.StringKind:
+		p.both(strconv.Quote(v.String()))
+	default:
+		p.both(v.String())
+	}
+}
