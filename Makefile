@@ -138,6 +138,12 @@ bench: ## run the Go benchmarks and `avtgym bench` (figures go to bench/RESULTS.
 	bash scripts/with-postgres.sh $(GO) test -run '^$$' -bench . -benchmem ./server/ ./oracle/ ./sqlexec/... ./app/
 	$(GO) run ./cmd/avtgym bench
 
+GHZ_VERSION := v0.93.0
+
+.PHONY: bench-compare
+bench-compare: build $(BIN)/ghz ## Python client vs the floor, unary vs batch server CPU, verification vs the raw query, avtgym vs its OpenEnv peer (appends to bench/RESULTS.md)
+	$(PYTHON) bench/compare.py --binary $(BIN)/avtgym --ghz $(BIN)/ghz --append bench/RESULTS.md
+
 .PHONY: bench-hostile
 bench-hostile: ## measure a real server under attack: peak memory with 16 hostile clients, quick-step latency beside slow queries
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./hostile/
@@ -157,6 +163,9 @@ $(BIN)/protoc-gen-go-grpc:
 
 $(BIN)/protoc-gen-go-vtproto:
 	GOBIN=$(BIN) $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(VTPROTO_VERSION)
+
+$(BIN)/ghz:
+	GOBIN=$(BIN) $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
 $(BIN)/buf:
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)

@@ -36,6 +36,10 @@ type episode struct {
 	turnPtrs [maxStepTurns]*pb.Turn
 }
 
+// inlineQuestions is how many answered questions an ask keeps room for in
+// its own allocation when the list must grow (most budgets are smaller).
+const inlineQuestions = 4
+
 // maxStepTurns is the most turns one step adds (a submission while asking:
 // SQL, feedback, and a notice if verification fails).
 const maxStepTurns = 3
@@ -152,12 +156,17 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	// Whatever the oracle, its reply is cut to the reply limit here, so that
 	// the state and the step stay within their bounds (limits.go).
 	text := BoundText(reply.Text, MaxReplyBytes)
-	// One allocation for the question and its mask.
+	// One allocation for the question, its mask and, while the history is
+	// short, the grown list of questions (an append would allocate it).
 	a := &struct {
 		q    statepb.AnsweredQuestion
 		mask uint64
+		qs   [inlineQuestions]*statepb.AnsweredQuestion
 	}{mask: mask}
 	a.q.Question, a.q.Reply, a.q.CreditMask = q, text, &a.mask
+	if n := len(st.Questions); n == cap(st.Questions) && n < inlineQuestions {
+		st.Questions = append(a.qs[:0], st.Questions...)
+	}
 	st.Questions = append(st.Questions, &a.q)
 	// A refusal (the oracle's or the environment's) is its own turn kind,
 	// so that a policy never has to recognise one by its text.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -64,10 +64,9 @@ func entrySize(n int) int { return protowire.SizeTag(1) + protowire.SizeBytes(n)
 // budget accounts the bytes of one batch response. Every item starts with
 // its overflow result's size reserved, so that whatever is decided later,
 // an item's fallback always fits; deciding an item replaces its reserve by
-// its result's size.
+// its result's size. Lock-free: the batch's workers take from it per item.
 type budget struct {
-	mu      sync.Mutex
-	free    int
+	free    atomic.Int64
 	reserve int
 }
 
@@ -77,34 +76,31 @@ func (s *Server) newBudget(n int, o overflow) (*budget, error) {
 			Msg:  fmt.Sprintf("a batch of %d items needs at least %d bytes of response, more than this server sends (%d); split it", n, need, s.batchBytes),
 			Meta: map[string]string{"size_bytes": strconv.Itoa(need), "limit_bytes": strconv.Itoa(s.batchBytes)}}
 	}
-	return &budget{free: s.batchBytes - n*o.reserve, reserve: o.reserve}, nil
+	b := &budget{reserve: o.reserve}
+	b.free.Store(int64(s.batchBytes - n*o.reserve))
+	return b, nil
 }
 
 // take decides an item whose result is an entry of size bytes; false when
 // it does not fit (the item keeps its reserve, for its overflow status).
 func (b *budget) take(size int) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if size-b.reserve > b.free {
-		return false
+	d := int64(size - b.reserve)
+	for {
+		f := b.free.Load()
+		if d > f {
+			return false
+		}
+		if b.free.CompareAndSwap(f, f-d) {
+			return true
+		}
 	}
-	b.free -= size - b.reserve
-	return true
 }
 
 // untake undoes take(size).
-func (b *budget) untake(size int) {
-	b.mu.Lock()
-	b.free += size - b.reserve
-	b.mu.Unlock()
-}
+func (b *budget) untake(size int) { b.free.Add(int64(size - b.reserve)) }
 
 // left is the largest entry one more item could take.
-func (b *budget) left() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.free + b.reserve
-}
+func (b *budget) left() int { return int(b.free.Load()) + b.reserve }
 
 func checkBatch(field string, n int) error {
 	if n > MaxBatch {
@@ -196,21 +192,27 @@ func (s *Server) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.S
 	if err != nil {
 		return nil, err
 	}
+	// The items' results are allocated together, once per batch (a batch
+	// is the hot path of training: bench/RESULTS.md).
+	slots := make([]pb.StepBatchResult, len(items))
 	out := &pb.StepBatchResponse{Results: make([]*pb.StepBatchResult, len(items))}
 	parallel.Each(len(items), s.opt.BatchWorkers, func(i int) {
-		out.Results[i] = s.stepItem(ctx, items[i], b)
+		out.Results[i] = s.stepItem(ctx, items[i], b, &slots[i])
 	})
 	return out, nil
 }
 
-func (s *Server) stepItem(ctx context.Context, req *pb.StepRequest, b *budget) (res *pb.StepBatchResult) {
+// stepItem runs one item of a StepBatch; its result is slot, filled in, or
+// the overflow status.
+func (s *Server) stepItem(ctx context.Context, req *pb.StepRequest, b *budget, slot *pb.StepBatchResult) (res *pb.StepBatchResult) {
 	defer func() {
 		if r := recover(); r != nil {
-			res = s.stepResult(ctx, nil, s.recovered("/avtgym.v1.EnvService/StepBatch", r), req, b)
+			slot.Reset()
+			res = s.stepResult(ctx, nil, s.recovered("/avtgym.v1.EnvService/StepBatch", r), req, b, slot)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return s.stepResult(ctx, nil, err, req, b)
+		return s.stepResult(ctx, nil, err, req, b, slot)
 	}
 	if len(req.GetToken()) >= b.left() {
 		// A step's response holds a token at least as long as the one it
@@ -218,16 +220,17 @@ func (s *Server) stepItem(ctx context.Context, req *pb.StepRequest, b *budget) (
 		return proto.Clone(s.stepOverflow.result).(*pb.StepBatchResult)
 	}
 	resp, err := s.env.Step(ctx, req)
-	return s.stepResult(ctx, resp, err, req, b)
+	return s.stepResult(ctx, resp, err, req, b, slot)
 }
 
-// stepResult accounts a completed step: its result if it fits, else the
-// overflow status (and the step is as if never run: the token stays valid
-// and the client resends it).
-func (s *Server) stepResult(ctx context.Context, resp *pb.StepResponse, err error, req *pb.StepRequest, b *budget) *pb.StepBatchResult {
-	res := &pb.StepBatchResult{Response: resp}
+// stepResult accounts a completed step: its result (in res, an empty
+// result) if it fits, else the overflow status (and the step is as if
+// never run: the token stays valid and the client resends it).
+func (s *Server) stepResult(ctx context.Context, resp *pb.StepResponse, err error, req *pb.StepRequest, b *budget, res *pb.StepBatchResult) *pb.StepBatchResult {
 	if err != nil {
-		res = &pb.StepBatchResult{Status: itemStatus(err)}
+		res.Status = itemStatus(err)
+	} else {
+		res.Response = resp
 	}
 	if !b.take(entrySize(res.SizeVT())) {
 		return proto.Clone(s.stepOverflow.result).(*pb.StepBatchResult)

@@ -67,6 +67,19 @@ def _name(table: dict[int, str], value: int) -> str:
     return name if name is not None else f"unknown_{value}"
 
 
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def _make(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of the frozen dataclass cls with exactly these fields, without running its
+    __init__ (which sets each field through object.__setattr__: several µs per Episode). Only for
+    the client's own conversions, where fields holds every field, already of its type."""
+    obj = _new(cls)
+    _setattr(obj, "__dict__", fields)
+    return obj
+
+
 # BIRD_A's tools (the Action kinds beyond ask, stop, submit_sql and unparsed), in the order of the
 # Action oneof, with their price in coins (the server charges them before the action; ask costs 2,
 # submit_sql 3, unparsed 0.2; a submit the budget cannot pay for is free and ends the episode).
@@ -156,6 +169,14 @@ class Action:
         """True for BIRD_A's tools (TOOL_KINDS)."""
         return self.kind in TOOL_KINDS
 
+    def _fill(self, m: epb.Action) -> None:
+        """Set this action in m, an empty Action message (in place: a request's own field, so that
+        nothing is built and then copied)."""
+        fill = _FILL.get(self.kind)
+        if fill is None:
+            raise ValueError(f"unknown action kind {self.kind!r}: want one of {', '.join(ACTION_KINDS)}")
+        fill(m, self)
+
     def to_proto(self) -> epb.Action:
         if self.kind == "ask":
             return epb.Action(ask=epb.Action.Ask(text=self.text))
@@ -181,6 +202,52 @@ class Action:
         if self.kind == "get_all_knowledge_definitions":
             return epb.Action(get_all_knowledge_definitions=epb.Action.GetAllKnowledgeDefinitions())
         raise ValueError(f"unknown action kind {self.kind!r}: want one of {', '.join(ACTION_KINDS)}")
+
+
+def _filler(field_name: str, *attrs: str) -> Any:
+    """A function that sets the oneof member field_name of an Action message from an Action: its
+    attrs (the message's fields, from the Action's text, or table and column) set in place."""
+    if not attrs:
+        return lambda m, a: getattr(m, field_name).SetInParent()
+    if attrs == ("table", "column"):
+        def fill_column(m: Any, a: Action) -> None:
+            sub = getattr(m, field_name)
+            sub.SetInParent()
+            sub.table = a.table
+            sub.column = a.column
+        return fill_column
+    attr = attrs[0]
+
+    def fill(m: Any, a: Action) -> None:
+        sub = getattr(m, field_name)
+        sub.SetInParent()
+        setattr(sub, attr, a.text)
+    return fill
+
+
+def _fill_ask(m: Any, a: Action) -> None:
+    # The common case, spelled out: set the text in place (an empty one still selects ask).
+    ask = m.ask
+    if a.text:
+        ask.text = a.text
+    else:
+        ask.SetInParent()
+
+
+# Action kind -> how to set it in an Action message (Action._fill).
+_FILL = {
+    "ask": _fill_ask,
+    "stop": _filler("stop"),
+    "submit_sql": _filler("submit_sql", "sql"),
+    "unparsed": _filler("unparsed", "text"),
+    "execute": _filler("execute", "sql"),
+    "get_schema": _filler("get_schema"),
+    "get_all_column_meanings": _filler("get_all_column_meanings"),
+    "get_column_meaning": _filler("get_column_meaning", "table", "column"),
+    "get_all_external_knowledge_names": _filler("get_all_external_knowledge_names"),
+    "get_knowledge_definition": _filler("get_knowledge_definition", "name"),
+    "get_all_knowledge_definitions": _filler("get_all_knowledge_definitions"),
+}
 
 
 @dataclass(frozen=True)
@@ -264,6 +331,17 @@ class Turn:
         return Turn(_name(_ROLE, t.role), _name(_TURN_KIND, t.kind), t.text)
 
 
+def _turns(ts: Any) -> tuple[Turn, ...]:
+    """Turn.from_proto of each of ts, built without Turn's __init__ (the hot path of every step)."""
+    role, kind = _ROLE.get, _TURN_KIND.get
+    out = []
+    for t in ts:
+        r, k = t.role, t.kind
+        out.append(_make(Turn, {"role": role(r) or _name(_ROLE, r), "kind": kind(k) or _name(_TURN_KIND, k),
+                                "text": t.text}))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Reward:
     """type: "question_f1" | "outcome" | "bird_interact". Components undefined for the episode
@@ -310,8 +388,22 @@ class Budget:
                       int(b.remaining_milli))
 
 
+# Budgets by (unit, total, used, remaining): a Budget is immutable and an episode's take few
+# values, so each step's is looked up rather than built (cleared when it grows past its bound).
+_BUDGETS: dict[tuple[int, int, int, int], Budget] = {}
+
+
 def _budget(o: Any) -> Budget | None:
-    return Budget.from_proto(o.budget) if o.HasField("budget") else None
+    if not o.HasField("budget"):
+        return None
+    b = o.budget
+    key = (b.unit, b.total_milli, b.used_milli, b.remaining_milli)
+    got = _BUDGETS.get(key)
+    if got is None:
+        if len(_BUDGETS) >= 4096:
+            _BUDGETS.clear()
+        got = _BUDGETS[key] = Budget.from_proto(b)
+    return got
 
 
 def _privileged(msg: Any, present: bool) -> dict | None:
@@ -366,7 +458,7 @@ class Episode:
             seed=int(e.seed),
             group_index=int(e.group_index),
             task=TaskView.from_proto(o.task) if o.HasField("task") else None,
-            turns=tuple(Turn.from_proto(t) for t in o.turns),
+            turns=_turns(o.turns),
             phase=_name(_PHASE, o.phase),
             question_budget=o.question_budget,
             questions_asked=o.questions_asked,
@@ -404,32 +496,41 @@ class StepResult:
     @staticmethod
     def from_proto(prev: Episode, r: Any) -> "StepResult":
         o = r.observation
-        new_turns = tuple(Turn.from_proto(t) for t in o.turns)
+        new_turns = _turns(o.turns)
         status = _name(_STATUS, r.status)
         reward = Reward.from_proto(r.reward) if r.HasField("reward") else None
         priv = _privileged(r.privileged, r.HasField("privileged"))
         merged = prev.privileged
         if priv is not None:
             merged = {**(prev.privileged or {}), **priv}
-        ep = replace(
-            prev,
-            token=bytes(r.token),
-            task=TaskView.from_proto(o.task) if o.HasField("task") else prev.task,
-            turns=prev.turns + new_turns,
-            phase=_name(_PHASE, o.phase),
-            question_budget=o.question_budget,
-            questions_asked=o.questions_asked,
-            questions_remaining=o.questions_remaining,
-            done=r.done,
-            status=status,
-            reward=reward,
-            privileged=merged,
-            protocol=_name(_PROTOCOL, o.protocol),
-            subtask=int(o.subtask) or 1,
-            budget=_budget(o),
-            sql_required=bool(o.sql_required),
-        )
-        return StepResult(ep, new_turns, r.done, status, reward, priv)
+        done = r.done
+        # The updated episode: prev's fields with this step's laid over them, as dataclasses.replace
+        # would make it, without its per-field __init__ (an Episode subclass still goes through it).
+        changes = {
+            "token": r.token,
+            "task": TaskView.from_proto(o.task) if o.HasField("task") else prev.task,
+            "turns": prev.turns + new_turns if prev.turns else new_turns,
+            "phase": _name(_PHASE, o.phase),
+            "question_budget": o.question_budget,
+            "questions_asked": o.questions_asked,
+            "questions_remaining": o.questions_remaining,
+            "done": done,
+            "status": status,
+            "reward": reward,
+            "privileged": merged,
+            "protocol": _name(_PROTOCOL, o.protocol),
+            "subtask": o.subtask or 1,
+            "budget": _budget(o),
+            "sql_required": o.sql_required,
+        }
+        if type(prev) is Episode:
+            fields = prev.__dict__.copy()
+            fields.update(changes)
+            ep = _make(Episode, fields)
+        else:
+            ep = replace(prev, **changes)
+        return _make(StepResult, {"episode": ep, "new_turns": new_turns, "done": done, "status": status,
+                                  "reward": reward, "privileged": priv})
 
     @property
     def protocol(self) -> str:

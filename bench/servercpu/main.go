@@ -1,0 +1,318 @@
+// Command servercpu measures the server's own CPU per unary Step and per
+// StepBatch episode against a running `avtgym serve` (issue 20), reading the
+// server's CPU time from /proc/PID/stat around each phase, so that the load
+// generator's cost (this process, on the same machine) is not counted.
+//
+//	go run ./bench/servercpu --binary bin/avtgym [--rounds 4] [--duration 3s] [-- serve flags]
+//	go run ./bench/servercpu --server 127.0.0.1:50051 --pid PID
+//
+// With --binary it starts `BINARY serve` itself on a free loopback port
+// (demo corpus, access log off, a fresh token key; the arguments after the
+// flags are added to serve's).
+//
+// Phases alternate (health, step, batch, health, step, batch, ...) so that a
+// busy machine slows them alike; the step is the one `avtgym bench`
+// measures (a full-policy question stepped again and again on one reset
+// token). Two more phases measure verification through a step (--phases
+// step,submit,raw): submit is a submit_sql step of SQL equivalent to
+// shop-001's reference but not the same text (so neither the result cache
+// nor the text match skips the query), on an outcome-reward reset token;
+// raw is the same SQL through the demo corpus's engine in this process
+// (CPU time of this process per query, one at a time). The verification
+// overhead reported is (submit − step) / raw: what a submit_sql step costs
+// beyond an ask step, in raw queries.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"avtgym/bench"
+	"avtgym/client"
+	"avtgym/corpus"
+	pb "avtgym/proto/avtgym/v1"
+	"avtgym/sqlexec"
+)
+
+func main() {
+	addr := flag.String("server", "127.0.0.1:50051", "the server")
+	pid := flag.Int("pid", 0, "the server's process id (its CPU time is read from /proc/PID/stat)")
+	rounds := flag.Int("rounds", 4, "alternated rounds")
+	dur := flag.Duration("duration", 3*time.Second, "length of each phase")
+	conc := flag.Int("concurrency", 16, "unary calls in flight")
+	batch := flag.Int("batch", 256, "StepBatch size")
+	bconc := flag.Int("batch-concurrency", 2, "batches in flight")
+	phases := flag.String("phases", "health,step,batch", "phases, in order: health, step, batch, submit, raw")
+	asJSON := flag.Bool("json", false, "print one JSON object")
+	binary := flag.String("binary", "", "start this avtgym binary's serve and measure it (instead of --server and --pid)")
+	flag.Parse()
+	if *binary != "" {
+		a, p, stop, err := startServer(*binary, flag.Args())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "servercpu:", err)
+			os.Exit(1)
+		}
+		defer stop()
+		*addr, *pid = a, p
+	}
+	if *pid == 0 {
+		fmt.Fprintln(os.Stderr, "servercpu: --pid is required")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	c, err := client.Dial(*addr, client.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "servercpu:", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	step, _, _, err := bench.AskStep(ctx, c, "")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "servercpu:", err)
+		os.Exit(1)
+	}
+	breq := &pb.StepBatchRequest{Steps: make([]*pb.StepRequest, *batch)}
+	for i := range breq.Steps {
+		breq.Steps[i] = step
+	}
+	sub, err := submitStep(ctx, c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "servercpu:", err)
+		os.Exit(1)
+	}
+	raw, err := rawQuery(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "servercpu:", err)
+		os.Exit(1)
+	}
+	hreq := &healthpb.HealthCheckRequest{}
+	calls := map[string]struct {
+		conc, per int
+		call      func(context.Context) error
+	}{
+		"health": {*conc, 1, func(ctx context.Context) error { _, err := c.Health.Check(ctx, hreq); return err }},
+		"step":   {*conc, 1, func(ctx context.Context) error { _, err := c.Env.Step(ctx, step); return err }},
+		"submit": {*conc, 1, func(ctx context.Context) error {
+			r, err := c.Env.Step(ctx, sub)
+			if err == nil && r.GetReward().GetValue() != 1 {
+				err = fmt.Errorf("the equivalent SQL did not pass: %v", r.GetReward())
+			}
+			return err
+		}},
+		"raw": {1, 1, raw},
+		"batch": {*bconc, *batch, func(ctx context.Context) error {
+			r, err := c.Env.StepBatch(ctx, breq)
+			if err == nil && r.GetResults()[0].GetStatus().GetCode() != 0 {
+				err = fmt.Errorf("batch item: %s", r.GetResults()[0].GetStatus().GetMessage())
+			}
+			return err
+		}},
+	}
+	names := strings.Split(*phases, ",")
+	got := map[string][]map[string]float64{}
+	for range *rounds {
+		for _, n := range names {
+			p, ok := calls[n]
+			if !ok {
+				fmt.Fprintln(os.Stderr, "servercpu: unknown phase", n)
+				os.Exit(2)
+			}
+			who := *pid
+			if n == "raw" {
+				who = os.Getpid() // the query runs here
+			}
+			s0 := procCPU(who)
+			t0 := time.Now()
+			k, err := run(ctx, p.conc, *dur, p.call)
+			wall := time.Since(t0).Seconds()
+			s1 := procCPU(who)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "servercpu:", n, err)
+				os.Exit(1)
+			}
+			items := float64(k * p.per)
+			got[n] = append(got[n], map[string]float64{"server_us": (s1 - s0) / items * 1e6, "per_s": items / wall})
+		}
+	}
+	med := map[string]map[string]float64{}
+	for n, rs := range got {
+		med[n] = map[string]float64{"server_us": median(rs, "server_us"), "per_s": median(rs, "per_s")}
+	}
+	out := map[string]any{"rounds": got, "median": med}
+	if med["batch"] != nil && med["step"] != nil {
+		var per []float64
+		for i := range got["step"] {
+			per = append(per, got["step"][i]["server_us"]/got["batch"][i]["server_us"])
+		}
+		out["ratio_step_over_batch_episode"] = med["step"]["server_us"] / med["batch"]["server_us"]
+		out["ratio_per_round"] = per
+	}
+	if med["submit"] != nil && med["step"] != nil && med["raw"] != nil {
+		out["verify_over_raw"] = (med["submit"]["server_us"] - med["step"]["server_us"]) / med["raw"]["server_us"]
+		var per []float64
+		for i := range got["submit"] {
+			per = append(per, (got["submit"][i]["server_us"]-got["step"][i]["server_us"])/got["raw"][i]["server_us"])
+		}
+		out["verify_over_raw_per_round"] = per
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(out)
+		return
+	}
+	for _, n := range names {
+		fmt.Printf("%-7s server %7.2f µs per item   %9.0f items/s   rounds:", n, med[n]["server_us"], med[n]["per_s"])
+		for _, r := range got[n] {
+			fmt.Printf(" %.2f", r["server_us"])
+		}
+		fmt.Println()
+	}
+	if r, ok := out["ratio_step_over_batch_episode"]; ok {
+		fmt.Printf("server CPU, unary step / batched episode: %.2f  per round %.2f\n", r, out["ratio_per_round"])
+	}
+	if r, ok := out["verify_over_raw"]; ok {
+		fmt.Printf("a submit_sql step's server CPU beyond an ask step, in raw queries: %.2f  per round %.2f\n", r, out["verify_over_raw_per_round"])
+	}
+}
+
+// The verified SQL: equivalent to shop-001's reference (the same rows in
+// the same order), written differently (join order, operand order), so
+// that the verifier runs it.
+const (
+	verifyTask = "shop-001"
+	verifySQL  = "SELECT c.name FROM orders o JOIN customers c ON c.customer_id = o.customer_id JOIN order_items oi ON o.order_id = oi.order_id WHERE 'completed' = o.status GROUP BY c.customer_id ORDER BY SUM(oi.unit_price * oi.quantity * (1 - oi.discount)) DESC LIMIT 5"
+)
+
+// submitStep is a submit_sql of verifySQL on a fresh outcome-reward
+// episode of verifyTask (submitted while asking: STOP, then the SQL).
+func submitStep(ctx context.Context, c *client.Client) (*pb.StepRequest, error) {
+	r, err := c.Env.Reset(ctx, &pb.ResetRequest{TaskId: verifyTask, Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StepRequest{Token: r.GetEpisodes()[0].GetToken(), Action: &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: verifySQL}}}}, nil
+}
+
+// rawQuery runs verifySQL through the demo corpus's own engine, in this
+// process.
+func rawQuery(ctx context.Context) (func(context.Context) error, error) {
+	c, err := corpus.LoadDemo(ctx, corpus.Options{})
+	if err != nil {
+		return nil, err
+	}
+	t, ok := c.Task(verifyTask)
+	if !ok {
+		return nil, fmt.Errorf("no task %s in the demo corpus", verifyTask)
+	}
+	lim := sqlexec.DefaultLimits()
+	return func(ctx context.Context) error {
+		_, err := t.DB.Engine.Query(ctx, verifySQL, lim)
+		return err
+	}, nil
+}
+
+// startServer starts `binary serve` on a free loopback port and waits
+// until it is serving.
+func startServer(binary string, extra []string) (string, int, func(), error) {
+	dir, err := os.MkdirTemp("", "servercpu")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	key := filepath.Join(dir, "key")
+	if out, err := exec.Command(binary, "keygen", key).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", 0, nil, fmt.Errorf("keygen: %v: %s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", 0, nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", "", "--token-key-file", key, "--access-log-sample", "0"}, extra...)
+	cmd := exec.Command(binary, args...)
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", 0, nil, err
+	}
+	stop := func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, cmd.Process.Pid, stop, nil
+		}
+	}
+	stop()
+	return "", 0, nil, fmt.Errorf("%s serve did not start on %s", binary, addr)
+}
+
+func run(ctx context.Context, conc int, d time.Duration, call func(context.Context) error) (int, error) {
+	var (
+		n     atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	deadline := time.Now().Add(d)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := call(ctx); err != nil {
+					mu.Lock()
+					first = err
+					mu.Unlock()
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(n.Load()), first
+}
+
+// procCPU is utime+stime of a process, in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "servercpu:", err)
+		os.Exit(1)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ is 100 on Linux
+}
+
+func median(rs []map[string]float64, k string) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = r[k]
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
