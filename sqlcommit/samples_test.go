@@ -27,14 +27,19 @@ type tideSample struct {
 	IntentSubtype *string  `json:"intent_subtype"`
 }
 
-// readSamples reads the 18 TIDE samples and loads their schemas; it fails
-// (not skips) when the shared data is missing.
+// readSamples reads the 18 TIDE samples and loads their schemas. Without
+// the shared data beside the checkout the tests skip with a message, as
+// every test of ../shared/data does, except under CI, which has it.
 func readSamples(tb testing.TB) ([]tideSample, map[string]*Schema) {
 	tb.Helper()
 	path := filepath.Join(tideDir, "samples.jsonl")
 	f, err := os.Open(path)
 	if err != nil {
-		tb.Fatalf("the TIDE samples are missing (%v): these tests need ../shared/data/tide-format/samples.jsonl next to the repository", err)
+		msg := "the TIDE samples are missing (%v): these tests need ../shared/data/tide-format/samples.jsonl next to the repository"
+		if os.Getenv("CI") != "" {
+			tb.Fatalf(msg, err)
+		}
+		tb.Skipf(msg, err)
 	}
 	defer f.Close()
 	var out []tideSample
