@@ -91,7 +91,10 @@ func newReplica(t testing.TB, args ...string) *replica {
 // start runs the replica and waits until it serves.
 func (r *replica) start(t testing.TB) {
 	t.Helper()
-	r.log = &syncBuffer{}
+	// The log of this run: the reader goroutine of a previous run may still
+	// be draining its pipe, so it must not see r.log change under it.
+	log := &syncBuffer{}
+	r.log = log
 	r.done = make(chan error, 1)
 	argv := append(append([]string{}, r.wrap...), bin, "serve", "--listen", r.addr, "--health-listen", r.health,
 		"--metrics-listen", "", "--access-log-sample", "0")
@@ -103,7 +106,7 @@ func (r *replica) start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.cmd.Stdout = r.log
+	r.cmd.Stdout = log
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +115,7 @@ func (r *replica) start(t testing.TB) {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			r.log.Write([]byte(sc.Text() + "\n"))
+			log.Write([]byte(sc.Text() + "\n"))
 			if serving.MatchString(sc.Text()) {
 				select {
 				case up <- struct{}{}:
