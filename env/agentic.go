@@ -53,9 +53,10 @@ const (
 	maxActionLog = (birdABaseCoins + 2*corpus.MaxAmbiguities + MaxPatience) * 5
 )
 
-// birdACost is each action's price in thousandths of a coin, by the
-// Action oneof's field number.
-var birdACost = map[int32]int64{
+// birdACost is each action's price in thousandths of a coin, indexed by
+// the Action oneof's field number (stop, 2, is free; an array, not a map:
+// every BIRD_A step reads it).
+var birdACost = [...]int64{
 	1:  2000, // ask
 	3:  3000, // submit_sql
 	4:  200,  // unparsed

@@ -261,7 +261,7 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		Task:  e.views[task],
 		Turns: []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
 	}
-	observe(p.obs, base)
+	observe(p.obs, base, new(pb.Budget))
 	if req.GetIncludePrivileged() {
 		p.priv = resetPrivileged(task)
 	}

@@ -34,6 +34,7 @@ type episode struct {
 	obs      pb.Observation
 	turns    [maxStepTurns]pb.Turn
 	turnPtrs [maxStepTurns]*pb.Turn
+	budget   pb.Budget
 }
 
 // inlineQuestions is how many answered questions an ask keeps room for in
@@ -303,7 +304,7 @@ func (ep *episode) finish() {
 			st.Phase = pb.Phase_PHASE_SOLVING
 		}
 	}
-	observe(o, st)
+	observe(o, st, &ep.budget)
 	ep.out.Status = st.Status
 	if st.Phase != pb.Phase_PHASE_DONE {
 		ep.out.Status = pb.EpisodeStatus_EPISODE_STATUS_RUNNING

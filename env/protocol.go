@@ -333,24 +333,26 @@ func (ep *episode) subtaskDialogue() []oracle.Turn {
 }
 
 // observe fills an observation's counters from st: the phase, the
-// question counters, the protocol, the sub-task and the budget.
-func observe(o *pb.Observation, st *statepb.EpisodeState) {
+// question counters, the protocol, the sub-task and the budget, which it
+// writes into b (the step's own storage: no allocation on the hot path).
+func observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
 	o.Phase = st.Phase
 	o.QuestionBudget = st.Budget
 	o.QuestionsAsked = int32(len(st.Questions))
 	o.Protocol = st.Protocol
 	o.Subtask = max(1, st.Subtask)
-	b := &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, TotalMilli: int64(st.Budget) * 1000, UsedMilli: int64(len(st.Questions)) * 1000}
-	o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
 	switch st.Protocol {
 	case pb.Protocol_PROTOCOL_BIRD_C:
-		b = &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_TURNS, TotalMilli: int64(st.TurnsTotal) * 1000, UsedMilli: int64(st.TurnsUsed) * 1000}
+		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_TURNS, int64(st.TurnsTotal)*1000, int64(st.TurnsUsed)*1000
 		o.QuestionsRemaining = max(0, st.TurnsTotal-st.TurnsUsed-1)
 		o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequired(st)
 	case pb.Protocol_PROTOCOL_BIRD_A:
-		b = &pb.Budget{Unit: pb.BudgetUnit_BUDGET_UNIT_COINS, TotalMilli: st.CoinsTotalMilli, UsedMilli: st.CoinsUsedMilli}
+		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_COINS, st.CoinsTotalMilli, st.CoinsUsedMilli
 		o.QuestionsRemaining = int32(max(0, st.CoinsTotalMilli-st.CoinsUsedMilli) / birdACost[1])
 		o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequired(st)
+	default:
+		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, int64(st.Budget)*1000, int64(len(st.Questions))*1000
+		o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
 	}
 	b.RemainingMilli = max(0, b.TotalMilli-b.UsedMilli)
 	o.Budget = b

@@ -1,4 +1,4 @@
-// Command servercpu measures the server's own CPU per unary Step and per
+// Package main is the servercpu command: it measures the server's own CPU per unary Step and per
 // StepBatch episode against a running `avtgym serve` (issue 20), reading the
 // server's CPU time from /proc/PID/stat around each phase, so that the load
 // generator's cost (this process, on the same machine) is not counted.

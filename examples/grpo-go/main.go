@@ -1,4 +1,4 @@
-// Command grpo-go is a GRPO loop for an asking policy against `avtgym
+// Package main is the grpo-go command, a GRPO loop for an asking policy against `avtgym
 // serve`, written in Go: the counterpart of examples/grpo_bandit.py.
 //
 // The policy is a log-linear softmax over candidate questions built from the
