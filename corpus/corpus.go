@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"sync"
 	"unicode"
 
+	"avtgym/sqlcommit"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/postgres"
 )
@@ -52,6 +54,11 @@ type DB struct {
 	// private copy of the pristine database; nil when the corpus has none
 	// on this database.
 	Stateful sqlexec.Stateful
+
+	// CommitSchema's, read once.
+	commitOnce sync.Once
+	commit     *sqlcommit.Schema
+	commitErr  error
 }
 
 // Task is a record as served: the record with its database, the resolved
@@ -74,6 +81,9 @@ type Task struct {
 	// FollowUpPolicy is the follow-up's resolved comparison policy (when
 	// the record has a follow-up).
 	FollowUpPolicy sqlexec.Policy
+	// DriftPolicy is the post-drift reference's resolved comparison policy
+	// (when the record has a drift).
+	DriftPolicy sqlexec.Policy
 	// RefKey is the task's key in the corpus's reference cache.
 	RefKey string
 	// PublicKnowledge is the database's knowledge base minus the entries
@@ -290,6 +300,29 @@ func (t *Task) VerifyFollowUp(ctx context.Context, phase1 []string, sql string, 
 		return sqlexec.Verdict{}, fmt.Errorf("the follow-up of task %s needs a stateful verification, and database %q has no stateful verifier", t.ID, t.Record.DB)
 	}
 	return t.DB.Stateful.Verify(ctx, t.FollowUpJob(phase1, sql, lim))
+}
+
+// DriftKey is the post-drift reference's key in the corpus's reference
+// cache.
+func (t *Task) DriftKey() string { return t.RefKey + "\x00drift" }
+
+// DriftSQL is the post-drift reference's statements joined into one text
+// ("" without a drift).
+func (t *Task) DriftSQL() string {
+	if t.Drift == nil {
+		return ""
+	}
+	return strings.Join(t.Drift.Reference.SQL, ";\n")
+}
+
+// VerifyDrift verifies sql as t's post-drift solution (PROTOCOL.md §9): by
+// comparing its result with the post-drift reference's on the database as
+// loaded (drift records are read-only). t must have a drift.
+func (t *Task) VerifyDrift(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+	if t.Drift == nil {
+		return sqlexec.Verdict{}, fmt.Errorf("task %s has no drift", t.ID)
+	}
+	return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.DriftKey(), t.DriftPolicy, sql, t.DriftSQL(), lim)
 }
 
 // FollowUpRecord is t's follow-up as a record of its own, for the oracle

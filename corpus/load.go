@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -557,6 +558,7 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 	ref, policy := checkReference(&rec, m, bad)
 	l.checkCategory(&rec, db, bad)
 	fuPolicy := l.checkFollowUp(&rec, m, db, bad)
+	driftPolicy := l.checkDrift(&rec, m, bad)
 	if len(l.problems) > before {
 		return
 	}
@@ -571,6 +573,7 @@ func (l *loader) record(c *Corpus, m *Manifest, file string, lineNo int, line, d
 		ReferenceSQL:   ref,
 		RefKey:         c.Name + "\x00" + rec.ID,
 		FollowUpPolicy: fuPolicy,
+		DriftPolicy:    driftPolicy,
 		File:           file,
 		Line:           lineNo,
 	}
@@ -664,8 +667,17 @@ func checkAmbiguities(rec *Record, db *DB, bad badFunc) map[string]bool {
 				bad(fmt.Sprintf("%s.aliases[%d]", f, j), "%q has no letter or digit", al)
 			}
 		}
-		if a.DependsOn != "" && !terms[a.DependsOn] {
+		switch {
+		case a.DependsOn == "":
+		case a.DependsOn == a.Term:
+			bad(f+".depends_on", "%q is the ambiguity's own term", a.DependsOn)
+		case !terms[a.DependsOn]:
 			bad(f+".depends_on", "%q is not the term of another ambiguity of this record", a.DependsOn)
+		case dependsOnCycle(rec.Ambiguities, i):
+			bad(f+".depends_on", "%q closes a cycle of dependencies", a.DependsOn)
+		}
+		if a.Chosen != "" && len(a.Options) > 0 && !slices.Contains(a.Options, a.Chosen) {
+			bad(f+".chosen", "%q is not one of the options", a.Chosen)
 		}
 		switch {
 		case a.Kind == Knowledge && a.KnowledgeID != "":
@@ -740,6 +752,87 @@ func (l *loader) checkFollowUp(rec *Record, m *Manifest, db *DB, bad badFunc) sq
 	return policy.Resolve(ref)
 }
 
+// dependsOnCycle reports whether following depends_on from ambiguity i
+// comes back to it.
+func dependsOnCycle(as []Ambiguity, i int) bool {
+	cur := i
+	for range as {
+		next := -1
+		for j, b := range as {
+			if j != cur && b.Term == as[cur].DependsOn {
+				next = j
+				break
+			}
+		}
+		if next < 0 {
+			return false
+		}
+		if next == i {
+			return true
+		}
+		cur = next
+	}
+	return true
+}
+
+// The drift subtypes of TIDE's Algorithm 1 a record may declare.
+var (
+	driftSubtypes  = []string{"value", "constraint", "projection"}
+	intentSubtypes = []string{"aspect_change", "target_change"}
+)
+
+// checkDrift checks a record's drift turn and TIDE labels, and returns the
+// post-drift reference's resolved comparison policy.
+func (l *loader) checkDrift(rec *Record, m *Manifest, bad badFunc) sqlexec.Policy {
+	switch rec.SampleType {
+	case "":
+	case SampleChainOnly, SampleJoint, SampleDriftOnly:
+		chain, drift := rec.HasChain(), rec.Drift != nil
+		if (rec.SampleType == SampleDriftOnly) == chain || (rec.SampleType == SampleChainOnly) == drift || (rec.SampleType == SampleJoint) != (chain && drift) {
+			bad("sample_type", "%q does not fit the record: it has %s and %s", rec.SampleType, pick(chain, "a chain ambiguity (depends_on)", "no chain ambiguity"), pick(drift, "a drift", "no drift"))
+		}
+	default:
+		bad("sample_type", "%q is not chain_only, drift_only or joint", rec.SampleType)
+	}
+	if rec.Cluster != "" && !idPattern.MatchString(rec.Cluster) {
+		bad("cluster", "%q must be letters, digits, '.', '_', ':' or '-'", rec.Cluster)
+	}
+	d := rec.Drift
+	if d == nil {
+		return sqlexec.Policy{}
+	}
+	sub := func(field, format string, args ...any) { bad("drift."+field, format, args...) }
+	if strings.TrimSpace(d.Utterance) == "" {
+		sub("utterance", "is required")
+	}
+	if rec.Stateful() || rec.FollowUp != nil {
+		bad("drift", "is served on read-only Query records without a follow-up only (TIDE's tasks)")
+	}
+	if d.Subtype != "" && !slices.Contains(driftSubtypes, d.Subtype) {
+		sub("subtype", "%q is not value, constraint or projection", d.Subtype)
+	}
+	switch {
+	case d.IntentSubtype == "":
+	case d.Subtype != "projection":
+		sub("intent_subtype", "is only given for projection drifts")
+	case !slices.Contains(intentSubtypes, d.IntentSubtype):
+		sub("intent_subtype", "%q is not aspect_change or target_change", d.IntentSubtype)
+	}
+	f := Record{ID: rec.ID, DB: rec.DB, Reference: d.Reference}
+	ref, policy := checkReference(&f, m, sub)
+	if f.Stateful() {
+		sub("reference", "has setup, checks, tests or cleanup: a drift's reference is read-only SQL")
+	}
+	return policy.Resolve(ref)
+}
+
+func pick[T any](cond bool, yes, no T) T {
+	if cond {
+		return yes
+	}
+	return no
+}
+
 // checkTests checks that a record's Python tests can run.
 func (l *loader) checkTests(rec *Record, db *DB, bad badFunc) {
 	if len(rec.Reference.Tests) == 0 {
@@ -809,6 +902,17 @@ func (l *loader) checkReferences(ctx context.Context, c *Corpus) {
 			l.problem(t.File, t.Line, "reference.sql", "%v", err)
 		case t.Policy.EmptyFails && len(res.Rows) == 0:
 			l.problem(t.File, t.Line, "reference.sql", "returns no rows, but the comparison policy fails empty results")
+		}
+		if t.Drift != nil {
+			res, err := c.Cache.Get(ctx, sqlexec.CacheKey(t.DriftKey(), t.DriftPolicy), func(ctx context.Context) (*sqlexec.Result, error) {
+				return t.DB.Engine.Query(ctx, t.DriftPolicy.Rewrite(t.DriftSQL()), l.opt.Limits)
+			})
+			switch {
+			case err != nil:
+				l.problem(t.File, t.Line, "drift.reference.sql", "%v", err)
+			case t.DriftPolicy.EmptyFails && len(res.Rows) == 0:
+				l.problem(t.File, t.Line, "drift.reference.sql", "returns no rows, but the comparison policy fails empty results")
+			}
 		}
 		l.progress(&mu, &done, len(c.Tasks))
 		return nil

@@ -71,6 +71,19 @@ type Record struct {
 	// BIRD-Interact's follow_up), kept for the multi-phase protocol; it is
 	// decoded strictly but not served yet.
 	FollowUp *FollowUp `json:"follow_up,omitempty"`
+	// Drift is the record's intent-drift turn (PROTOCOL.md §9; TIDE): the
+	// user's utterance, injected verbatim after the policy's first SQL under
+	// the TIDE protocols, and the post-drift reference the second SQL is
+	// verified against (privileged: the harness's and the verifier's).
+	Drift *Drift `json:"drift,omitempty"`
+	// SampleType is TIDE's sample type: "chain_only", "drift_only" or
+	// "joint" (empty for other records). Reports split metrics by it.
+	SampleType string `json:"sample_type,omitempty"`
+	// Cluster groups records that must be resampled together in bootstrap
+	// intervals beyond their AVT (PROTOCOL.md §7): TIDE's three samples of
+	// one anchor are three AVTs of one cluster (they share the anchor SQL
+	// and its database). Defaults to AVTID.
+	Cluster string `json:"cluster,omitempty"`
 	// FollowUps are later sub-tasks kept verbatim as any JSON. Deprecated:
 	// the BIRD-Interact importer wrote them before FollowUp existed; they
 	// are still accepted so that such corpora load, and are not served.
@@ -96,6 +109,10 @@ type Source struct {
 	ID string `json:"id"`
 	// Notes are free-form remarks of the importer (for example "db_rebuild_clean=false").
 	Notes string `json:"notes,omitempty"`
+	// Meta keeps the source's fields that have no place in the record
+	// (construction notes, rationales, tiers: TIDE's meta fields), verbatim,
+	// so that an import loses nothing; never shown to a policy or oracle.
+	Meta map[string]json.RawMessage `json:"meta,omitempty"`
 }
 
 // Ambiguity is one registered ambiguity and its resolution under the
@@ -116,8 +133,26 @@ type Ambiguity struct {
 	// (optional; used by LLM oracles and importers).
 	SQLSnippet string `json:"sql_snippet,omitempty"`
 	// DependsOn names the term of another ambiguity that must be resolved
-	// first (chain ambiguity, PROTOCOL.md §9; not used yet).
+	// first (chain ambiguity, PROTOCOL.md §9): a question is credited with
+	// this ambiguity only once an earlier question of the episode was
+	// credited with that one (every oracle, oracle.ChainMatch).
 	DependsOn string `json:"depends_on,omitempty"`
+	// Question is the annotated clarification question for this ambiguity,
+	// as an agent would ask it (TIDE's L1_question / L2_question;
+	// optional). The TIDE_P protocol pre-fills the history with the
+	// question of the chain's first layer and its resolution.
+	Question string `json:"question,omitempty"`
+	// Options are the readings the ambiguity admits (TIDE's two options;
+	// optional, for reports).
+	Options []string `json:"options,omitempty"`
+	// Chosen is the reading of Options this record's interpretation takes
+	// (optional, for reports).
+	Chosen string `json:"chosen,omitempty"`
+	// AlternativeSQL is a valid SQL under another reading of this
+	// ambiguity (TIDE's l1_alt_sql / l2_alt_sql; a verification asset, for
+	// `corpus check`: it must run and give a result different from the
+	// reference's). Never shown to an oracle.
+	AlternativeSQL string `json:"alternative_sql,omitempty"`
 	// KnowledgeID names the knowledge entry of the database that this
 	// ambiguity masks (kind knowledge only): it is removed from the
 	// record's public view.
@@ -234,6 +269,86 @@ type FollowUp struct {
 	// database that the follow-up uses (BIRD-Interact:
 	// follow_up.external_knowledge), for reports; they mask nothing.
 	Knowledge []string `json:"knowledge,omitempty"`
+}
+
+// Drift is a record's intent-drift turn (PROTOCOL.md §9, TIDE §2.2): after
+// the policy's first SQL the user withdraws or replaces a commitment, and
+// the second SQL is verified against Reference. Its JSON form is
+// documented in docs/corpus-format.md.
+type Drift struct {
+	// Utterance is the user's drift turn, shown verbatim (as a turn of
+	// kind DRIFT) right after the policy's first SQL under the TIDE
+	// protocols; privileged until then.
+	Utterance string `json:"utterance"`
+	// Reference is the post-drift reference (TIDE's post_drift_sql): its
+	// SQL and comparison policy (over the corpus default field by field).
+	// Read-only SQL only: drift records are Query records.
+	Reference Reference `json:"reference"`
+	// Subtype is the declared drift subtype of (reference, post-drift
+	// reference) under TIDE's Algorithm 1: "value", "constraint" or
+	// "projection" (optional; `corpus check` compares it with the computed
+	// one).
+	Subtype string `json:"subtype,omitempty"`
+	// IntentSubtype is "aspect_change" or "target_change" for a projection
+	// drift (TIDE Fig. 7 R7; optional, checked like Subtype).
+	IntentSubtype string `json:"intent_subtype,omitempty"`
+}
+
+// The TIDE sample types (Record.SampleType).
+const (
+	SampleChainOnly = "chain_only"
+	SampleDriftOnly = "drift_only"
+	SampleJoint     = "joint"
+)
+
+// ClusterID is the record's bootstrap cluster: Cluster, else its AVT id.
+func (r *Record) ClusterID() string {
+	if r.Cluster != "" {
+		return r.Cluster
+	}
+	if r.AVTID != "" {
+		return r.AVTID
+	}
+	return r.ID
+}
+
+// ChainLayers returns, for each ambiguity, its layer in the record's
+// dependency chains: 1 for an ambiguity that depends on none, 1 + the
+// layer of the one it depends on otherwise (TIDE's L1 and L2). A cycle or
+// an unknown dependency counts as layer 1 (corpus loading rejects both).
+func (r *Record) ChainLayers() []int {
+	layers := make([]int, len(r.Ambiguities))
+	var layer func(i, depth int) int
+	layer = func(i, depth int) int {
+		if layers[i] > 0 {
+			return layers[i]
+		}
+		a := r.Ambiguities[i]
+		if a.DependsOn == "" || depth > len(r.Ambiguities) {
+			return 1
+		}
+		for j, b := range r.Ambiguities {
+			if j != i && b.Term == a.DependsOn {
+				return 1 + layer(j, depth+1)
+			}
+		}
+		return 1
+	}
+	for i := range r.Ambiguities {
+		layers[i] = layer(i, 0)
+	}
+	return layers
+}
+
+// HasChain reports whether an ambiguity of r depends on another
+// (PROTOCOL.md §9).
+func (r *Record) HasChain() bool {
+	for _, a := range r.Ambiguities {
+		if a.DependsOn != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // SQLList is a list of SQL statements that unmarshals from a JSON string or

@@ -90,6 +90,13 @@ type Episode struct {
 	coinsSpent map[string]int64
 	actions    map[string]int
 
+	// TIDE: the chain routing of each question the policy asked (from
+	// the privileged channel: "L1", "L2", "other"), the SQL the policy
+	// submitted, in order, and the drift utterance once it was injected.
+	routings []string
+	sqls     []string
+	drift    string
+
 	// FallbackStop and FallbackSQL are set by a policy whose output could
 	// not be parsed (PROTOCOL.md §6): the episode ended by a fallback STOP,
 	// or a placeholder SQL was submitted. Record reports them.
@@ -202,7 +209,7 @@ func (e *Episode) Options() *pb.EpisodeOptions { return e.opts }
 // always (each sub-task is solved by the client's submit_sql, and a STOP
 // ends it unsolved).
 func (e *Episode) NeedsSQL() bool {
-	if IsBird(e.Protocol()) {
+	if IsBird(e.Protocol()) || IsTide(e.Protocol()) {
 		return true
 	}
 	return e.opts.GetReward() == pb.RewardType_REWARD_TYPE_OUTCOME &&
@@ -258,6 +265,26 @@ func (e *Episode) ReferenceSQL() string {
 	}
 	return strings.Join(e.reset.GetPrivileged().GetReferenceSql(), ";\n")
 }
+
+// IsTide reports whether p is one of TIDE's protocols (TIDE_F, TIDE_P).
+func IsTide(p pb.Protocol) bool {
+	return p == pb.Protocol_PROTOCOL_TIDE_F || p == pb.Protocol_PROTOCOL_TIDE_P
+}
+
+// Tide is the task's TIDE labels from the reset's privileged channel (nil
+// when the reset did not ask for it or the task has none).
+func (e *Episode) Tide() *pb.TideInfo { return e.reset.GetPrivileged().GetTide() }
+
+// Drift is the drift utterance once it has been injected (TIDE; "" before,
+// and on tasks without a drift).
+func (e *Episode) Drift() string { return e.drift }
+
+// SQLs are the SQL texts the policy submitted so far, in order.
+func (e *Episode) SQLs() []string { return e.sqls }
+
+// Routings are the chain routings of the questions the policy asked, in
+// order (privileged; empty on tasks without a chain).
+func (e *Episode) Routings() []string { return e.routings }
 
 // FollowUpReferenceSQL is the follow-up's reference statements, as the step
 // that released the follow-up gave them (privileged; nil before).
@@ -351,10 +378,17 @@ func (e *Episode) apply(a *pb.Action, resp *pb.StepResponse) {
 	if fu := resp.GetPrivileged().GetFollowUpReferenceSql(); len(fu) > 0 {
 		e.followUpSQL = slices.Clone(fu)
 	}
+	if r := resp.GetPrivileged().GetRouting(); r != "" {
+		e.routings = append(e.routings, r)
+	}
 	for _, t := range obs.GetTurns() {
 		switch {
 		case t.GetRole() == pb.Role_ROLE_POLICY && t.GetKind() == pb.TurnKind_TURN_KIND_QUESTION:
 			e.questions = append(e.questions, t.GetText())
+		case t.GetRole() == pb.Role_ROLE_POLICY && t.GetKind() == pb.TurnKind_TURN_KIND_SQL:
+			e.sqls = append(e.sqls, t.GetText())
+		case t.GetKind() == pb.TurnKind_TURN_KIND_DRIFT:
+			e.drift = t.GetText()
 		case t.GetRole() == pb.Role_ROLE_ORACLE:
 			e.replies = append(e.replies, t.GetText())
 		}

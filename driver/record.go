@@ -74,6 +74,26 @@ type Record struct {
 	CoinsUsed  *float64           `json:"coins_used,omitempty"`
 	CoinsSpent map[string]float64 `json:"coins_spent,omitempty"`
 	Actions    map[string]int     `json:"actions,omitempty"`
+	// Under TIDE_F and TIDE_P: SampleType, Cluster, DriftSubtype and
+	// IntentSubtype are the task's TIDE labels (privileged, from the
+	// reset); SQL1, SQL2, DriftRecognized, L1Identified, L2Identified and
+	// Asked the reward's components sql1, sql2, drift_recognized,
+	// l1_identified, l2_identified and asked (null where the task has no
+	// such component: sql2 and drift_recognized without a drift, the
+	// layers without a chain); SQLs the policy's SQL, in order; Routings
+	// the chain routing of each question ("L1", "L2", "other").
+	SampleType      string   `json:"sample_type,omitempty"`
+	Cluster         string   `json:"cluster,omitempty"`
+	DriftSubtype    string   `json:"drift_subtype,omitempty"`
+	IntentSubtype   string   `json:"intent_subtype,omitempty"`
+	SQL1            *float64 `json:"sql1,omitempty"`
+	SQL2            *float64 `json:"sql2,omitempty"`
+	DriftRecognized *float64 `json:"drift_recognized,omitempty"`
+	L1Identified    *float64 `json:"l1_identified,omitempty"`
+	L2Identified    *float64 `json:"l2_identified,omitempty"`
+	Asked           *float64 `json:"asked,omitempty"`
+	SQLs            []string `json:"sqls,omitempty"`
+	Routings        []string `json:"routings,omitempty"`
 	// Error explains an episode that could not be played or scored (for
 	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
@@ -101,6 +121,16 @@ func (e *Episode) Record(err error) *Record {
 		if b := e.allowance; b != nil && b.GetUnit() == pb.BudgetUnit_BUDGET_UNIT_TURNS {
 			r.TurnsUsed, r.TurnBudget = int(b.GetUsedMilli()/1000), int(b.GetTotalMilli()/1000)
 		}
+	}
+	if IsTide(e.Protocol()) {
+		if b := e.allowance; b != nil && b.GetUnit() == pb.BudgetUnit_BUDGET_UNIT_TURNS {
+			r.TurnsUsed, r.TurnBudget = int(b.GetUsedMilli()/1000), int(b.GetTotalMilli()/1000)
+		}
+		r.Subtask = e.subtask
+		if ti := e.Tide(); ti != nil {
+			r.SampleType, r.Cluster, r.DriftSubtype, r.IntentSubtype = ti.GetSampleType(), ti.GetCluster(), ti.GetDriftSubtype(), ti.GetIntentSubtype()
+		}
+		r.SQLs, r.Routings = slices.Clone(e.sqls), slices.Clone(e.routings)
 	}
 	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {
 		if e.Coins() {
@@ -156,6 +186,8 @@ func (e *Episode) Record(err error) *Record {
 		}
 		r.Precision, r.Recall, r.Success = get("precision"), get("recall"), get("outcome")
 		r.Phase1, r.Phase2 = get("phase1"), get("phase2")
+		r.SQL1, r.SQL2, r.DriftRecognized = get("sql1"), get("sql2"), get("drift_recognized")
+		r.L1Identified, r.L2Identified, r.Asked = get("l1_identified"), get("l2_identified"), get("asked")
 		if r.Counted > 0 {
 			r.F1 = get("question_f1")
 		} else {

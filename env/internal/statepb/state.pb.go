@@ -102,9 +102,22 @@ type EpisodeState struct {
 	// BIRD_A: the action log, one byte per paid action (the Action oneof's
 	// field number), so that a transcript can say what the coins bought;
 	// tool outputs are not kept (they are recomputed from the corpus).
-	ActionLog     []byte `protobuf:"bytes,34,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ActionLog []byte `protobuf:"bytes,34,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
+	// TIDE_P: how many of the first questions were pre-filled at reset (1:
+	// the chain's first layer); they are in questions, so that the oracle
+	// reads them, but are not the policy's (not counted, not credited to it).
+	Prefilled int32 `protobuf:"varint,35,opt,name=prefilled,proto3" json:"prefilled,omitempty"`
+	// TIDE: the SQL submissions so far (the first is phase1_sql, the last
+	// solution_sql).
+	SqlsSubmitted int32 `protobuf:"varint,36,opt,name=sqls_submitted,json=sqlsSubmitted,proto3" json:"sqls_submitted,omitempty"`
+	// TIDE: whether the first SQL matched its reference.
+	Sql1Outcome bool `protobuf:"varint,37,opt,name=sql1_outcome,json=sql1Outcome,proto3" json:"sql1_outcome,omitempty"`
+	// TIDE: whether the drift turn has been injected.
+	DriftInjected bool `protobuf:"varint,38,opt,name=drift_injected,json=driftInjected,proto3" json:"drift_injected,omitempty"`
+	// TIDE: whether the policy's two SQLs satisfy S(y1) ⊄ S(y2).
+	DriftRecognized bool `protobuf:"varint,39,opt,name=drift_recognized,json=driftRecognized,proto3" json:"drift_recognized,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EpisodeState) Reset() {
@@ -368,6 +381,41 @@ func (x *EpisodeState) GetActionLog() []byte {
 	return nil
 }
 
+func (x *EpisodeState) GetPrefilled() int32 {
+	if x != nil {
+		return x.Prefilled
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetSqlsSubmitted() int32 {
+	if x != nil {
+		return x.SqlsSubmitted
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetSql1Outcome() bool {
+	if x != nil {
+		return x.Sql1Outcome
+	}
+	return false
+}
+
+func (x *EpisodeState) GetDriftInjected() bool {
+	if x != nil {
+		return x.DriftInjected
+	}
+	return false
+}
+
+func (x *EpisodeState) GetDriftRecognized() bool {
+	if x != nil {
+		return x.DriftRecognized
+	}
+	return false
+}
+
 // AnsweredQuestion is one question with its reply and credits.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -438,7 +486,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xe8\t\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xa2\v\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -480,7 +528,12 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x11coins_total_milli\x18  \x01(\x03R\x0fcoinsTotalMilli\x12(\n" +
 	"\x10coins_used_milli\x18! \x01(\x03R\x0ecoinsUsedMilli\x12\x1d\n" +
 	"\n" +
-	"action_log\x18\" \x01(\fR\tactionLogJ\x04\b\x1a\x10\x1b\"z\n" +
+	"action_log\x18\" \x01(\fR\tactionLog\x12\x1c\n" +
+	"\tprefilled\x18# \x01(\x05R\tprefilled\x12%\n" +
+	"\x0esqls_submitted\x18$ \x01(\x05R\rsqlsSubmitted\x12!\n" +
+	"\fsql1_outcome\x18% \x01(\bR\vsql1Outcome\x12%\n" +
+	"\x0edrift_injected\x18& \x01(\bR\rdriftInjected\x12)\n" +
+	"\x10drift_recognized\x18' \x01(\bR\x0fdriftRecognizedJ\x04\b\x1a\x10\x1b\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +

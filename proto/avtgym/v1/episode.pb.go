@@ -35,6 +35,11 @@ const (
 	Role_ROLE_ORACLE Role = 2
 	// Text the environment produced: the request, notices, verifier feedback.
 	Role_ROLE_ENVIRONMENT Role = 3
+	// Text the environment wrote in the policy's place: TIDE_P's pre-filled
+	// clarification question (the chain's first layer, asked for the
+	// policy before its first live turn). Render it as the agent's turn, but
+	// never train on it: it is not the policy's output.
+	Role_ROLE_PREFILLED Role = 4
 )
 
 // Enum value maps for Role.
@@ -44,12 +49,14 @@ var (
 		1: "ROLE_POLICY",
 		2: "ROLE_ORACLE",
 		3: "ROLE_ENVIRONMENT",
+		4: "ROLE_PREFILLED",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED": 0,
 		"ROLE_POLICY":      1,
 		"ROLE_ORACLE":      2,
 		"ROLE_ENVIRONMENT": 3,
+		"ROLE_PREFILLED":   4,
 	}
 )
 
@@ -118,6 +125,11 @@ const (
 	// from what the public task view holds, or the database's result or
 	// error. Never a trainable token.
 	TurnKind_TURN_KIND_TOOL_RESULT TurnKind = 11
+	// The user's drift turn (role ORACLE; TIDE_F and TIDE_P): injected
+	// verbatim right after the policy's first SQL on a task with an intent
+	// drift. It withdraws or replaces part of the request; the policy must
+	// answer with a second SQL. Never a trainable token.
+	TurnKind_TURN_KIND_DRIFT TurnKind = 12
 )
 
 // Enum value maps for TurnKind.
@@ -135,6 +147,7 @@ var (
 		9:  "TURN_KIND_UNPARSED",
 		10: "TURN_KIND_TOOL_CALL",
 		11: "TURN_KIND_TOOL_RESULT",
+		12: "TURN_KIND_DRIFT",
 	}
 	TurnKind_value = map[string]int32{
 		"TURN_KIND_UNSPECIFIED": 0,
@@ -149,6 +162,7 @@ var (
 		"TURN_KIND_UNPARSED":    9,
 		"TURN_KIND_TOOL_CALL":   10,
 		"TURN_KIND_TOOL_RESULT": 11,
+		"TURN_KIND_DRIFT":       12,
 	}
 )
 
@@ -207,11 +221,29 @@ const (
 	// it cannot pay for ends the episode. Reward 0.7 + 0.3, no retry
 	// penalty. Only tasks with a follow-up are served.
 	Protocol_PROTOCOL_BIRD_A Protocol = 3
-	// TIDE-Bench's full-disclosure protocol. Reserved: not served yet
-	// (INVALID_ARGUMENT / INVALID_OPTION).
+	// TIDE-Bench's f-protocol (PROTOCOL.md §9): the dialogue starts from the
+	// request alone. Each agent turn is one question (ask) or one SQL
+	// (submit_sql); at most 20 agent turns; query results are never shown.
+	// A chain ambiguity (depends_on) is credited only once the ambiguity it
+	// depends on has been (L1 before L2). On a task with a drift, the user's
+	// drift turn (TURN_KIND_DRIFT) follows the first SQL, whatever it was,
+	// and the episode ends at the second SQL; otherwise at the first. The
+	// first unparsed output in a row is answered with a notice (a turn
+	// spent); the second is an abstention and ends the episode unsolved.
+	// Stop is an abstention too. Reward REWARD_TYPE_OUTCOME: 1 when every
+	// SQL matched its reference (TIDE's DEA), with components "sql1",
+	// "sql2" (with a drift), "drift_recognized" (the policy's two SQLs
+	// satisfy S(y1) ⊄ S(y2)), "l1_identified" and "l2_identified" (on
+	// tasks with a chain) and "asked". Read-only tasks without a follow-up
+	// only; the client writes the SQL.
 	Protocol_PROTOCOL_TIDE_F Protocol = 4
-	// TIDE-Bench's partial-disclosure protocol. Reserved: not served yet
-	// (INVALID_ARGUMENT / INVALID_OPTION).
+	// TIDE-Bench's p-protocol (L1-primed): TIDE_F with the history
+	// pre-filled at reset with the request, the annotated question of the
+	// chain's first layer (role PREFILLED) and its canonical answer (role
+	// ORACLE), that layer counted as resolved; the pre-filled question is
+	// not the policy's (not counted as asked, never trainable). Only tasks
+	// with a chain whose first layer has an annotated question (TIDE's
+	// chain-only and joint samples).
 	Protocol_PROTOCOL_TIDE_P Protocol = 5
 )
 
@@ -271,7 +303,8 @@ const (
 	// Answered questions (AMBITAB: B = m + C).
 	BudgetUnit_BUDGET_UNIT_QUESTIONS BudgetUnit = 1
 	// Agent turns (BIRD_C: each question, SQL submission or unparsed output
-	// is one turn; a debug retry is not).
+	// is one turn; a debug retry is not; TIDE_F and TIDE_P: each question,
+	// SQL submission or unparsed output, 20 in all).
 	BudgetUnit_BUDGET_UNIT_TURNS BudgetUnit = 2
 	// Coins, charged per action (BIRD_A).
 	BudgetUnit_BUDGET_UNIT_COINS BudgetUnit = 3
@@ -1401,7 +1434,12 @@ type TaskSummary struct {
 	Request string `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
 	// The number of sub-tasks: 2 when the task has a follow-up, whose
 	// request is revealed only after phase 1 is solved; else 1.
-	Subtasks      int32 `protobuf:"varint,6,opt,name=subtasks,proto3" json:"subtasks,omitempty"`
+	Subtasks int32 `protobuf:"varint,6,opt,name=subtasks,proto3" json:"subtasks,omitempty"`
+	// TIDE's sample type: "chain_only", "drift_only" or "joint" ("" for
+	// other tasks), so that a trainer or an evaluation can select the tasks
+	// a protocol serves (TIDE_P: chain_only and joint). Harness information:
+	// never show it to a policy (it tells whether a drift will come).
+	SampleType    string `protobuf:"bytes,7,opt,name=sample_type,json=sampleType,proto3" json:"sample_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1476,6 +1514,13 @@ func (x *TaskSummary) GetSubtasks() int32 {
 		return x.Subtasks
 	}
 	return 0
+}
+
+func (x *TaskSummary) GetSampleType() string {
+	if x != nil {
+		return x.SampleType
+	}
+	return ""
 }
 
 // Observation is what the policy sees after a reset or a step.
@@ -1697,7 +1742,9 @@ type Reward struct {
 	// The scalar reward.
 	Value float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
 	// Named components: "question_f1", "precision", "recall", "outcome"
-	// (AMBITAB); "phase1", "phase2" (REWARD_TYPE_BIRD_INTERACT). A component
+	// (AMBITAB); "phase1", "phase2" (REWARD_TYPE_BIRD_INTERACT); "outcome",
+	// "sql1", "sql2", "drift_recognized", "l1_identified", "l2_identified",
+	// "asked" (TIDE_F, TIDE_P; see Protocol). A component
 	// that is undefined for the episode (precision without any question,
 	// outcome without a verified solution, phase2 before the follow-up was
 	// released) is absent, not 0.
@@ -1945,8 +1992,15 @@ type Privileged struct {
 	// The follow-up's reference SQL statements; set on the step that
 	// releases the follow-up (BIRD_C), never before.
 	FollowUpReferenceSql []string `protobuf:"bytes,10,rep,name=follow_up_reference_sql,json=followUpReferenceSql,proto3" json:"follow_up_reference_sql,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The chain routing of the question this step asked, on a task with a
+	// chain ambiguity (PROTOCOL.md §9): "L1" or "L2" (the layer of the
+	// credited ambiguity; the lowest when several) or "other" (credited
+	// with no chain layer). "" on tasks without a chain.
+	Routing string `protobuf:"bytes,11,opt,name=routing,proto3" json:"routing,omitempty"`
+	// TIDE's labels of the task; set on reset for tasks that have any.
+	Tide          *TideInfo `protobuf:"bytes,12,opt,name=tide,proto3" json:"tide,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Privileged) Reset() {
@@ -2049,6 +2103,123 @@ func (x *Privileged) GetFollowUpReferenceSql() []string {
 	return nil
 }
 
+func (x *Privileged) GetRouting() string {
+	if x != nil {
+		return x.Routing
+	}
+	return ""
+}
+
+func (x *Privileged) GetTide() *TideInfo {
+	if x != nil {
+		return x.Tide
+	}
+	return nil
+}
+
+// TideInfo is the TIDE harness's view of a task (PROTOCOL.md §9).
+// Privileged: it tells what drift will come.
+type TideInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bootstrap cluster: TIDE's anchor, shared by its chain-only,
+	// drift-only and joint samples (each its own AVT).
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// "chain_only", "drift_only" or "joint".
+	SampleType string `protobuf:"bytes,2,opt,name=sample_type,json=sampleType,proto3" json:"sample_type,omitempty"`
+	// The drift utterance injected after the first SQL ("" without drift).
+	DriftUtterance string `protobuf:"bytes,3,opt,name=drift_utterance,json=driftUtterance,proto3" json:"drift_utterance,omitempty"`
+	// The post-drift reference SQL statements (empty without drift).
+	PostDriftReferenceSql []string `protobuf:"bytes,4,rep,name=post_drift_reference_sql,json=postDriftReferenceSql,proto3" json:"post_drift_reference_sql,omitempty"`
+	// The declared drift subtype: "value", "constraint" or "projection".
+	DriftSubtype string `protobuf:"bytes,5,opt,name=drift_subtype,json=driftSubtype,proto3" json:"drift_subtype,omitempty"`
+	// For projection drifts: "aspect_change" or "target_change".
+	IntentSubtype string `protobuf:"bytes,6,opt,name=intent_subtype,json=intentSubtype,proto3" json:"intent_subtype,omitempty"`
+	// The layer of each registered ambiguity in annotation order: 1 for one
+	// that depends on none, 2 for one that depends on a layer-1 ambiguity.
+	ChainLayers   []int32 `protobuf:"varint,7,rep,packed,name=chain_layers,json=chainLayers,proto3" json:"chain_layers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TideInfo) Reset() {
+	*x = TideInfo{}
+	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TideInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TideInfo) ProtoMessage() {}
+
+func (x *TideInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TideInfo.ProtoReflect.Descriptor instead.
+func (*TideInfo) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TideInfo) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *TideInfo) GetSampleType() string {
+	if x != nil {
+		return x.SampleType
+	}
+	return ""
+}
+
+func (x *TideInfo) GetDriftUtterance() string {
+	if x != nil {
+		return x.DriftUtterance
+	}
+	return ""
+}
+
+func (x *TideInfo) GetPostDriftReferenceSql() []string {
+	if x != nil {
+		return x.PostDriftReferenceSql
+	}
+	return nil
+}
+
+func (x *TideInfo) GetDriftSubtype() string {
+	if x != nil {
+		return x.DriftSubtype
+	}
+	return ""
+}
+
+func (x *TideInfo) GetIntentSubtype() string {
+	if x != nil {
+		return x.IntentSubtype
+	}
+	return ""
+}
+
+func (x *TideInfo) GetChainLayers() []int32 {
+	if x != nil {
+		return x.ChainLayers
+	}
+	return nil
+}
+
 // Ask is a clarifying question.
 type Action_Ask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2063,7 +2234,7 @@ type Action_Ask struct {
 
 func (x *Action_Ask) Reset() {
 	*x = Action_Ask{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2246,7 @@ func (x *Action_Ask) String() string {
 func (*Action_Ask) ProtoMessage() {}
 
 func (x *Action_Ask) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[13]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2279,7 @@ type Action_Stop struct {
 
 func (x *Action_Stop) Reset() {
 	*x = Action_Stop{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2291,7 @@ func (x *Action_Stop) String() string {
 func (*Action_Stop) ProtoMessage() {}
 
 func (x *Action_Stop) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[14]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2322,7 @@ type Action_SubmitSql struct {
 
 func (x *Action_SubmitSql) Reset() {
 	*x = Action_SubmitSql{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2334,7 @@ func (x *Action_SubmitSql) String() string {
 func (*Action_SubmitSql) ProtoMessage() {}
 
 func (x *Action_SubmitSql) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[15]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2371,7 @@ type Action_Execute struct {
 
 func (x *Action_Execute) Reset() {
 	*x = Action_Execute{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2383,7 @@ func (x *Action_Execute) String() string {
 func (*Action_Execute) ProtoMessage() {}
 
 func (x *Action_Execute) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[16]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2415,7 @@ type Action_GetSchema struct {
 
 func (x *Action_GetSchema) Reset() {
 	*x = Action_GetSchema{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2427,7 @@ func (x *Action_GetSchema) String() string {
 func (*Action_GetSchema) ProtoMessage() {}
 
 func (x *Action_GetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[17]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2452,7 @@ type Action_GetAllColumnMeanings struct {
 
 func (x *Action_GetAllColumnMeanings) Reset() {
 	*x = Action_GetAllColumnMeanings{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2464,7 @@ func (x *Action_GetAllColumnMeanings) String() string {
 func (*Action_GetAllColumnMeanings) ProtoMessage() {}
 
 func (x *Action_GetAllColumnMeanings) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[18]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2493,7 @@ type Action_GetColumnMeaning struct {
 
 func (x *Action_GetColumnMeaning) Reset() {
 	*x = Action_GetColumnMeaning{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2505,7 @@ func (x *Action_GetColumnMeaning) String() string {
 func (*Action_GetColumnMeaning) ProtoMessage() {}
 
 func (x *Action_GetColumnMeaning) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[19]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2545,7 @@ type Action_GetAllExternalKnowledgeNames struct {
 
 func (x *Action_GetAllExternalKnowledgeNames) Reset() {
 	*x = Action_GetAllExternalKnowledgeNames{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2557,7 @@ func (x *Action_GetAllExternalKnowledgeNames) String() string {
 func (*Action_GetAllExternalKnowledgeNames) ProtoMessage() {}
 
 func (x *Action_GetAllExternalKnowledgeNames) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[20]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2586,7 @@ type Action_GetKnowledgeDefinition struct {
 
 func (x *Action_GetKnowledgeDefinition) Reset() {
 	*x = Action_GetKnowledgeDefinition{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2598,7 @@ func (x *Action_GetKnowledgeDefinition) String() string {
 func (*Action_GetKnowledgeDefinition) ProtoMessage() {}
 
 func (x *Action_GetKnowledgeDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[21]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2631,7 @@ type Action_GetAllKnowledgeDefinitions struct {
 
 func (x *Action_GetAllKnowledgeDefinitions) Reset() {
 	*x = Action_GetAllKnowledgeDefinitions{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2643,7 @@ func (x *Action_GetAllKnowledgeDefinitions) String() string {
 func (*Action_GetAllKnowledgeDefinitions) ProtoMessage() {}
 
 func (x *Action_GetAllKnowledgeDefinitions) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[22]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2675,7 @@ type Action_Unparsed struct {
 
 func (x *Action_Unparsed) Reset() {
 	*x = Action_Unparsed{}
-	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2687,7 @@ func (x *Action_Unparsed) String() string {
 func (*Action_Unparsed) ProtoMessage() {}
 
 func (x *Action_Unparsed) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_v1_episode_proto_msgTypes[23]
+	mi := &file_avtgym_v1_episode_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,14 +2786,16 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x05split\x18\x03 \x01(\tR\x05split\x12\x18\n" +
 	"\arequest\x18\x04 \x01(\tR\arequest\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x123\n" +
-	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\xa6\x01\n" +
+	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\xc7\x01\n" +
 	"\vTaskSummary\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05split\x18\x03 \x01(\tR\x05split\x12\x1a\n" +
 	"\bdatabase\x18\x04 \x01(\tR\bdatabase\x12\x18\n" +
 	"\arequest\x18\x05 \x01(\tR\arequest\x12\x1a\n" +
-	"\bsubtasks\x18\x06 \x01(\x05R\bsubtasks\"\xa1\x03\n" +
+	"\bsubtasks\x18\x06 \x01(\x05R\bsubtasks\x12\x1f\n" +
+	"\vsample_type\x18\a \x01(\tR\n" +
+	"sampleType\"\xa1\x03\n" +
 	"\vObservation\x12'\n" +
 	"\x04task\x18\x01 \x01(\v2\x13.avtgym.v1.TaskViewR\x04task\x12%\n" +
 	"\x05turns\x18\x02 \x03(\v2\x0f.avtgym.v1.TurnR\x05turns\x12&\n" +
@@ -2663,7 +2836,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x06Credit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
-	"\acounted\x18\x03 \x01(\bR\acounted\"\xb9\x03\n" +
+	"\acounted\x18\x03 \x01(\bR\acounted\"\xfc\x03\n" +
 	"\n" +
 	"Privileged\x12\x15\n" +
 	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12&\n" +
@@ -2677,12 +2850,24 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"solver_sql\x18\b \x01(\tR\tsolverSql\x12#\n" +
 	"\roracle_action\x18\t \x01(\tR\foracleAction\x125\n" +
 	"\x17follow_up_reference_sql\x18\n" +
-	" \x03(\tR\x14followUpReferenceSql*T\n" +
+	" \x03(\tR\x14followUpReferenceSql\x12\x18\n" +
+	"\arouting\x18\v \x01(\tR\arouting\x12'\n" +
+	"\x04tide\x18\f \x01(\v2\x13.avtgym.v1.TideInfoR\x04tide\"\x96\x02\n" +
+	"\bTideInfo\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1f\n" +
+	"\vsample_type\x18\x02 \x01(\tR\n" +
+	"sampleType\x12'\n" +
+	"\x0fdrift_utterance\x18\x03 \x01(\tR\x0edriftUtterance\x127\n" +
+	"\x18post_drift_reference_sql\x18\x04 \x03(\tR\x15postDriftReferenceSql\x12#\n" +
+	"\rdrift_subtype\x18\x05 \x01(\tR\fdriftSubtype\x12%\n" +
+	"\x0eintent_subtype\x18\x06 \x01(\tR\rintentSubtype\x12!\n" +
+	"\fchain_layers\x18\a \x03(\x05R\vchainLayers*h\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
 	"\vROLE_ORACLE\x10\x02\x12\x14\n" +
-	"\x10ROLE_ENVIRONMENT\x10\x03*\xa1\x02\n" +
+	"\x10ROLE_ENVIRONMENT\x10\x03\x12\x12\n" +
+	"\x0eROLE_PREFILLED\x10\x04*\xb6\x02\n" +
 	"\bTurnKind\x12\x19\n" +
 	"\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TURN_KIND_REQUEST\x10\x01\x12\x16\n" +
@@ -2696,7 +2881,8 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x12TURN_KIND_UNPARSED\x10\t\x12\x17\n" +
 	"\x13TURN_KIND_TOOL_CALL\x10\n" +
 	"\x12\x19\n" +
-	"\x15TURN_KIND_TOOL_RESULT\x10\v*\x8e\x01\n" +
+	"\x15TURN_KIND_TOOL_RESULT\x10\v\x12\x13\n" +
+	"\x0fTURN_KIND_DRIFT\x10\f*\x8e\x01\n" +
 	"\bProtocol\x12\x18\n" +
 	"\x14PROTOCOL_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PROTOCOL_AMBITAB\x10\x01\x12\x13\n" +
@@ -2763,7 +2949,7 @@ func file_avtgym_v1_episode_proto_rawDescGZIP() []byte {
 }
 
 var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Role)(0),                           // 0: avtgym.v1.Role
 	(TurnKind)(0),                       // 1: avtgym.v1.TurnKind
@@ -2788,39 +2974,40 @@ var file_avtgym_v1_episode_proto_goTypes = []any{
 	(*AmbiguityInfo)(nil),               // 20: avtgym.v1.AmbiguityInfo
 	(*Credit)(nil),                      // 21: avtgym.v1.Credit
 	(*Privileged)(nil),                  // 22: avtgym.v1.Privileged
-	(*Action_Ask)(nil),                  // 23: avtgym.v1.Action.Ask
-	(*Action_Stop)(nil),                 // 24: avtgym.v1.Action.Stop
-	(*Action_SubmitSql)(nil),            // 25: avtgym.v1.Action.SubmitSql
-	(*Action_Execute)(nil),              // 26: avtgym.v1.Action.Execute
-	(*Action_GetSchema)(nil),            // 27: avtgym.v1.Action.GetSchema
-	(*Action_GetAllColumnMeanings)(nil), // 28: avtgym.v1.Action.GetAllColumnMeanings
-	(*Action_GetColumnMeaning)(nil),     // 29: avtgym.v1.Action.GetColumnMeaning
-	(*Action_GetAllExternalKnowledgeNames)(nil), // 30: avtgym.v1.Action.GetAllExternalKnowledgeNames
-	(*Action_GetKnowledgeDefinition)(nil),       // 31: avtgym.v1.Action.GetKnowledgeDefinition
-	(*Action_GetAllKnowledgeDefinitions)(nil),   // 32: avtgym.v1.Action.GetAllKnowledgeDefinitions
-	(*Action_Unparsed)(nil),                     // 33: avtgym.v1.Action.Unparsed
-	nil,                                         // 34: avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	nil,                                         // 35: avtgym.v1.Reward.ComponentsEntry
+	(*TideInfo)(nil),                    // 23: avtgym.v1.TideInfo
+	(*Action_Ask)(nil),                  // 24: avtgym.v1.Action.Ask
+	(*Action_Stop)(nil),                 // 25: avtgym.v1.Action.Stop
+	(*Action_SubmitSql)(nil),            // 26: avtgym.v1.Action.SubmitSql
+	(*Action_Execute)(nil),              // 27: avtgym.v1.Action.Execute
+	(*Action_GetSchema)(nil),            // 28: avtgym.v1.Action.GetSchema
+	(*Action_GetAllColumnMeanings)(nil), // 29: avtgym.v1.Action.GetAllColumnMeanings
+	(*Action_GetColumnMeaning)(nil),     // 30: avtgym.v1.Action.GetColumnMeaning
+	(*Action_GetAllExternalKnowledgeNames)(nil), // 31: avtgym.v1.Action.GetAllExternalKnowledgeNames
+	(*Action_GetKnowledgeDefinition)(nil),       // 32: avtgym.v1.Action.GetKnowledgeDefinition
+	(*Action_GetAllKnowledgeDefinitions)(nil),   // 33: avtgym.v1.Action.GetAllKnowledgeDefinitions
+	(*Action_Unparsed)(nil),                     // 34: avtgym.v1.Action.Unparsed
+	nil,                                         // 35: avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	nil,                                         // 36: avtgym.v1.Reward.ComponentsEntry
 }
 var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	0,  // 0: avtgym.v1.Turn.role:type_name -> avtgym.v1.Role
 	1,  // 1: avtgym.v1.Turn.kind:type_name -> avtgym.v1.TurnKind
-	23, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
-	24, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
-	25, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
-	33, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
-	26, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
-	27, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
-	28, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
-	29, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
-	30, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
-	31, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
-	32, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
+	24, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
+	25, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
+	26, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
+	34, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
+	27, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
+	28, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
+	29, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
+	30, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
+	31, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
+	32, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
+	33, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
 	6,  // 13: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
 	7,  // 14: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
 	8,  // 15: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
 	2,  // 16: avtgym.v1.EpisodeOptions.protocol:type_name -> avtgym.v1.Protocol
-	34, // 17: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	35, // 17: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
 	13, // 18: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
 	14, // 19: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
 	15, // 20: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
@@ -2830,16 +3017,17 @@ var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	18, // 24: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
 	3,  // 25: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
 	6,  // 26: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
-	35, // 27: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
+	36, // 27: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
 	9,  // 28: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
 	20, // 29: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
 	21, // 30: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
 	21, // 31: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	23, // 32: avtgym.v1.Privileged.tide:type_name -> avtgym.v1.TideInfo
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_episode_proto_init() }
@@ -2867,7 +3055,7 @@ func file_avtgym_v1_episode_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_episode_proto_rawDesc), len(file_avtgym_v1_episode_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

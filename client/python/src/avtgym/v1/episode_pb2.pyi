@@ -13,6 +13,7 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_POLICY: _ClassVar[Role]
     ROLE_ORACLE: _ClassVar[Role]
     ROLE_ENVIRONMENT: _ClassVar[Role]
+    ROLE_PREFILLED: _ClassVar[Role]
 
 class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +29,7 @@ class TurnKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_KIND_UNPARSED: _ClassVar[TurnKind]
     TURN_KIND_TOOL_CALL: _ClassVar[TurnKind]
     TURN_KIND_TOOL_RESULT: _ClassVar[TurnKind]
+    TURN_KIND_DRIFT: _ClassVar[TurnKind]
 
 class Protocol(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -95,6 +97,7 @@ ROLE_UNSPECIFIED: Role
 ROLE_POLICY: Role
 ROLE_ORACLE: Role
 ROLE_ENVIRONMENT: Role
+ROLE_PREFILLED: Role
 TURN_KIND_UNSPECIFIED: TurnKind
 TURN_KIND_REQUEST: TurnKind
 TURN_KIND_QUESTION: TurnKind
@@ -107,6 +110,7 @@ TURN_KIND_REFUSAL: TurnKind
 TURN_KIND_UNPARSED: TurnKind
 TURN_KIND_TOOL_CALL: TurnKind
 TURN_KIND_TOOL_RESULT: TurnKind
+TURN_KIND_DRIFT: TurnKind
 PROTOCOL_UNSPECIFIED: Protocol
 PROTOCOL_AMBITAB: Protocol
 PROTOCOL_BIRD_C: Protocol
@@ -298,20 +302,22 @@ class TaskView(_message.Message):
     def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., request: _Optional[str] = ..., evidence: _Optional[str] = ..., database: _Optional[_Union[DatabaseView, _Mapping]] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "database", "request", "subtasks")
+    __slots__ = ("corpus", "task_id", "split", "database", "request", "subtasks", "sample_type")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     DATABASE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     SUBTASKS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_TYPE_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
     database: str
     request: str
     subtasks: int
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ..., subtasks: _Optional[int] = ...) -> None: ...
+    sample_type: str
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ..., subtasks: _Optional[int] = ..., sample_type: _Optional[str] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("task", "turns", "phase", "question_budget", "questions_asked", "questions_remaining", "protocol", "subtask", "budget", "sql_required")
@@ -393,7 +399,7 @@ class Credit(_message.Message):
     def __init__(self, index: _Optional[int] = ..., term: _Optional[str] = ..., counted: _Optional[bool] = ...) -> None: ...
 
 class Privileged(_message.Message):
-    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action", "follow_up_reference_sql")
+    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action", "follow_up_reference_sql", "routing", "tide")
     AVT_ID_FIELD_NUMBER: _ClassVar[int]
     INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
     AMBIGUITIES_FIELD_NUMBER: _ClassVar[int]
@@ -404,6 +410,8 @@ class Privileged(_message.Message):
     SOLVER_SQL_FIELD_NUMBER: _ClassVar[int]
     ORACLE_ACTION_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_UP_REFERENCE_SQL_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_FIELD_NUMBER: _ClassVar[int]
+    TIDE_FIELD_NUMBER: _ClassVar[int]
     avt_id: str
     interpretation: str
     ambiguities: _containers.RepeatedCompositeFieldContainer[AmbiguityInfo]
@@ -414,4 +422,24 @@ class Privileged(_message.Message):
     solver_sql: str
     oracle_action: str
     follow_up_reference_sql: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ..., follow_up_reference_sql: _Optional[_Iterable[str]] = ...) -> None: ...
+    routing: str
+    tide: TideInfo
+    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ..., follow_up_reference_sql: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., tide: _Optional[_Union[TideInfo, _Mapping]] = ...) -> None: ...
+
+class TideInfo(_message.Message):
+    __slots__ = ("cluster", "sample_type", "drift_utterance", "post_drift_reference_sql", "drift_subtype", "intent_subtype", "chain_layers")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_UTTERANCE_FIELD_NUMBER: _ClassVar[int]
+    POST_DRIFT_REFERENCE_SQL_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_SUBTYPE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_SUBTYPE_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    sample_type: str
+    drift_utterance: str
+    post_drift_reference_sql: _containers.RepeatedScalarFieldContainer[str]
+    drift_subtype: str
+    intent_subtype: str
+    chain_layers: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, cluster: _Optional[str] = ..., sample_type: _Optional[str] = ..., drift_utterance: _Optional[str] = ..., post_drift_reference_sql: _Optional[_Iterable[str]] = ..., drift_subtype: _Optional[str] = ..., intent_subtype: _Optional[str] = ..., chain_layers: _Optional[_Iterable[int]] = ...) -> None: ...
