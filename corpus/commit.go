@@ -3,6 +3,7 @@ package corpus
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"avtgym/sqlcommit"
 	"avtgym/sqlexec"
@@ -15,10 +16,20 @@ import (
 // of SQLite queries) gets a nil schema, which sqlcommit treats as knowing
 // nothing; the error says why.
 func (db *DB) CommitSchema(ctx context.Context) (*sqlcommit.Schema, error) {
-	db.commitOnce.Do(func() {
-		db.commit, db.commitErr = readCommitSchema(ctx, db)
-	})
-	return db.commit, db.commitErr
+	v, _ := commitSchemas.LoadOrStore(db, new(commitSchema))
+	c := v.(*commitSchema)
+	c.once.Do(func() { c.schema, c.err = readCommitSchema(context.WithoutCancel(ctx), db) })
+	return c.schema, c.err
+}
+
+// commitSchemas holds each database's CommitSchema, read once (a DB is a
+// plain value that tests build and copy, so the cache lives beside it).
+var commitSchemas sync.Map // *DB → *commitSchema
+
+type commitSchema struct {
+	once   sync.Once
+	schema *sqlcommit.Schema
+	err    error
 }
 
 func readCommitSchema(ctx context.Context, db *DB) (*sqlcommit.Schema, error) {

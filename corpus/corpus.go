@@ -12,10 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"sync"
 	"unicode"
 
-	"avtgym/sqlcommit"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/postgres"
 )
@@ -54,11 +52,6 @@ type DB struct {
 	// private copy of the pristine database; nil when the corpus has none
 	// on this database.
 	Stateful sqlexec.Stateful
-
-	// CommitSchema's, read once.
-	commitOnce sync.Once
-	commit     *sqlcommit.Schema
-	commitErr  error
 }
 
 // Task is a record as served: the record with its database, the resolved

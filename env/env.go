@@ -76,6 +76,9 @@ type Env struct {
 	// twoPhase holds the tasks with a follow-up by split (the tasks
 	// PROTOCOL_BIRD_C and PROTOCOL_BIRD_A draw from).
 	twoPhase map[*corpus.Corpus]map[string][]*corpus.Task
+	// tide holds, per TIDE protocol, the TIDE samples it serves by split
+	// (the tasks a TIDE reset without a task id draws from).
+	tide map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task
 	// maxState bounds every state seal writes, and maxToken every token
 	// open reads (limits.go); maxStep bounds one StepResponse.
 	maxState, maxToken, maxStep int
@@ -107,6 +110,7 @@ func New(cfg Config) (*Env, error) {
 		views:    map[*corpus.Task]*pb.TaskView{},
 		splits:   map[*corpus.Corpus]map[string][]*corpus.Task{},
 		twoPhase: map[*corpus.Corpus]map[string][]*corpus.Task{},
+		tide:     map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task{},
 	}
 	for _, c := range cfg.Corpora {
 		if _, dup := e.corpora[c.Name]; dup {
@@ -131,6 +135,22 @@ func New(cfg Config) (*Env, error) {
 		}
 		e.splits[c] = bySplit
 		e.twoPhase[c] = twoPhase
+		for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P} {
+			pools := map[string][]*corpus.Task{}
+			for _, t := range c.Tasks {
+				if t.SampleType == "" || tideServes(t, p) != "" {
+					continue
+				}
+				pools[""] = append(pools[""], t)
+				if t.Split != "" {
+					pools[t.Split] = append(pools[t.Split], t)
+				}
+			}
+			if e.tide[p] == nil {
+				e.tide[p] = map[*corpus.Corpus]map[string][]*corpus.Task{}
+			}
+			e.tide[p][c] = pools
+		}
 	}
 	longest := func(f func(*corpus.Task) int) int {
 		n := idAllowance
@@ -236,6 +256,13 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 			if len(pool) == 0 {
 				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task with a follow-up in split %q (%s needs two sub-tasks)", c.Name, req.GetSplit(), p)
 			}
+		} else if isTide(p) {
+			// TIDE's protocols draw from TIDE's samples (those TIDE_P
+			// serves, under TIDE_P); a task id may name any task they serve.
+			pool = e.tide[p][c][req.GetSplit()]
+			if len(pool) == 0 {
+				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no TIDE sample that %s serves in split %q", c.Name, p, req.GetSplit())
+			}
 		}
 		if len(pool) == 0 {
 			return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task in split %q", c.Name, req.GetSplit())
@@ -260,6 +287,9 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	p.obs = &pb.Observation{
 		Task:  e.views[task],
 		Turns: []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
+	}
+	if base.Prefilled > 0 {
+		p.obs.Turns = append(p.obs.Turns, tidePrefill(base)...)
 	}
 	observe(p.obs, base, new(pb.Budget))
 	if req.GetIncludePrivileged() {

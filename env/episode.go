@@ -67,6 +67,8 @@ func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
 		return ep.applyBirdC(ctx, a)
 	case pb.Protocol_PROTOCOL_BIRD_A:
 		return ep.applyBirdA(ctx, a)
+	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
+		return ep.applyTide(ctx, a)
 	}
 	if u, ok := a.GetKind().(*pb.Action_Unparsed_); ok {
 		return ep.applyUnparsed(ctx, u.Unparsed.GetText())
@@ -131,14 +133,19 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, budgetNotice)
 		return ep.endAsking(ctx, true)
 	}
-	var reply oracle.Reply
+	var (
+		reply   oracle.Reply
+		rec     = ep.subtaskRecord()
+		history []oracle.Turn
+	)
 	if fault != "" {
 		// The policy's fault: answered without the oracle, with a refusal;
 		// it counts as a question and credits nothing.
 		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
-		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, ep.subtaskRecord(), ep.subtaskDialogue(), q, oracle.AskOptions{StrictCredit: st.StrictCredit})
+		history = ep.subtaskDialogue()
+		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, rec, history, q, oracle.AskOptions{StrictCredit: st.StrictCredit})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
 			// ERROR, and the caller may retry the same token later.
@@ -148,7 +155,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	}
 	var mask uint64
 	for _, c := range reply.Credits {
-		if c < 0 || c >= min(len(ep.subtaskRecord().Ambiguities), corpus.MaxAmbiguities) {
+		if c < 0 || c >= min(len(rec.Ambiguities), corpus.MaxAmbiguities) {
 			ep.fail(fmt.Sprintf("the oracle credited ambiguity %d, which does not exist", c))
 			return nil
 		}
@@ -179,6 +186,12 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
 		ep.out.Privileged.OracleAction = BoundText(reply.Action.String(), MaxReplyBytes)
+		if rec.HasChain() {
+			if history == nil {
+				history = ep.subtaskDialogue()
+			}
+			ep.out.Privileged.Routing = oracle.Routing(rec, history, reply.Credits)
+		}
 	}
 	return nil
 }
@@ -361,9 +374,11 @@ func (ep *episode) credits(mask uint64) []*pb.Credit {
 	return out
 }
 
+// unionCredits is every ambiguity the policy's questions were credited
+// with (TIDE_P's pre-filled question is not the policy's).
 func unionCredits(st *statepb.EpisodeState) uint64 {
 	var all uint64
-	for _, q := range st.Questions {
+	for _, q := range st.Questions[min(len(st.Questions), int(st.Prefilled)):] {
 		all |= q.GetCreditMask()
 	}
 	return all

@@ -62,9 +62,13 @@ import (
 // MaxSQLBytes of SQL) and the output
 // (MaxToolResultBytes) to StepResponseBound. Its questions stay within
 // MaxAnswered (the coins buy at most (6 + 2·64 + 32) / 2 = 83).
-// Agentic tool calls add MaxToolCalls × (call + result)
-// with their own per-turn limits; TIDE drift turns add MaxDriftTurns ×
-// MaxNoticeBytes. Each new term gets its per-turn limit here, enforced by
+// TIDE_F and TIDE_P keep at most TideTurns questions plus TIDE_P's one
+// pre-filled question (its text cut to MaxQuestionBytes and its answer to
+// MaxReplyBytes at reset), within MaxAnswered; their two SQLs are phase 1's
+// and the solution's fields; a step may add the turn-limit notice after a
+// question and its reply, and the drift step adds the SQL, the drift
+// utterance (a corpus-dependent term) and that notice; the privileged
+// field adds the question's routing (maxRoutingBytes). Each new term gets its per-turn limit here, enforced by
 // env at the point where the text enters the episode, and a field in
 // TestStateBound's worst-case state.
 const (
@@ -153,7 +157,9 @@ func StateBound(corpusBytes, idBytes int) int {
 		varintField(30) + // unparsed in a row
 		varintField(31) + // first question of sub-task 2
 		varintField(32) + varintField(33) + // BIRD_A coins total, used
-		bytesField(34, maxActionLog) // BIRD_A action log
+		bytesField(34, maxActionLog) + // BIRD_A action log
+		varintField(35) + varintField(36) + // TIDE pre-filled questions, SQLs submitted
+		boolField(37) + boolField(38) + boolField(39) // TIDE first SQL's outcome, drift injected, drift recognised
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound
@@ -175,7 +181,7 @@ func turnBound(n int) int {
 func stepTurnsBound() int {
 	entry := func(n int) int { return bytesField(2, turnBound(n)) }
 	return max(
-		entry(MaxQuestionBytes)+entry(MaxReplyBytes),
+		entry(MaxQuestionBytes)+entry(MaxReplyBytes)+entry(MaxNoticeBytes), // TIDE: an ask on the last turn
 		entry(MaxQuestionBytes)+2*entry(MaxNoticeBytes),
 		entry(MaxSQLBytes)+entry(MaxNoticeBytes),
 	)
@@ -189,11 +195,22 @@ func creditBound(n int) int {
 // rewardBound bounds a pb.Reward with every component present.
 func rewardBound() int {
 	n := varintField(1) + doubleField(2) // type, value
-	for _, c := range []string{reward.ComponentQuestionF1, reward.ComponentPrecision, reward.ComponentRecall, reward.ComponentOutcome, reward.ComponentPhase1, reward.ComponentPhase2} {
+	for _, c := range rewardComponents {
 		n += bytesField(3, bytesField(1, len(c))+doubleField(2)) // map entry
 	}
 	return n
 }
+
+// rewardComponents are every component name a reward may carry.
+var rewardComponents = []string{
+	reward.ComponentQuestionF1, reward.ComponentPrecision, reward.ComponentRecall, reward.ComponentOutcome,
+	reward.ComponentPhase1, reward.ComponentPhase2,
+	ComponentSQL1, ComponentSQL2, ComponentDriftRecognized, ComponentL1Identified, ComponentL2Identified, ComponentAsked,
+}
+
+// maxRoutingBytes bounds a question's chain routing ("L1", "other", …;
+// layers are at most corpus.MaxAmbiguities).
+const maxRoutingBytes = 5
 
 // StepResponseBound bounds one pb.StepResponse on a task: the token, the
 // observation (the step's turns and four counters), done and status, the
@@ -210,7 +227,8 @@ func StepResponseBound(t *corpus.Task) int {
 		bytesField(6, MaxNoticeBytes) + // verifier reason
 		credits + // the episode's credits (field 7: same tag size)
 		bytesField(8, MaxSQLBytes) + // solver SQL
-		bytesField(9, MaxReplyBytes) // oracle action
+		bytesField(9, MaxReplyBytes) + // oracle action
+		bytesField(11, maxRoutingBytes) // chain routing
 	turns := max(stepTurnsBound(),
 		// A BIRD_A tool step: the call and its output.
 		bytesField(2, turnBound(maxToolCallBytes))+bytesField(2, turnBound(MaxToolResultBytes)))
@@ -220,6 +238,11 @@ func StepResponseBound(t *corpus.Task) int {
 		}
 		// The release: the SQL and the follow-up's request.
 		turns = max(turns, bytesField(2, turnBound(MaxSQLBytes))+bytesField(2, turnBound(len(fu.Request))))
+	}
+	if d := t.Drift; d != nil {
+		// TIDE's drift step: the first SQL, the drift turn and the
+		// turn-limit notice.
+		turns = max(turns, bytesField(2, turnBound(MaxSQLBytes))+bytesField(2, turnBound(len(d.Utterance)))+bytesField(2, turnBound(MaxNoticeBytes)))
 	}
 	budget := varintField(1) + varintField(2) + varintField(3) + varintField(4)
 	obs := turns + varintField(3) + varintField(4) + varintField(5) + varintField(6) + // phase, question counters

@@ -54,6 +54,11 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		CoinsTotalMilli:       -1,
 		CoinsUsedMilli:        -1,
 		ActionLog:             make([]byte, maxActionLog),
+		Prefilled:             -1,
+		SqlsSubmitted:         -1,
+		Sql1Outcome:           true,
+		DriftInjected:         true,
+		DriftRecognized:       true,
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
@@ -115,8 +120,14 @@ func TestStepResponseBoundIsExact(t *testing.T) {
 		r.FollowUp = &corpus.FollowUp{Request: strings.Repeat("f", request), Reference: corpus.Reference{SQL: corpus.SQLList{"SELECT 1", "SELECT 2"}}}
 		return &r
 	}
+	withDrift := func(utterance int) *corpus.Record {
+		r := *base
+		r.Drift = &corpus.Drift{Utterance: strings.Repeat("d", utterance), Reference: corpus.Reference{SQL: corpus.SQLList{"SELECT 3"}}}
+		return &r
+	}
 	for name, rec := range map[string]*corpus.Record{
 		"no follow-up": base, "short follow-up": withFollowUp(20), "long follow-up": withFollowUp(300 << 10),
+		"short drift": withDrift(20), "long drift": withDrift(300 << 10),
 	} {
 		task := &corpus.Task{Record: rec, Corpus: &corpus.Corpus{Name: "tiny"}}
 		checkStepBound(t, name, task)
@@ -137,6 +148,7 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 	}
 	shapes := map[string][]*pb.Turn{
 		"ask":              {turn(MaxQuestionBytes), turn(MaxReplyBytes)},
+		"ask at the limit": {turn(MaxQuestionBytes), turn(MaxReplyBytes), turn(MaxNoticeBytes)},
 		"over budget":      {turn(MaxQuestionBytes), turn(MaxNoticeBytes), turn(MaxNoticeBytes)},
 		"submit":           {turn(MaxSQLBytes), turn(MaxNoticeBytes)},
 		"stop then verify": {turn(0), turn(MaxNoticeBytes)},
@@ -146,6 +158,9 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 	if fu := task.FollowUp; fu != nil {
 		shapes["release"] = []*pb.Turn{turn(MaxSQLBytes), turn(len(fu.Request))}
 		fuRef = fu.Reference.SQL
+	}
+	if d := task.Drift; d != nil {
+		shapes["drift"] = []*pb.Turn{turn(MaxSQLBytes), turn(len(d.Utterance)), turn(MaxNoticeBytes)}
 	}
 	bound := StepResponseBound(task)
 	largest := 0
@@ -160,6 +175,7 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 			Reward: &pb.Reward{Type: pb.RewardType(-1), Value: 0.5, Components: map[string]float64{
 				reward.ComponentQuestionF1: 1, reward.ComponentPrecision: 1, reward.ComponentRecall: 1, reward.ComponentOutcome: 1,
 				reward.ComponentPhase1: 1, reward.ComponentPhase2: 1,
+				ComponentSQL1: 1, ComponentSQL2: 1, ComponentDriftRecognized: 1, ComponentL1Identified: 1, ComponentL2Identified: 1, ComponentAsked: 1,
 			}},
 			Privileged: &pb.Privileged{
 				AvtId: task.AVTID, Interpretation: task.Interpretation,
@@ -168,6 +184,7 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 				SolverSql:            strings.Repeat("s", MaxSQLBytes),
 				OracleAction:         strings.Repeat("o", MaxReplyBytes),
 				FollowUpReferenceSql: fuRef,
+				Routing:              strings.Repeat("L", maxRoutingBytes),
 			},
 		}
 		n := resp.SizeVT()

@@ -97,7 +97,7 @@ func resolveProtocol(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeSt
 		return nil
 	case pb.Protocol_PROTOCOL_BIRD_C, pb.Protocol_PROTOCOL_BIRD_A:
 	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
-		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "%s is reserved and not served yet; this server serves PROTOCOL_AMBITAB, PROTOCOL_BIRD_C and PROTOCOL_BIRD_A", p)
+		return resolveTide(t, o, st)
 	default:
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "unknown protocol %d", p)
 	}
@@ -129,6 +129,11 @@ func resolveProtocol(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeSt
 	// The questions the turns allow: one turn is kept for the SQL.
 	st.Budget = st.TurnsTotal - 1
 	return nil
+}
+
+// isBird reports whether p is one of BIRD-Interact's protocols.
+func isBird(p pb.Protocol) bool {
+	return p == pb.Protocol_PROTOCOL_BIRD_C || p == pb.Protocol_PROTOCOL_BIRD_A
 }
 
 // sqlRequired reports whether only SQL is accepted now: BIRD_C's last
@@ -316,7 +321,7 @@ func (ep *episode) applyUnparsed(ctx context.Context, text string) error {
 // subtaskRecord is the record the oracle answers about now: the task's,
 // or in BIRD_C's sub-task 2 its follow-up's.
 func (ep *episode) subtaskRecord() *corpus.Record {
-	if ep.st.Subtask == 2 {
+	if ep.st.Subtask == 2 && isBird(ep.st.Protocol) {
 		return ep.task.FollowUpRecord()
 	}
 	return ep.task.Record
@@ -326,7 +331,7 @@ func (ep *episode) subtaskRecord() *corpus.Record {
 // current sub-task.
 func (ep *episode) subtaskDialogue() []oracle.Turn {
 	d := dialogue(ep.st)
-	if ep.st.Subtask == 2 {
+	if ep.st.Subtask == 2 && isBird(ep.st.Protocol) {
 		return d[min(len(d), int(ep.st.Subtask2FirstQuestion)):]
 	}
 	return d
@@ -350,6 +355,12 @@ func observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
 		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_COINS, st.CoinsTotalMilli, st.CoinsUsedMilli
 		o.QuestionsRemaining = int32(max(0, st.CoinsTotalMilli-st.CoinsUsedMilli) / birdACost[1])
 		o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequired(st)
+	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
+		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_TURNS, int64(st.TurnsTotal)*1000, int64(st.TurnsUsed)*1000
+		o.QuestionsAsked = int32(len(st.Questions)) - st.Prefilled
+		// Budget is the turns less one per SQL the task takes: what is left
+		// keeps a turn for each SQL still to come.
+		o.QuestionsRemaining = max(0, st.Budget+st.SqlsSubmitted-st.TurnsUsed)
 	default:
 		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, int64(st.Budget)*1000, int64(len(st.Questions))*1000
 		o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
@@ -362,6 +373,9 @@ func observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
 func score(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
 	if st.Phase != pb.Phase_PHASE_DONE || st.Status == pb.EpisodeStatus_EPISODE_STATUS_ERROR {
 		return nil
+	}
+	if isTide(st.Protocol) {
+		return tideScore(t, st)
 	}
 	if st.Protocol == pb.Protocol_PROTOCOL_BIRD_C || st.Protocol == pb.Protocol_PROTOCOL_BIRD_A {
 		c := map[string]float64{reward.ComponentPhase1: float64(st.Phase1RewardMilli) / 1000}

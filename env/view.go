@@ -35,13 +35,13 @@ func Summary(t *corpus.Task) *pb.TaskSummary {
 	if t.FollowUp != nil {
 		n = 2
 	}
-	return &pb.TaskSummary{Corpus: t.Corpus.Name, TaskId: t.ID, Split: t.Split, Database: t.DB.Spec.ID, Request: t.Request, Subtasks: n}
+	return &pb.TaskSummary{Corpus: t.Corpus.Name, TaskId: t.ID, Split: t.Split, Database: t.DB.Spec.ID, Request: t.Request, Subtasks: n, SampleType: t.SampleType}
 }
 
 // resetPrivileged is the privileged data of a reset: the ambiguities with
 // their resolutions and the reference.
 func resetPrivileged(t *corpus.Task) *pb.Privileged {
-	p := &pb.Privileged{AvtId: t.AVTID, Interpretation: t.Interpretation, ReferenceSql: t.Reference.SQL}
+	p := &pb.Privileged{AvtId: t.AVTID, Interpretation: t.Interpretation, ReferenceSql: t.Reference.SQL, Tide: tideInfo(t)}
 	for i, a := range t.Ambiguities {
 		p.Ambiguities = append(p.Ambiguities, &pb.AmbiguityInfo{
 			Index:      int32(i),

@@ -43,8 +43,9 @@ var errNilRecord = errors.New("oracle: nil record")
 //
 // The history is not read: a question naming an already credited term is
 // credited again (precision accounts for repetition). Chain dependencies
-// (Ambiguity.DependsOn) are not applied yet. The strict-credit option
-// (AskOptions.StrictCredit) narrows the verdict in Oracle.AskWith, not here.
+// (Ambiguity.DependsOn) and the strict-credit option
+// (AskOptions.StrictCredit) narrow the verdict in Oracle.AskWith
+// (ChainMatch, StrictMatch), not here.
 //
 // Each record's phrases are compiled once, on first use, and cached by
 // record pointer (weakly: the entry goes when the record is collected), so a

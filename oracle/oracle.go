@@ -238,7 +238,7 @@ func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn,
 }
 
 // match runs the matcher and, with opt.StrictCredit, the strict-credit
-// rule on its verdict.
+// rule on its verdict, then the chain rule (ChainMatch).
 func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Match, error) {
 	m, err := o.Matcher.Match(ctx, rec, history, question)
 	if err != nil {
@@ -247,7 +247,88 @@ func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, q
 	if opt.StrictCredit && rec != nil {
 		m = StrictMatch(rec, question, m)
 	}
-	return m, nil
+	return ChainMatch(rec, history, m), nil
+}
+
+// ChainMatch applies the chain rule of PROTOCOL.md §9 to a matcher's
+// verdict m on a question asked after history, whatever the matcher: a
+// credit for an ambiguity that depends on another (Ambiguity.DependsOn) is
+// dropped unless an earlier question of history was credited with an
+// ambiguity of that term — L2 counts only once L1 is resolved. A
+// labeled(term) action left without credits becomes unanswerable() (the
+// server rejects labeled(L2) while L1 is open), so the responder refuses;
+// a question naming L1 and L2 at once is credited L1 alone (one routing per
+// question, L1 first). Records without a chain are returned unchanged.
+func ChainMatch(rec *corpus.Record, history []Turn, m Match) Match {
+	if rec == nil || len(m.Credits) == 0 || !rec.HasChain() {
+		return m
+	}
+	resolved := func(term string) bool {
+		for _, t := range history {
+			for _, c := range t.Credits {
+				if c >= 0 && c < len(rec.Ambiguities) && rec.Ambiguities[c].Term == term {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var kept []int
+	for _, c := range m.Credits {
+		if c < 0 || c >= len(rec.Ambiguities) {
+			kept = append(kept, c) // the caller reports the bad index
+			continue
+		}
+		if dep := rec.Ambiguities[c].DependsOn; dep == "" || resolved(dep) {
+			kept = append(kept, c)
+		}
+	}
+	if len(kept) == len(m.Credits) {
+		return m
+	}
+	out := Match{Credits: kept, Action: m.Action}
+	if len(kept) == 0 && m.Action.Kind == ActionLabeled {
+		out.Action = unanswerable
+	}
+	return out
+}
+
+// Routing names the chain layer a question's credits route it to
+// (PROTOCOL.md §9), given the history before it: "L1", "L2", … for the
+// lowest layer (Record.ChainLayers) among the credited ambiguities the
+// history had not resolved yet — or, when all were, among all of them —,
+// "other" when it is credited with none, and "" for a record without a
+// chain. One routing per question, L1 first while it is open.
+func Routing(rec *corpus.Record, history []Turn, credits []int) string {
+	if rec == nil || !rec.HasChain() {
+		return ""
+	}
+	layers := rec.ChainLayers()
+	seen := map[int]bool{}
+	for _, t := range history {
+		for _, c := range t.Credits {
+			seen[c] = true
+		}
+	}
+	best, bestNew := 0, 0
+	for _, c := range credits {
+		if c < 0 || c >= len(layers) {
+			continue
+		}
+		if best == 0 || layers[c] < best {
+			best = layers[c]
+		}
+		if !seen[c] && (bestNew == 0 || layers[c] < bestNew) {
+			bestNew = layers[c]
+		}
+	}
+	switch {
+	case bestNew > 0:
+		return "L" + strconv.Itoa(bestNew)
+	case best > 0:
+		return "L" + strconv.Itoa(best)
+	}
+	return "other"
 }
 
 // creditHistory returns a copy of history whose Credits are the matcher's
@@ -268,17 +349,7 @@ func (o Oracle) creditHistory(ctx context.Context, rec *corpus.Record, history [
 // HasChain reports whether rec has a chain ambiguity (one that depends on
 // another, PROTOCOL.md §9): the only records whose matchers read the
 // history's credits.
-func HasChain(rec *corpus.Record) bool {
-	if rec == nil {
-		return false
-	}
-	for _, a := range rec.Ambiguities {
-		if a.DependsOn != "" {
-			return true
-		}
-	}
-	return false
-}
+func HasChain(rec *corpus.Record) bool { return rec != nil && rec.HasChain() }
 
 // MatcherDescriber is implemented by matchers that describe themselves
 // (for EnvService.ListOracles): equal descriptions mean the same matcher.
