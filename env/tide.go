@@ -319,4 +319,3 @@ func tideScore(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
 	c[reward.ComponentOutcome] = b(dea)
 	return &pb.Reward{Type: pb.RewardType_REWARD_TYPE_OUTCOME, Value: b(dea), Components: c}
 }
-
