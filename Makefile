@@ -115,7 +115,7 @@ proto: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtpro
 		--plugin=protoc-gen-go=$(BIN)/protoc-gen-go --go_out=. --go_opt=module=avtgym \
 		--plugin=protoc-gen-go-grpc=$(BIN)/protoc-gen-go-grpc --go-grpc_out=. --go-grpc_opt=module=avtgym \
 		--plugin=protoc-gen-go-vtproto=$(BIN)/protoc-gen-go-vtproto --go-vtproto_out=. \
-		--go-vtproto_opt=module=avtgym,features=marshal+unmarshal+size \
+		--go-vtproto_opt=module=avtgym,features=marshal+unmarshal+unmarshal_unsafe+size \
 		$(PROTO_FILES)
 
 .PHONY: proto-python

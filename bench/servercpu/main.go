@@ -17,10 +17,17 @@
 // step,submit,raw): submit is a submit_sql step of SQL equivalent to
 // shop-001's reference but not the same text (so neither the result cache
 // nor the text match skips the query), on an outcome-reward reset token;
-// raw is the same SQL through the demo corpus's engine in this process
-// (CPU time of this process per query, one at a time). The verification
-// overhead reported is (submit − step) / raw: what a submit_sql step costs
-// beyond an ask step, in raw queries.
+// raw is the same SQL through the corpus's engine in this process (CPU
+// time of this process per query, --raw-concurrency at a time: by default
+// as many as the unary phases keep in flight, so that both pay the same
+// contention). The verification overhead reported is (submit − step) /
+// raw: what a submit_sql step costs beyond an ask step, in raw queries.
+//
+// With --corpus DIR (an imported corpus, such as AMBROSIA's) and --task ID
+// the server serves DIR instead of the demo, the ask step is on DIR's
+// first task with a counted ambiguity, and the verified SQL is the task's
+// reference wrapped as SELECT * FROM (reference) AS avtgym_q: equivalent,
+// not the same text.
 package main
 
 import (
@@ -59,9 +66,27 @@ func main() {
 	phases := flag.String("phases", "health,step,batch", "phases, in order: health, step, batch, submit, raw")
 	asJSON := flag.Bool("json", false, "print one JSON object")
 	binary := flag.String("binary", "", "start this avtgym binary's serve and measure it (instead of --server and --pid)")
+	rawConc := flag.Int("raw-concurrency", 0, "raw queries in flight (default: --concurrency)")
+	corpusDir := flag.String("corpus", "", "serve and load this corpus directory instead of the demo (with --binary; needs --task)")
+	taskID := flag.String("task", "", "the task whose reference, wrapped, is verified (with --corpus)")
 	flag.Parse()
+	if *rawConc <= 0 {
+		*rawConc = *conc
+	}
+	if (*corpusDir == "") != (*taskID == "") {
+		fmt.Fprintln(os.Stderr, "servercpu: --corpus and --task go together")
+		os.Exit(2)
+	}
+	target := verifyTarget{task: verifyTask, sql: verifySQL, dir: *corpusDir}
+	if *taskID != "" {
+		target.task = *taskID
+	}
 	if *binary != "" {
-		a, p, stop, err := startServer(*binary, flag.Args())
+		extra := flag.Args()
+		if *corpusDir != "" {
+			extra = append(extra, "--corpus", *corpusDir)
+		}
+		a, p, stop, err := startServer(*binary, extra)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "servercpu:", err)
 			os.Exit(1)
@@ -89,12 +114,12 @@ func main() {
 	for i := range breq.Steps {
 		breq.Steps[i] = step
 	}
-	sub, err := submitStep(ctx, c)
+	sub, err := submitStep(ctx, c, &target)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "servercpu:", err)
 		os.Exit(1)
 	}
-	raw, err := rawQuery(ctx)
+	raw, err := rawQuery(ctx, target)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "servercpu:", err)
 		os.Exit(1)
@@ -113,7 +138,7 @@ func main() {
 			}
 			return err
 		}},
-		"raw": {1, 1, raw},
+		"raw": {*rawConc, 1, raw},
 		"batch": {*bconc, *batch, func(ctx context.Context) error {
 			r, err := c.Env.StepBatch(ctx, breq)
 			if err == nil && r.GetResults()[0].GetStatus().GetCode() != 0 {
@@ -196,30 +221,52 @@ const (
 	verifySQL  = "SELECT c.name FROM orders o JOIN customers c ON c.customer_id = o.customer_id JOIN order_items oi ON o.order_id = oi.order_id WHERE 'completed' = o.status GROUP BY c.customer_id ORDER BY SUM(oi.unit_price * oi.quantity * (1 - oi.discount)) DESC LIMIT 5"
 )
 
-// submitStep is a submit_sql of verifySQL on a fresh outcome-reward
-// episode of verifyTask (submitted while asking: STOP, then the SQL).
-func submitStep(ctx context.Context, c *client.Client) (*pb.StepRequest, error) {
-	r, err := c.Env.Reset(ctx, &pb.ResetRequest{TaskId: verifyTask, Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
-	if err != nil {
-		return nil, err
-	}
-	return &pb.StepRequest{Token: r.GetEpisodes()[0].GetToken(), Action: &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: verifySQL}}}}, nil
+// verifyTarget is what the submit and raw phases verify: a task, the SQL
+// submitted, and the corpus directory ("" for the demo).
+type verifyTarget struct {
+	task, sql, dir string
 }
 
-// rawQuery runs verifySQL through the demo corpus's own engine, in this
-// process.
-func rawQuery(ctx context.Context) (func(context.Context) error, error) {
-	c, err := corpus.LoadDemo(ctx, corpus.Options{})
+// submitStep is a submit_sql of the target's SQL on a fresh outcome-reward
+// episode of its task (submitted while asking: STOP, then the SQL). On a
+// --corpus task the SQL is the task's reference, wrapped.
+func submitStep(ctx context.Context, c *client.Client, tg *verifyTarget) (*pb.StepRequest, error) {
+	r, err := c.Env.Reset(ctx, &pb.ResetRequest{TaskId: tg.task, Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}, IncludePrivileged: true})
 	if err != nil {
 		return nil, err
 	}
-	t, ok := c.Task(verifyTask)
+	if tg.dir != "" {
+		ref := strings.TrimRight(strings.TrimSpace(strings.Join(r.GetEpisodes()[0].GetPrivileged().GetReferenceSql(), ";\n")), ";")
+		if strings.Contains(ref, ";") {
+			return nil, fmt.Errorf("task %s has several reference statements: pick a single-statement task", tg.task)
+		}
+		tg.sql = "SELECT * FROM (" + ref + ") AS avtgym_q"
+	}
+	return &pb.StepRequest{Token: r.GetEpisodes()[0].GetToken(), Action: &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: tg.sql}}}}, nil
+}
+
+// rawQuery runs the target's SQL through its corpus's own engine, in this
+// process.
+func rawQuery(ctx context.Context, tg verifyTarget) (func(context.Context) error, error) {
+	var (
+		c   *corpus.Corpus
+		err error
+	)
+	if tg.dir != "" {
+		c, err = corpus.LoadDir(ctx, tg.dir, corpus.Options{})
+	} else {
+		c, err = corpus.LoadDemo(ctx, corpus.Options{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	t, ok := c.Task(tg.task)
 	if !ok {
-		return nil, fmt.Errorf("no task %s in the demo corpus", verifyTask)
+		return nil, fmt.Errorf("no task %s in the corpus", tg.task)
 	}
 	lim := sqlexec.DefaultLimits()
 	return func(ctx context.Context) error {
-		_, err := t.DB.Engine.Query(ctx, verifySQL, lim)
+		_, err := t.DB.Engine.Query(ctx, tg.sql, lim)
 		return err
 	}, nil
 }

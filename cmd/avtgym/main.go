@@ -34,7 +34,7 @@ Usage:
                   [--solver-url URL --solver-model M [--solver-...]] [--llm-cache FILE | --no-llm-cache]
                   [--log-level L] [--log-format console|json] [--access-log-sample N]
                   [--tls-cert F --tls-key F [--client-ca F]] [--auth-file F] [--insecure-listen-any]
-                  [--health-listen ADDR] [--pprof-listen ADDR] [--reflection=false]
+                  [--health-listen ADDR] [--pprof-listen ADDR] [--reflection=false] [--gc-percent N]
                   [--max-inflight N] [--max-inflight-per-principal N] [--max-streams N]
                   [--max-connection-age D] [--max-connection-age-grace D] [--keepalive-min-time D]
                   [--drain-delay D] [--shutdown-grace D]
