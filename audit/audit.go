@@ -6,7 +6,8 @@
 // probes of PROTOCOL.md §5 their required recall and precision; no public
 // field of a record contains its reference SQL or any resolution text of
 // the corpus, nor a paraphrase of a resolution on its database
-// (paraphrase.go); and, given the
+// (paraphrase.go); TIDE records' chain alternatives and drift turns change
+// the result as they claim (tide.go); and, given the
 // models' context lengths, every record's base prompts fit them. It is
 // what `avtgym corpus check` runs; see docs/corpus-check.md.
 package audit
@@ -72,7 +73,7 @@ const (
 )
 
 // Checks lists the checks in table order.
-var Checks = []Check{Reference, Cross, Oracle, FollowUp, Leak, Context}
+var Checks = []Check{Reference, Cross, Oracle, FollowUp, ChainDrift, Leak, Context}
 
 // DefaultMinResolutionLen is the shortest resolution text (in bytes, after
 // normalisation) that the leak check searches for: shorter ones ("Yes.",
@@ -229,6 +230,8 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 			func(ctx context.Context) result { return a.checkLeak(t) },
 		)
 	}
+	tideUnits, tideSkipped := a.chainDriftUnits() // tide.go
+	units = append(units, tideUnits...)
 	seenAVT := map[string]bool{}
 	for _, t := range c.Tasks {
 		if seenAVT[t.AVTID] {
@@ -264,6 +267,7 @@ func Run(ctx context.Context, c *corpus.Corpus, opt Options) (*Report, error) {
 	for _, t := range c.Tasks {
 		results = append(results, a.checkContext(t))
 	}
+	results = append(results, tideSkipped...)
 
 	r := &Report{Corpus: c.Name, Tasks: len(c.Tasks), AVTs: c.AVTCount(), Counts: map[Check]Count{}}
 	for _, ch := range Checks {

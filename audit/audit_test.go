@@ -364,8 +364,8 @@ func TestParaphraseFindsDemoPastes(t *testing.T) {
 			}
 		}
 	}
-	if n != 88 {
-		t.Errorf("%d demo resolutions searched in paraphrase, want 88", n)
+	if n != 104 {
+		t.Errorf("%d demo resolutions searched in paraphrase, want 104", n)
 	}
 }
 

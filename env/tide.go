@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"sync"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
@@ -275,15 +276,64 @@ func (ep *episode) submitTide(ctx context.Context, sql string) error {
 // be taken (it does not parse) recognises nothing.
 func driftRecognized(ctx context.Context, t *corpus.Task, y1, y2 string) bool {
 	schema, _ := t.DB.CommitSchema(ctx) // nil knows nothing: names stay names
-	a, err := sqlcommit.Extract(y1, schema)
-	if err != nil {
+	a := commitments.get(schema, y1)
+	if a == nil {
 		return false
 	}
-	b, err := sqlcommit.Extract(y2, schema)
-	if err != nil {
+	b := commitments.get(schema, y2)
+	if b == nil {
 		return false
 	}
 	return sqlcommit.Classify(a, b).Drift
+}
+
+// commitments caches the commitment sets of the SQL TIDE episodes submit:
+// taking one parses the query (pg_query), most of a TIDE episode's cost,
+// and a GRPO group's episodes submit the same texts again and again.
+var commitments = &commitCache{m: map[commitKey]*sqlcommit.Set{}}
+
+// commitCache is a bounded map of commitment sets by schema and SQL text:
+// at most commitCacheEntries, cleared when full; texts longer than
+// commitCacheMaxSQL are not kept. A text that does not parse is kept as
+// nil (it will not parse next time either).
+type commitCache struct {
+	mu sync.Mutex
+	m  map[commitKey]*sqlcommit.Set
+}
+
+type commitKey struct {
+	schema *sqlcommit.Schema
+	sql    string
+}
+
+const (
+	commitCacheEntries = 4096
+	commitCacheMaxSQL  = 4 << 10
+)
+
+// get returns sql's commitment set under schema, nil when it does not
+// parse.
+func (c *commitCache) get(schema *sqlcommit.Schema, sql string) *sqlcommit.Set {
+	k := commitKey{schema, sql}
+	c.mu.Lock()
+	set, ok := c.m[k]
+	c.mu.Unlock()
+	if ok {
+		return set
+	}
+	set, err := sqlcommit.Extract(sql, schema)
+	if err != nil {
+		set = nil
+	}
+	if len(sql) <= commitCacheMaxSQL {
+		c.mu.Lock()
+		if len(c.m) >= commitCacheEntries {
+			clear(c.m)
+		}
+		c.m[k] = set
+		c.mu.Unlock()
+	}
+	return set
 }
 
 // tideScore is a finished TIDE episode's reward.

@@ -41,7 +41,9 @@ type RunInfo struct {
 	Patience *int32 `json:"patience"`
 	// Tasks counts the tasks the run evaluates (after --limit), and
 	// Skipped the tasks of the corpus (and split) that the protocol does
-	// not serve: under bird-c and bird-a those without a follow-up.
+	// not serve: under bird-c and bird-a those without a follow-up; under
+	// tide-f those without a TIDE sample type, under tide-p also the
+	// drift-only samples.
 	Tasks   int `json:"tasks"`
 	Skipped int `json:"skipped_tasks"`
 	// Asker names the policy of the asker condition.

@@ -307,7 +307,6 @@ func TestBirdCConfig(t *testing.T) {
 		{Config{Protocol: bird, Conditions: []Condition{AskerSpec}}, "does not run under bird-c"},
 		{Config{Protocol: bird, Solver: pb.Solver_SOLVER_LOOKUP}, "no solver"},
 		{Config{Patience: &three}, "bird-c and bird-a protocols only"},
-		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_F}, "refused"},
 		{Config{Protocol: bird, Patience: &[]int32{99}[0]}, "refused"},
 	} {
 		tc.cfg.Dir, tc.cfg.Oracles = t.TempDir(), det

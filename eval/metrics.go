@@ -226,6 +226,10 @@ type Report struct {
 	// BirdA is the analysis of a bird-a run: BirdC's figures, plus the
 	// coins spent in all and per action type.
 	BirdA *BirdCReport `json:"bird_a,omitempty"`
+	// Tide is the analysis of a tide-f or tide-p run: TIDE-Bench's
+	// metrics overall, per sample type and per drift subtype, with
+	// anchor-cluster bootstrap intervals. Rows and Cells are then empty.
+	Tide *TideReport `json:"tide,omitempty"`
 }
 
 // bird is the report's BIRD-Interact section (bird-c or bird-a; nil for
@@ -336,9 +340,16 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 		Hybrid:        opt.Hybrid,
 		Protocol:      protocol,
 	}
+	if isTide(protocol) {
+		r.Rows, r.Cells = []Row{}, []CellEntry{}
+		if r.Tide, err = analyzeTide(d, &opt, protocol); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	if protocol != "" {
 		if !isBird(protocol) {
-			return nil, fmt.Errorf("eval: no analysis for protocol %s (want ambitab, bird-c or bird-a)", protocol)
+			return nil, fmt.Errorf("eval: no analysis for protocol %s (want ambitab, bird-c, bird-a, tide-f or tide-p)", protocol)
 		}
 		r.Rows, r.Cells = []Row{}, []CellEntry{}
 		if protocol == BirdA {

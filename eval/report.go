@@ -173,16 +173,28 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 // document with one Table 8 (rows = corpus × oracle).
 func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	var b strings.Builder
-	var bird []*Report
+	var bird, tide []*Report
 	rs = slices.DeleteFunc(slices.Clone(rs), func(r *Report) bool {
-		if r.bird() != nil {
+		switch {
+		case r.bird() != nil:
 			bird = append(bird, r)
-			return true
+		case r.Tide != nil:
+			tide = append(tide, r)
+		default:
+			return false
 		}
-		return false
+		return true
 	})
 	if len(bird) > 0 {
 		writeBirdCMarkdown(&b, bird)
+		if len(rs)+len(tide) == 0 {
+			_, err := io.WriteString(w, b.String())
+			return err
+		}
+		b.WriteString("\n")
+	}
+	if len(tide) > 0 {
+		writeTideMarkdown(&b, tide)
 		if len(rs) == 0 {
 			_, err := io.WriteString(w, b.String())
 			return err

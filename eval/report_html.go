@@ -41,8 +41,12 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n")
 	fmt.Fprintf(&b, "<title>avtgym evaluation: %s</title>\n<style>%s</style>\n</head>\n<body>\n", esc(r.Corpus), htmlCSS)
 	fmt.Fprintf(&b, "<h1>avtgym evaluation: %s</h1>\n", esc(r.Corpus))
-	if r.bird() != nil {
-		writeBirdCHTML(&b, r)
+	if r.bird() != nil || r.Tide != nil {
+		if r.Tide != nil {
+			writeTideHTML(&b, r)
+		} else {
+			writeBirdCHTML(&b, r)
+		}
 		writeHTMLGroupSignal(&b, r)
 		b.WriteString("</body>\n</html>\n")
 		_, err := io.WriteString(w, b.String())

@@ -197,8 +197,12 @@ type Config struct {
 	// follow-up are evaluated, the episodes take BIRD-Interact's reward, the
 	// conditions are asker (default) and full, no oracle is added for
 	// leakage diagnostics, and the report gives phase-1 and phase-2 SR and
-	// the mean and normalised reward. The server refuses the reserved
-	// protocols, and the run stops with its reason.
+	// the mean and normalised reward. Under TIDE_F and TIDE_P only TIDE's
+	// samples are evaluated (TaskSummary.sample_type set; under TIDE_P the
+	// chain-only and joint ones), the asker condition only (default asker:
+	// the scripted chain-aware baseline), and the report gives TIDE-Bench's
+	// metrics (TideReport). A server that refuses a protocol stops the run
+	// with its reason.
 	Protocol pb.Protocol
 	// Patience is BIRD_C's patience in turns, or BIRD_A's in coins (nil:
 	// the server's default).
@@ -318,11 +322,20 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	}
 	res := &Result{}
 	tasks, res.SkippedTasks = policy.ProtocolTasks(tasks, cfg.Protocol)
-	if len(tasks) == 0 {
-		return nil, fmt.Errorf("eval: no task of corpus %q split %q has a follow-up, which %s needs", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol))
-	}
-	if res.SkippedTasks > 0 {
-		fmt.Fprintf(cfg.Warn, "eval: %s serves only tasks with a follow-up: %d task(s) without one skipped\n", driver.ProtocolName(cfg.Protocol), res.SkippedTasks)
+	if driver.IsTide(cfg.Protocol) {
+		if len(tasks) == 0 {
+			return nil, fmt.Errorf("eval: no task of corpus %q split %q is one %s serves: %s", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol), tideServes(cfg.Protocol))
+		}
+		if res.SkippedTasks > 0 {
+			fmt.Fprintf(cfg.Warn, "eval: %s serves only %s: %d task(s) skipped\n", driver.ProtocolName(cfg.Protocol), tideServes(cfg.Protocol), res.SkippedTasks)
+		}
+	} else {
+		if len(tasks) == 0 {
+			return nil, fmt.Errorf("eval: no task of corpus %q split %q has a follow-up, which %s needs", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol))
+		}
+		if res.SkippedTasks > 0 {
+			fmt.Fprintf(cfg.Warn, "eval: %s serves only tasks with a follow-up: %d task(s) without one skipped\n", driver.ProtocolName(cfg.Protocol), res.SkippedTasks)
+		}
 	}
 	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
 		tasks = tasks[:cfg.Limit]
@@ -455,6 +468,9 @@ func (cfg *Config) protocolDefaults() error {
 	if len(cfg.Conditions) == 0 {
 		cfg.Conditions = []Condition{Asker}
 	}
+	if driver.IsTide(cfg.Protocol) {
+		return cfg.tideDefaults()
+	}
 	for _, c := range cfg.Conditions {
 		if !slices.Contains(BirdCConditions, c) {
 			return fmt.Errorf("eval: the %s condition does not run under %s (want asker or full: the others measure AMBITAB's leakage)", c, driver.ProtocolName(cfg.Protocol))
@@ -485,7 +501,10 @@ func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskS
 			return fmt.Errorf("eval: pre-flight: the asker %s is unavailable: %w", cfg.Asker.Name(), err)
 		}
 	}
-	probeQ := policy.Replay("preflight", []string{probe.Generic1})
+	var probeQ policy.Player = policy.Replay("preflight", []string{probe.Generic1})
+	if driver.IsTide(cfg.Protocol) {
+		probeQ = tidePreflight{}
+	}
 	if !cfg.ambitab() {
 		if err := policy.CheckOptions(ctx, env, task, cfg.options(cfg.Oracles[0])); err != nil {
 			return fmt.Errorf("eval: pre-flight: %w", err)
@@ -845,6 +864,9 @@ func (e *Episode) label(cl cell) *Episode {
 	}
 	if e.Split == "" {
 		e.Split = cl.task.GetSplit()
+	}
+	if e.SampleType == "" {
+		e.SampleType = cl.task.GetSampleType()
 	}
 	return e
 }

@@ -66,13 +66,16 @@ func play(t *testing.T, o Oracle, rec *corpus.Record, opt AskOptions, qs []strin
 // TestWholeRequestQuestionGamesDefaultMatcher is the motivating example of
 // the strict-credit option: under AmbiTab's (default) deterministic
 // matcher, the single question "What do you mean by: <request>?" earns
-// question-F1 1.0 on every demo task with a counted ambiguity (all 54);
-// with StrictCredit it credits nothing and earns 0 on every one of them.
+// question-F1 1.0 on every demo task with a counted ambiguity and no
+// chain (all 54); with StrictCredit it credits nothing and earns 0 on every
+// one of them. (A chain task's second layer is not named in its request
+// and is credited only after the first, so the question earns it no
+// credit: TestWholeRequestQuestionOnChains.)
 func TestWholeRequestQuestionGamesDefaultMatcher(t *testing.T) {
 	o := Deterministic()
 	n := 0
 	for _, rec := range loadDemo(t) {
-		if len(rec.Counted()) == 0 {
+		if len(rec.Counted()) == 0 || rec.HasChain() {
 			continue
 		}
 		n++
@@ -89,7 +92,35 @@ func TestWholeRequestQuestionGamesDefaultMatcher(t *testing.T) {
 		}
 	}
 	if n != 54 {
-		t.Fatalf("%d demo tasks with counted ambiguities, want 54", n)
+		t.Fatalf("%d demo tasks with counted ambiguities and no chain, want 54", n)
+	}
+}
+
+// TestWholeRequestQuestionOnChains: on the demo's chain tasks (TIDE's
+// chain-only and joint samples) the whole-request question earns the
+// first layer only: the second depends on it, so the same question cannot
+// credit it.
+func TestWholeRequestQuestionOnChains(t *testing.T) {
+	o := Deterministic()
+	n := 0
+	for _, rec := range loadDemo(t) {
+		if !rec.HasChain() {
+			continue
+		}
+		n++
+		ep := playEpisode(t, o, rec, AskOptions{}, []string{wholeRequest(rec)})
+		layers := rec.ChainLayers()
+		for _, c := range ep.Credits[0] {
+			if layers[c] != 1 {
+				t.Errorf("%s: the whole-request question credited %q, a layer-%d ambiguity", rec.ID, rec.Ambiguities[c].Term, layers[c])
+			}
+		}
+		if len(ep.Credits[0]) == 0 {
+			t.Errorf("%s: the whole-request question credited nothing; the request names the first layer", rec.ID)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the demo has no chain task")
 	}
 }
 

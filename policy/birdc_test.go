@@ -190,14 +190,24 @@ func TestWrongReadingsFile(t *testing.T) {
 	}
 }
 
-// TestReservedProtocolRefused: a protocol the server does not serve stops
-// the rollout with the server's reason.
-func TestReservedProtocolRefused(t *testing.T) {
+// TestRolloutKeepsProtocolTasks: under the TIDE protocols a rollout plays
+// TIDE's samples only (under TIDE_P not the drift-only ones), and its
+// notice says so.
+func TestRolloutKeepsProtocolTasks(t *testing.T) {
 	srv := testutil.StartServer(t, app.Config{})
-	for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P} {
-		_, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: Scripted(probe.Full), Corpus: "demo", Options: &pb.EpisodeOptions{Protocol: p}})
-		if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), p.String()) {
-			t.Errorf("%s: %v", p, err)
+	for p, prefix := range map[pb.Protocol]string{pb.Protocol_PROTOCOL_TIDE_F: "tide-", pb.Protocol_PROTOCOL_TIDE_P: "tide-"} {
+		var notices []string
+		recs, err := Rollout(context.Background(), srv.Client.Env, RolloutConfig{Player: Tide(TideAskChain, TideDriftAware), Corpus: "demo", Options: &pb.EpisodeOptions{Protocol: p}, Notice: func(s string) { notices = append(notices, s) }})
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		for _, r := range recs {
+			if !strings.HasPrefix(r.TaskID, prefix) || (p == pb.Protocol_PROTOCOL_TIDE_P && strings.HasSuffix(r.TaskID, "-D")) {
+				t.Errorf("%s played %s", p, r.TaskID)
+			}
+		}
+		if len(notices) != 1 || !strings.Contains(notices[0], "TIDE") || strings.Contains(notices[0], "follow-up") {
+			t.Errorf("%s: notices %q", p, notices)
 		}
 	}
 }

@@ -46,14 +46,14 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 	all := len(tasks)
 	tasks, skipped := ProtocolTasks(tasks, cfg.Options.GetProtocol())
 	if skipped > 0 && cfg.Notice != nil {
-		cfg.Notice(fmt.Sprintf("%s serves only tasks with a follow-up: %d of %d tasks kept, %d skipped", driver.ProtocolName(cfg.Options.GetProtocol()), len(tasks), all, skipped))
+		cfg.Notice(fmt.Sprintf("%s serves only %s: %d of %d tasks kept, %d skipped", driver.ProtocolName(cfg.Options.GetProtocol()), ServedTasks(cfg.Options.GetProtocol()), len(tasks), all, skipped))
 	}
 	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
 		tasks = tasks[:cfg.Limit]
 	}
 	if len(tasks) == 0 {
 		if skipped > 0 {
-			return nil, fmt.Errorf("no task of corpus %q split %q has a follow-up, which %s needs", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Options.GetProtocol()))
+			return nil, fmt.Errorf("no task of corpus %q split %q is one of the %s that %s serves", cfg.Corpus, cfg.Split, ServedTasks(cfg.Options.GetProtocol()), driver.ProtocolName(cfg.Options.GetProtocol()))
 		}
 		return nil, fmt.Errorf("no task matches corpus %q split %q", cfg.Corpus, cfg.Split)
 	}
@@ -95,19 +95,44 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 }
 
 // ProtocolTasks keeps the tasks a protocol serves: under BIRD_C those with
-// a follow-up (TaskSummary.subtasks = 2), and so under BIRD_A; under the
-// others all. It returns them, in order, and how many were left out.
+// a follow-up (TaskSummary.subtasks = 2), and so under BIRD_A; under
+// TIDE_F TIDE's samples (TaskSummary.sample_type set); under TIDE_P its
+// chain-only and joint samples (the p-protocol pre-fills the chain's first
+// layer); under AMBITAB all. It returns them, in order, and how many were
+// left out.
 func ProtocolTasks(tasks []*pb.TaskSummary, p pb.Protocol) ([]*pb.TaskSummary, int) {
-	if !driver.IsBird(p) {
+	var keep func(*pb.TaskSummary) bool
+	switch {
+	case driver.IsBird(p):
+		keep = func(t *pb.TaskSummary) bool { return t.GetSubtasks() >= 2 }
+	case p == pb.Protocol_PROTOCOL_TIDE_F:
+		keep = func(t *pb.TaskSummary) bool { return t.GetSampleType() != "" }
+	case p == pb.Protocol_PROTOCOL_TIDE_P:
+		keep = func(t *pb.TaskSummary) bool { return t.GetSampleType() == "chain_only" || t.GetSampleType() == "joint" }
+	default:
 		return tasks, 0
 	}
 	var kept []*pb.TaskSummary
 	for _, t := range tasks {
-		if t.GetSubtasks() >= 2 {
+		if keep(t) {
 			kept = append(kept, t)
 		}
 	}
 	return kept, len(tasks) - len(kept)
+}
+
+// ServedTasks describes the tasks ProtocolTasks keeps under p, for
+// notices: "tasks with a follow-up", "TIDE samples", ….
+func ServedTasks(p pb.Protocol) string {
+	switch {
+	case driver.IsBird(p):
+		return "tasks with a follow-up"
+	case p == pb.Protocol_PROTOCOL_TIDE_F:
+		return "TIDE samples (TaskSummary.sample_type)"
+	case p == pb.Protocol_PROTOCOL_TIDE_P:
+		return "TIDE chain-only and joint samples"
+	}
+	return "tasks"
 }
 
 // CheckOptions resets one episode on task with opts and reports the

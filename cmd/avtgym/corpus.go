@@ -19,7 +19,8 @@ const corpusUsage = `usage:
   avtgym corpus validate [--postgres URL] DIR...
   avtgym corpus check [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] [flags] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force]
-  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force]`
+  avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force]
+  avtgym corpus import tide --in DIR --dbs DIR --out DIR [--force]`
 
 func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) < 1 {
@@ -59,6 +60,8 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return runImportAmbrosia(ctx, args[2:], stdout, stderr)
 		case "birdinteract":
 			return runImportBirdInteract(ctx, args[2:], stdout, stderr)
+		case "tide":
+			return runImportTide(ctx, args[2:], stdout, stderr)
 		}
 	}
 	fmt.Fprintln(stderr, corpusUsage)

@@ -39,11 +39,11 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c or bird-a), scripted:explorer (bird-a: each tool once, then as full), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c and bird-a the default is scripted:full")
+	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c or bird-a), scripted:explorer (bird-a: each tool once, then as full), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c and bird-a the default is scripted:full; under tide-f and tide-p the TIDE baselines scripted:chain-aware (the default), chain-blind, none-aware, none-blind, or llm (the TIDE LLM agent)")
 	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, llm, llm_scoped, hybrid, hybrid_scoped, or a test oracle; each one's hybrid and the reference are added (the diagnostics compare with them)")
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
-	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c or bird-a: asker, full; default asker)")
+	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c or bird-a: asker, full; default asker; tide-f and tide-p: asker only)")
 	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c or bird-a, where the policy writes it")
 	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
 	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
@@ -73,16 +73,29 @@ func (f *evalFlags) config() error {
 	}
 	f.cfg.Protocol, f.cfg.Patience = opts.GetProtocol(), opts.Patience
 	ambitab := f.cfg.Protocol == pb.Protocol_PROTOCOL_UNSPECIFIED
+	tide := driver.IsTide(f.cfg.Protocol)
 	if !ambitab {
 		if !f.proto.set["conditions"] {
 			f.conds = string(eval.Asker)
 		}
 		if !f.proto.set["asker"] {
 			f.asker = "scripted:" + string(probe.Full)
+			if tide {
+				f.asker = "scripted:" + eval.DefaultTideAsker
+			}
 		}
 		if f.proto.set["solver"] {
 			return fmt.Errorf("--solver does not apply to --protocol %s: the policy writes the SQL", f.proto.protocol)
 		}
+	}
+	if tide {
+		if err := f.tideFlags(); err != nil {
+			return err
+		}
+	}
+	allowed, want := eval.BirdCConditions, "asker or full"
+	if tide {
+		allowed, want = eval.TideConditions, "asker only: the evaluated TIDE policy"
 	}
 	for _, s := range splitList(f.oracles) {
 		o, err := eval.ParseOracle(s)
@@ -103,8 +116,8 @@ func (f *evalFlags) config() error {
 		if err != nil {
 			return err
 		}
-		if !ambitab && !slices.Contains(eval.BirdCConditions, c) {
-			return fmt.Errorf("the %s condition does not run under --protocol %s (want asker or full)", c, f.proto.protocol)
+		if !ambitab && !slices.Contains(allowed, c) {
+			return fmt.Errorf("the %s condition does not run under --protocol %s (want %s)", c, f.proto.protocol, want)
 		}
 		f.cfg.Conditions = append(f.cfg.Conditions, c)
 	}
@@ -134,9 +147,52 @@ func (f *evalFlags) config() error {
 	return nil
 }
 
+// tideFlagRules says why a flag does not apply under --protocol tide-f
+// and tide-p.
+var tideFlagRules = []struct{ flag, why string }{
+	{"donor-seed", "--donor-seed applies to --protocol ambitab (the asker_spec condition's donors)"},
+	{"reference", "--reference applies to --protocol ambitab (the leakage diagnostics)"},
+	{"hybrid", "--hybrid applies to --protocol ambitab (the leakage diagnostics)"},
+	{"wrong-readings", "--wrong-readings is the wrong-reading policy's, which does not play TIDE (use scripted:chain-blind or none-blind for a policy that misses the drift)"},
+	{"asker-style", "--asker-style is the ambitab LLM asker's (the TIDE LLM agent has its own prompt)"},
+}
+
+// tideFlags rejects the flags that do not apply under TIDE's protocols.
+func (f *evalFlags) tideFlags() error {
+	for _, r := range tideFlagRules {
+		if f.proto.set[r.flag] {
+			return fmt.Errorf("%s, not to --protocol %s", r.why, f.proto.protocol)
+		}
+	}
+	return nil
+}
+
+// tidePlayer is the TIDE policy --asker names under tide-f and tide-p.
+func (f *evalFlags) tidePlayer() (policy.Player, func(), error) {
+	want := "want scripted:" + strings.Join(policy.TidePolicies, ", scripted:") + " or llm (the TIDE LLM agent)"
+	switch a := f.asker; {
+	case strings.HasPrefix(a, "scripted:"):
+		p, err := policy.ParseTidePolicy(strings.TrimPrefix(a, "scripted:"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("--asker %s does not play --protocol %s (%s)", a, f.proto.protocol, want)
+		}
+		return p, func() {}, nil
+	case a == "llm":
+		return f.llmAsker.buildTideAgent("--asker llm")
+	case strings.HasPrefix(a, "trajectories:"):
+		return nil, nil, fmt.Errorf("--asker %s replays questions only, and a TIDE policy writes its SQL (%s)", a, want)
+	}
+	return nil, nil, fmt.Errorf("unknown asker %q under --protocol %s (%s)", f.asker, f.proto.protocol, want)
+}
+
 // player is the asker --asker names; the function releases what it holds.
 func (f *evalFlags) player() (policy.Player, func(), error) {
+	if driver.IsTide(f.cfg.Protocol) {
+		return f.tidePlayer()
+	}
 	switch a := f.asker; {
+	case strings.HasPrefix(a, "scripted:") && slices.Contains(policy.TidePolicies, strings.TrimPrefix(a, "scripted:")):
+		return nil, nil, fmt.Errorf("--asker %s is a TIDE baseline: it plays --protocol tide-f or tide-p", a)
 	case a == "scripted:"+policy.PartialName:
 		return policy.Partial(), func() {}, nil
 	case a == "scripted:"+policy.ExplorerName:

@@ -123,10 +123,6 @@ func TestEvalBirdC(t *testing.T) {
 		t.Errorf("defaults: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
 
-	if code, _, stderr := runCmd(t, "eval", "--server", s.Addr, "--protocol", "tide-f", "--out", filepath.Join(t.TempDir(), "a"), "--quiet"); code != 1 ||
-		!strings.Contains(stderr, "refused") {
-		t.Errorf("--protocol tide-f: exit %d, stderr %q", code, stderr)
-	}
 	for _, bad := range [][]string{
 		{"eval", "--out", dir, "--protocol", "bird-c", "--solver", "lookup"},
 		{"eval", "--out", dir, "--protocol", "bird-c", "--conditions", "none"},
@@ -134,7 +130,6 @@ func TestEvalBirdC(t *testing.T) {
 		{"eval", "--out", dir, "--protocol", "nosuch"},
 		{"eval", "--out", dir, "--asker", "scripted:wrong-reading", "--wrong-readings", demoReadings},
 		{"eval", "--out", dir, "--protocol", "bird-c", "--asker", "scripted:wrong-reading"},
-		{"eval", "--out", dir, "--protocol", "tide-f", "--asker", "llm", "--asker-url", "http://127.0.0.1:1/v1", "--asker-model", "m"},
 		{"eval", "--out", dir, "--protocol", "bird-c", "--asker", "llm"},
 	} {
 		if code, _, stderr := runCmd(t, bad...); code != 2 {

@@ -51,6 +51,7 @@ Usage:
   avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force] [--list-rejected=false] [--quiet]
   avtgym corpus import birdinteract --in DIR --out DIR [--responses FILE] [--postgres URL] [--force] [--name NAME]
+  avtgym corpus import tide --in DIR --dbs DIR --out DIR [--force] [--name NAME] [--quiet]
   avtgym probe    --oracle-url URL --oracle-model M [--oracle-...] [--corpus DIR]... [--postgres URL]
                   [--variants unfiltered,scoped] [--limit N] [--workers N] [--allow-leaks] [--json]
                   [--min-accuracy F] [--timeout D]

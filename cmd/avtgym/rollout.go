@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"avtgym/client"
@@ -38,7 +40,7 @@ type protocolFlags struct {
 }
 
 func (p *protocolFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.protocol, "protocol", "ambitab", "interaction protocol: ambitab, bird-c (BIRD-Interact's c-Interact), bird-a (BIRD-Interact's a-Interact: coins, tools; both play only tasks with a follow-up), or tide-f, tide-p (reserved: the server refuses them for now)")
+	fs.StringVar(&p.protocol, "protocol", "ambitab", "interaction protocol: ambitab, bird-c (BIRD-Interact's c-Interact), bird-a (BIRD-Interact's a-Interact: coins, tools; both play only tasks with a follow-up), or tide-f, tide-p (TIDE-Bench's f- and p-protocols: 20 turns, a drift turn after the first SQL on drift samples; tide-f plays TIDE's samples, tide-p its chain-only and joint ones)")
 	fs.IntVar(&p.patience, "patience", 3, "bird-c: turns beyond the m counted ambiguities (BIRD-Interact used 0, 3, 5, 7; default: the server's, 3); bird-a: coins beyond 6 + 2m (0, 6, 10, 14; default 6)")
 	fs.StringVar(&p.wrongReadings, "wrong-readings", "", "the wrong-reading policy's file of SQL of another reading per task (fixtures/wrong-readings/*.json); required by that policy")
 }
@@ -59,8 +61,8 @@ func (p *protocolFlags) options(opts *pb.EpisodeOptions) error {
 		opts.Protocol = proto
 	}
 	if p.set["patience"] {
-		if proto == pb.Protocol_PROTOCOL_AMBITAB {
-			return fmt.Errorf("--patience applies to --protocol bird-c and bird-a (ambitab's budget is m + extra questions)")
+		if !driver.IsBird(proto) {
+			return fmt.Errorf("--patience applies to --protocol bird-c and bird-a (ambitab's budget is m + extra questions; tide-f's and tide-p's 20 turns)")
 		}
 		if p.patience < 0 {
 			return fmt.Errorf("--patience must not be negative")
@@ -125,6 +127,36 @@ func (a *askerFlags) buildAgent(when string) (*policy.LLMAgent, func(), error) {
 	return nil, nil, err
 }
 
+// buildTideAgent makes TIDE-Bench's LLM agent (tide-f, tide-p) from the
+// same flags (--asker-style does not apply: the agent has TIDE's one
+// prompt); the returned function closes its cache.
+func (a *askerFlags) buildTideAgent(when string) (*policy.TideAgent, func(), error) {
+	if a.url == "" || a.model == "" {
+		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
+	}
+	if a.concurrency <= 0 || a.timeout <= 0 {
+		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
+	}
+	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: true, Version: policy.TideAgentPromptVersion}
+	closeCache := func() {}
+	if a.cache != "" {
+		cache, err := llm.OpenFileCache(a.cache)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Cache, closeCache = cache, func() { cache.Close() }
+	}
+	lc, err := llm.New(cfg, nil)
+	if err == nil {
+		var agent *policy.TideAgent
+		if agent, err = policy.NewTideAgent(lc); err == nil {
+			return agent, closeCache, nil
+		}
+	}
+	closeCache()
+	return nil, nil, err
+}
+
 // build makes the LLM asker; the returned function closes its cache.
 func (a *askerFlags) build(when string) (*policy.LLMAsker, func(), error) {
 	style, err := policy.ParseAskerStyle(a.style)
@@ -162,7 +194,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.addr, "server", "127.0.0.1:50051", "server address")
-	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted), wrong-reading (asks like full, then submits another reading's SQL: --wrong-readings), explorer (bird-a: calls each tool once, asks like full, submits the references; elsewhere full) or llm (the LLM asker under ambitab; under bird-c and bird-a the LLM agent, one action per turn in BIRD-Interact's agentic grammar) (required)")
+	fs.StringVar(&f.policy, "policy", "", "policy: none, full, full_adv, none_adv (scripted), wrong-reading (asks like full, then submits another reading's SQL: --wrong-readings), explorer (bird-a: calls each tool once, asks like full, submits the references; elsewhere full) or llm (the LLM asker under ambitab; under bird-c and bird-a the LLM agent, one action per turn in BIRD-Interact's agentic grammar; under tide-f and tide-p TIDE-Bench's agent, one JSON object per turn); under tide-f and tide-p: chain-aware, chain-blind, none-aware, none-blind (scripted: asks about the chain's L1 then L2 term, or nothing; after the drift turn submits the post-drift reference, or its first SQL again) or llm (required)")
 	f.asker.register(fs, "--policy llm")
 	f.proto.register(fs)
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
@@ -216,7 +248,11 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	sum := eval.SummarizeRollout(player.Name(), records)
-	printRollout(stdout, sum, f.json)
+	if driver.IsTide(opts.GetProtocol()) {
+		printTideRollout(stdout, sum, summarizeTide(records), f.json)
+	} else {
+		printRollout(stdout, sum, f.json)
+	}
 	if sum.Errors > 0 {
 		fmt.Fprintf(stderr, "rollout: %d episode(s) failed or ended in ERROR; see the episodes file for their errors\n", sum.Errors)
 		return 1
@@ -277,6 +313,19 @@ func (f *rolloutFlags) options() (*pb.EpisodeOptions, error) {
 // rolloutPlayer is the policy --policy names; the function releases what
 // it holds.
 func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
+	tide := driver.IsTide(f.cfg.Options.GetProtocol())
+	isTidePolicy := slices.Contains(policy.TidePolicies, f.policy)
+	switch {
+	case tide && f.policy == "llm":
+		return f.asker.buildTideAgent("--policy llm")
+	case tide && isTidePolicy:
+		p, err := policy.ParseTidePolicy(f.policy)
+		return p, func() {}, err
+	case tide:
+		return nil, nil, fmt.Errorf("under --protocol %s the policy is one of %s or llm, not %q", f.proto.protocol, strings.Join(policy.TidePolicies, ", "), f.policy)
+	case isTidePolicy:
+		return nil, nil, fmt.Errorf("the %s policy plays --protocol tide-f and tide-p only", f.policy)
+	}
 	if f.policy == policy.WrongReadingName {
 		w, err := f.proto.wrongReading()
 		if err != nil {
@@ -302,7 +351,7 @@ func rolloutPlayer(f *rolloutFlags) (policy.Player, func(), error) {
 	}
 	name, err := probe.Parse(f.policy)
 	if err != nil {
-		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv, wrong-reading, explorer or llm)", f.policy)
+		return nil, nil, fmt.Errorf("unknown policy %q (want none, full, full_adv, none_adv, wrong-reading, explorer or llm; under tide-f and tide-p %s or llm)", f.policy, strings.Join(policy.TidePolicies, ", "))
 	}
 	return policy.Scripted(name), func() {}, nil
 }
@@ -357,6 +406,148 @@ func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 	fmt.Fprintf(w, "precision %s  recall %s  F1 %s  reward %s  success %s\n", f(sum.Precision), f(sum.Recall), f(sum.F1), f(sum.RewardMean), f(sum.SuccessRate))
 	if m := sum.MultiInterpretation; m.Episodes > 0 {
 		fmt.Fprintf(w, "multi-interpretation AVTs: %d episodes, success %s (chance %s)\n", m.Episodes, f(m.SuccessRate), f(m.Chance))
+	}
+}
+
+// tideRates are TIDE-Bench's metrics (its Table 2; PROTOCOL.md §9) over a
+// rollout's scored episodes, each over the episodes where it is defined
+// (null where none is): DEA, every SQL matched (the reward); AR, some
+// question asked; L1-IR and L2-IR, a question routed to L1 / L2 (chain
+// samples; L2-IR under tide-p is TIDE's L2-IRp, L1 being pre-filled);
+// JIR, both in one episode; DRR, the policy's two SQLs satisfy
+// S(y1) ⊄ S(y2) (drift samples); DRA, DRR and the post-drift SQL matched.
+type tideRates struct {
+	Episodes int      `json:"episodes"`
+	DEA      *float64 `json:"dea"`
+	AR       *float64 `json:"ar"`
+	L1IR     *float64 `json:"l1_ir"`
+	L2IR     *float64 `json:"l2_ir"`
+	JIR      *float64 `json:"jir"`
+	DRR      *float64 `json:"drr"`
+	DRA      *float64 `json:"dra"`
+}
+
+// tideSummary is a TIDE rollout's metrics: over all its scored episodes,
+// by sample type (chain_only, drift_only, joint), and DRA by drift subtype
+// (value, constraint, projection).
+type tideSummary struct {
+	tideRates
+	BySampleType   map[string]*tideRates `json:"by_sample_type"`
+	DRAByDriftType map[string]*float64   `json:"dra_by_drift_subtype"`
+}
+
+// tideMeans accumulates the metrics of some episodes.
+type tideMeans struct {
+	n int
+	// sum and cnt of DEA, AR, L1-IR, L2-IR, JIR, DRR and DRA, in order.
+	sum, cnt [7]float64
+}
+
+func (m *tideMeans) add(r *driver.Record) {
+	m.n++
+	put := func(i int, x *float64) {
+		if x != nil {
+			m.sum[i] += *x
+			m.cnt[i]++
+		}
+	}
+	both := func(a, b *float64) *float64 {
+		if a == nil || b == nil {
+			return nil
+		}
+		v := min(*a, *b)
+		return &v
+	}
+	put(0, r.Reward)
+	put(1, r.Asked)
+	put(2, r.L1Identified)
+	put(3, r.L2Identified)
+	put(4, both(r.L1Identified, r.L2Identified))
+	put(5, r.DriftRecognized)
+	put(6, both(r.DriftRecognized, r.SQL2))
+}
+
+func (m *tideMeans) mean(i int) *float64 {
+	if m.cnt[i] == 0 {
+		return nil
+	}
+	v := m.sum[i] / m.cnt[i]
+	return &v
+}
+
+func (m *tideMeans) rates() *tideRates {
+	return &tideRates{Episodes: m.n, DEA: m.mean(0), AR: m.mean(1), L1IR: m.mean(2), L2IR: m.mean(3), JIR: m.mean(4), DRR: m.mean(5), DRA: m.mean(6)}
+}
+
+// group is m's entry for key, made when missing.
+func group(m map[string]*tideMeans, key string) *tideMeans {
+	if m[key] == nil {
+		m[key] = &tideMeans{}
+	}
+	return m[key]
+}
+
+// summarizeTide computes TIDE's metrics over the scored records.
+func summarizeTide(records []*driver.Record) *tideSummary {
+	var all tideMeans
+	byType, byDrift := map[string]*tideMeans{}, map[string]*tideMeans{}
+	for _, r := range records {
+		if !r.Scored() {
+			continue
+		}
+		all.add(r)
+		group(byType, r.SampleType).add(r)
+		group(byDrift, r.DriftSubtype).add(r)
+	}
+	delete(byType, "")
+	delete(byDrift, "")
+	s := &tideSummary{tideRates: *all.rates(), BySampleType: map[string]*tideRates{}, DRAByDriftType: map[string]*float64{}}
+	for k, m := range byType {
+		s.BySampleType[k] = m.rates()
+	}
+	for k, m := range byDrift {
+		s.DRAByDriftType[k] = m.mean(6)
+	}
+	return s
+}
+
+// printTideRollout prints a TIDE rollout's summary: with --json the
+// rollout summary with a "tide" object of TIDE's metrics; else a line of
+// them overall, and one per sample type.
+func printTideRollout(w io.Writer, sum *eval.RolloutSummary, t *tideSummary, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(struct {
+			*eval.RolloutSummary
+			Tide *tideSummary `json:"tide"`
+		}{sum, t})
+		return
+	}
+	f := func(x *float64) string {
+		if x == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.3f", *x)
+	}
+	line := func(label string, r *tideRates) {
+		fmt.Fprintf(w, "%s (%d): DEA %s  AR %s  L1-IR %s  L2-IR %s  JIR %s  DRR %s  DRA %s\n", label, r.Episodes, f(r.DEA), f(r.AR), f(r.L1IR), f(r.L2IR), f(r.JIR), f(r.DRR), f(r.DRA))
+	}
+	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated)
+	line("protocol "+sum.Protocol, &t.tideRates)
+	for _, k := range []string{"chain_only", "drift_only", "joint"} {
+		if r := t.BySampleType[k]; r != nil {
+			line("  "+k, r)
+		}
+	}
+	if len(t.DRAByDriftType) > 0 {
+		fmt.Fprint(w, "  DRA by drift subtype:")
+		for _, k := range []string{"value", "constraint", "projection"} {
+			if x, ok := t.DRAByDriftType[k]; ok {
+				fmt.Fprintf(w, "  %s %s", k, f(x))
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 
