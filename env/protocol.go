@@ -358,9 +358,9 @@ func observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
 	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
 		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_TURNS, int64(st.TurnsTotal)*1000, int64(st.TurnsUsed)*1000
 		o.QuestionsAsked = int32(len(st.Questions)) - st.Prefilled
-		// Budget is the turns less one per SQL the task takes: what is left
-		// keeps a turn for each SQL still to come.
-		o.QuestionsRemaining = max(0, st.Budget+st.SqlsSubmitted-st.TurnsUsed)
+		// One turn is kept for an SQL; not one per SQL the task takes,
+		// which would tell a policy whether a drift will come.
+		o.QuestionsRemaining = max(0, st.TurnsTotal-st.TurnsUsed-1)
 	default:
 		b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, int64(st.Budget)*1000, int64(len(st.Questions))*1000
 		o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)

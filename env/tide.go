@@ -118,7 +118,9 @@ func resolveTide(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState)
 	}
 	st.Reward, st.Solver = pb.RewardType_REWARD_TYPE_OUTCOME, pb.Solver_SOLVER_CLIENT
 	st.TurnsTotal = TideTurns
-	st.Budget = TideTurns - tideSQLs(t)
+	// The question budget keeps one turn for an SQL, whether or not a
+	// drift will ask for a second: the observation must not tell which.
+	st.Budget = TideTurns - 1
 	if p == pb.Protocol_PROTOCOL_TIDE_P {
 		i := primeLayer(t)
 		a := t.Ambiguities[i]
@@ -136,14 +138,6 @@ func resolveTide(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState)
 		st.Prefilled = 1
 	}
 	return nil
-}
-
-// tideSQLs is how many SQLs a TIDE episode on t takes: 2 with a drift.
-func tideSQLs(t *corpus.Task) int32 {
-	if t.Drift != nil {
-		return 2
-	}
-	return 1
 }
 
 // tidePrefill is the turns TIDE_P's reset shows after the request: the

@@ -2,6 +2,7 @@ package env_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -267,6 +268,26 @@ func TestTideUnparsedAndLimits(t *testing.T) {
 	}
 	if r.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED || r.GetReward().GetValue() != 0 {
 		t.Fatalf("at the turn limit: status %s reward %v", r.GetStatus(), r.GetReward())
+	}
+}
+
+// TestTideCountersHideTheDrift: a chain-only and a joint sample (the
+// same request and chain; only the joint one has a drift) show the same
+// counters and budget until the drift turn: nothing in the observation
+// tells whether a drift will come.
+func TestTideCountersHideTheDrift(t *testing.T) {
+	e, _ := newEnv(t, loadTide(t), nil)
+	counters := func(o *pb.Observation) string {
+		return strings.Join([]string{o.GetBudget().String(), strconv.Itoa(int(o.GetQuestionBudget())), strconv.Itoa(int(o.GetQuestionsAsked())), strconv.Itoa(int(o.GetQuestionsRemaining())), strconv.Itoa(int(o.GetSubtask())), o.GetPhase().String()}, " ")
+	}
+	c, j := resetTide(t, e, "t1-C", pb.Protocol_PROTOCOL_TIDE_F), resetTide(t, e, "t1-J", pb.Protocol_PROTOCOL_TIDE_F)
+	if a, b := counters(c.GetObservation()), counters(j.GetObservation()); a != b {
+		t.Errorf("at reset: chain-only %s, joint %s", a, b)
+	}
+	rc := mustStep(t, e, c.GetToken(), askAction("What is the sales size?"), false)
+	rj := mustStep(t, e, j.GetToken(), askAction("What is the sales size?"), false)
+	if a, b := counters(rc.GetObservation()), counters(rj.GetObservation()); a != b {
+		t.Errorf("after a question: chain-only %s, joint %s", a, b)
 	}
 }
 

@@ -136,10 +136,15 @@ def test_batch_with_one_bad_item(client):
 
 def test_list_tasks(client):
     tasks = client.list_tasks()
-    # 59 one-phase tasks, plus the followup-* tasks with a follow-up (BIRD_C's: subtasks 2).
-    single = [t for t in tasks if t.subtasks == 1]
+    # 59 one-phase tasks, the followup-* tasks with a follow-up (BIRD_C's: subtasks 2), and the
+    # tide-* samples (one phase, with TIDE's sample_type).
+    single = [t for t in tasks if t.subtasks == 1 and not t.sample_type]
     assert len(single) == 59 and tasks[0].task_id == "shop-001" and tasks[0].database == "shop"
-    assert all(t.subtasks == 2 and t.task_id.startswith("followup-") for t in tasks if t.subtasks != 1)
+    assert all(t.subtasks == 2 and t.task_id.startswith("followup-") and not t.sample_type
+               for t in tasks if t.subtasks != 1)
+    tide = [t for t in tasks if t.sample_type]
+    assert tide and all(t.subtasks == 1 and t.task_id.startswith("tide-") for t in tide)
+    assert {t.sample_type for t in tide} == {"chain_only", "drift_only", "joint"}
     train = client.list_tasks(split="train")
     assert 0 < len(train) < len(tasks) and all(t.split == "train" for t in train)
 

@@ -260,10 +260,10 @@ def test_protocol_names():
 def test_protocol_errors(client, bird_task):
     with pytest.raises(ValueError):  # client-side, before any call
         client.reset(task_id=bird_task, protocol="c-interact")
-    for reserved in ("tide-f", "tide-p"):
+    for tide in ("tide-f", "tide-p"):  # TIDE serves no task with a follow-up
         with pytest.raises(AvtgymError) as ei:
-            client.reset(task_id=bird_task, protocol=reserved)
-        assert (ei.value.code, ei.value.reason) == ("INVALID_ARGUMENT", "INVALID_OPTION"), reserved
+            client.reset(task_id=bird_task, protocol=tide)
+        assert (ei.value.code, ei.value.reason) == ("INVALID_ARGUMENT", "INVALID_OPTION"), tide
     with pytest.raises(AvtgymError) as ei:  # BIRD_C serves only tasks with a follow-up
         client.reset(task_id="shop-001", protocol="bird-c")
     assert (ei.value.code, ei.value.reason) == ("INVALID_ARGUMENT", "INVALID_OPTION")

@@ -9,7 +9,8 @@
 
 reset(..., protocol="bird-c") plays BIRD-Interact's conversational protocol (two sub-tasks, a
 turn budget, a debug retry); Action.unparsed(text) reports model output that could not be parsed
-(parse_action(text).or_unparsed()).
+(parse_action(text).or_unparsed()). protocol="tide-f" and "tide-p" play TIDE-Bench's protocols
+(questions and SQL, one per turn; a user's drift after the first SQL on tasks with one).
 """
 
 from avtgym.actions import ParsedAction, parse_action
@@ -17,6 +18,7 @@ from avtgym.chat import policy_turn_text, render_chat
 from avtgym.client import TLS, AsyncClient, Client, OracleReply
 from avtgym.errors import AvtgymError
 from avtgym.types import (
+    AGENT_ROLES,
     PROTOCOLS,
     Action,
     Budget,
@@ -27,12 +29,14 @@ from avtgym.types import (
     StepResult,
     TaskSummary,
     TaskView,
+    TideInfo,
     Turn,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AGENT_ROLES",
     "Action",
     "AsyncClient",
     "AvtgymError",
@@ -49,6 +53,7 @@ __all__ = [
     "TLS",
     "TaskSummary",
     "TaskView",
+    "TideInfo",
     "Turn",
     "parse_action",
     "policy_turn_text",

@@ -31,8 +31,10 @@ Rule, in order (the first that applies decides):
    Type aliases (case-insensitive): clarification | clarify | question | ask -> ask;
    done | stop | finish | end -> stop; sql | submit | submit_sql | answer -> submit_sql.
    Text aliases: the question may be under "question", "text" or "content"; the SQL under
-   "sql", "query" or "text". A JSON object with a missing/unknown type or an empty question or
-   SQL is malformed (ok=False): once a JSON object is found, the lenient rules are not tried.
+   "sql", "query", "text" or "content" (so TIDE-Bench's {"type": "ask", "content": ...} and
+   {"type": "sql", "content": ...} parse). A JSON object with a missing/unknown type or an empty
+   question or SQL is malformed (ok=False): once a JSON object is found, the lenient rules are
+   not tried.
 2. Lenient fallback, when the text holds no JSON object:
    - empty or blank text -> malformed;
    - the whole text (ignoring case, surrounding quotes, brackets and final punctuation) is
@@ -69,7 +71,7 @@ _ASK_TYPES = {"clarification", "clarify", "question", "ask"}
 _STOP_TYPES = {"done", "stop", "finish", "end"}
 _SQL_TYPES = {"sql", "submit", "submit_sql", "answer"}
 _QUESTION_KEYS = ("question", "text", "content")
-_SQL_KEYS = ("sql", "query", "text")
+_SQL_KEYS = ("sql", "query", "text", "content")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[ \t]*\n?(.*?)```", re.DOTALL)
 _STOP_WORDS = {"STOP", "DONE"}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from avtgym.types import Episode, Turn
+from avtgym.types import AGENT_ROLES, Episode, Turn
 
 __all__ = ["render_chat", "policy_turn_text"]
 
 
 def policy_turn_text(turn: Turn, action_format: str = "text") -> str:
-    """The assistant content of a policy turn.
+    """The assistant content of an agent turn: the policy's, or TIDE_P's pre-filled question.
 
     action_format "text": the question or SQL as it is, and "STOP" for a stop turn (its text is
     empty on the wire). "json": the AmbiTab JSON action ({"type": "clarification", "question":
@@ -52,20 +52,25 @@ def render_chat(episode: Episode, system_prompt: str | None = None, action_forma
 
     The system prompt (if any) is a "system" message. Each turn is one message: the policy's
     turns (questions, STOP, its SQL, output it reported as unparsed, BIRD_A's tool calls) are
-    "assistant" messages; the request, the oracle's replies and every environment turn (notices,
-    feedback such as BIRD_C's debug-retry message, a BIRD-Interact follow-up's request, released
-    after phase 1, and BIRD_A's tool outputs, "tool_result" turns) are "user" messages. mask[i] is True exactly for the policy's own messages: oracle and
-    environment text is never trainable. merge_user=True joins consecutive user messages with a
-    blank line (for chat templates that need alternation)."""
+    "assistant" messages, and so is TIDE_P's pre-filled question (role "prefilled": asked by the
+    environment in the policy's place, rendered as the agent's turn); the request, the oracle's
+    replies and every environment turn (notices, feedback such as BIRD_C's debug-retry message, a
+    BIRD-Interact follow-up's request, released after phase 1, BIRD_A's tool outputs,
+    "tool_result" turns, and TIDE's drift turn, the user's "drift") are "user" messages. mask[i]
+    is True exactly for the policy's own messages (role "policy"): a pre-filled question's
+    assistant message has mask False, and oracle and environment text is never trainable.
+    merge_user=True joins consecutive user messages with a blank line (for chat templates that
+    need alternation)."""
     messages: list[dict[str, Any]] = []
     mask: list[bool] = []
     if system_prompt is not None:
         messages.append({"role": "system", "content": system_prompt})
         mask.append(False)
     for t in episode.turns:
-        if t.role == "policy":
+        if t.role in AGENT_ROLES:
+            # The policy's own output is trainable; a pre-filled question is not.
             messages.append({"role": "assistant", "content": policy_turn_text(t, action_format)})
-            mask.append(True)
+            mask.append(t.role == "policy")
             continue
         if merge_user and messages and messages[-1]["role"] == "user":
             messages[-1]["content"] += "\n\n" + t.text

@@ -32,7 +32,13 @@ output is then reported to the server as an unparsed action (it spends a turn) r
 turned into STOP. ``reset(protocol="bird-a")`` plays its agentic protocol: messages in
 BIRD-Interact's agentic grammar (``<action>execute("SELECT 1")</action>``, ``get_schema()``, ...)
 or ``AvtgymAction(kind="execute", text=...)`` call the tools, whose output arrives in ``reply``
-as an environment (user) message, never trainable; ``budget`` is then in coins. ``reward``
+as an environment (user) message, never trainable; ``budget`` is then in coins.
+``reset(protocol="tide-f")`` (or ``"tide-p"``) plays TIDE-Bench's protocols: one question or one
+SQL per turn, no query results shown; on a task with a drift the user's drift turn arrives in
+``reply`` after the first SQL (a user message, never trainable). Under TIDE_P the reset's
+``messages`` already hold the pre-filled first-layer question as an assistant message (the
+environment asked it in the policy's place: never the policy's output, never a reply) and its
+answer as a user message. ``reward``
 is None until the episode is done, then the episode's reward; an episode that ends in ``ERROR``
 (the environment failed) is done with reward None and ``metadata["dropped"] = True``: drop it, as
 the project's rule says, never score it 0. Pinned against openenv-core 0.3.0.
@@ -51,7 +57,7 @@ from avtgym.client import AsyncClient
 from avtgym.errors import AvtgymError
 from avtgym.trainers import PROTOCOL_PROMPT, malformed_policy, resolve_system_prompt
 from avtgym.types import Action as _Action
-from avtgym.types import Episode, Turn
+from avtgym.types import AGENT_ROLES, Episode, Turn
 
 try:
     from openenv.core.client_types import StepResult
@@ -133,11 +139,12 @@ class AvtgymAction(Action):
 class AvtgymObservation(Observation):
     """What the policy sees after a reset or a step. done / reward / metadata are OpenEnv's;
     messages is the whole dialogue as chat messages (system prompt, the request, the policy's
-    turns as assistant messages, the oracle's replies and environment turns as user messages:
-    notices, feedback, a BIRD_C follow-up's request), ready for a chat model; turns are this
-    call's new turns; task is the public task view (on reset only). protocol, subtask, budget
-    ({"unit", "total", "used", "remaining"}, in the unit; None when the server sent none) and
-    sql_required are the episode's (see avtgym.Episode)."""
+    turns and TIDE_P's pre-filled question as assistant messages, the oracle's replies, TIDE's
+    drift turn and environment turns as user messages: notices, feedback, a BIRD_C follow-up's
+    request), ready for a chat model; turns are this call's new turns; task is the public task
+    view (on reset only). protocol, subtask, budget ({"unit", "total", "used", "remaining"}, in
+    the unit; None when the server sent none) and sql_required are the episode's (see
+    avtgym.Episode)."""
 
     messages: List[Dict[str, str]] = Field(default_factory=list, description="the dialogue so far")
     reply: str = Field(default="", description="the newest oracle/environment text (the request on reset)")
@@ -354,7 +361,8 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
                      malformed: Optional[str], task: bool) -> AvtgymObservation:
         messages, _ = render_chat(ep, resolve_system_prompt(self.system_prompt, ep.protocol),
                                   action_format=self.action_format, merge_user=True)
-        replies = [t.text for t in new_turns if t.role != "policy" and t.text]
+        # The user's side only: never the policy's turns nor TIDE_P's pre-filled question.
+        replies = [t.text for t in new_turns if t.role not in AGENT_ROLES and t.text]
         meta: Dict[str, Any] = {
             "episode_id": ep.episode_id, "seed": ep.seed, "group_index": ep.group_index,
             "task_id": ep.task.task_id if ep.task is not None else "", "status": ep.status,

@@ -12,6 +12,7 @@ from avtgym.v1 import episode_pb2 as epb
 __all__ = [
     "ACTION_KINDS",
     "COIN_COSTS",
+    "AGENT_ROLES",
     "TOOL_KINDS",
     "Action",
     "Budget",
@@ -20,6 +21,7 @@ __all__ = [
     "DatabaseView",
     "TaskView",
     "TaskSummary",
+    "TideInfo",
     "Turn",
     "Reward",
     "Episode",
@@ -49,13 +51,21 @@ _PROTOCOL_VALUE = {n: v for v, n in _names(epb.Protocol, "PROTOCOL_", sep="-").i
 _PROTOCOL = {v: n for n, v in _PROTOCOL_VALUE.items()}
 _PROTOCOL[epb.PROTOCOL_UNSPECIFIED] = "ambitab"
 
-# The protocols reset(protocol=...) takes, by name (the TIDE protocols are reserved: a server that
-# does not serve them answers INVALID_ARGUMENT / INVALID_OPTION).
+# The protocols reset(protocol=...) takes, by name: "ambitab", "bird-c", "bird-a", "tide-f" and
+# "tide-p" (TIDE_F and TIDE_P serve read-only tasks without a follow-up; TIDE_P only tasks with a
+# chain whose first layer has an annotated question, TaskSummary.sample_type "chain_only" or
+# "joint": any other task is INVALID_ARGUMENT / INVALID_OPTION).
 PROTOCOLS = tuple(n for n, v in sorted(_PROTOCOL_VALUE.items(), key=lambda nv: nv[1]))
 # Name -> value for the option arguments ("unspecified" included, as the enum's own name).
 _REWARD_VALUE = {n: v for v, n in _REWARD_TYPE.items()}
 _SOLVER_VALUE = {n: v for v, n in _names(epb.Solver, "SOLVER_").items()}
 _ORACLE_VALUE = {n: v for v, n in _ORACLE_TYPE.items()}
+
+# The roles of the agent's side of the dialogue, rendered as assistant messages: "policy" (the
+# policy's own output, the only trainable text) and "prefilled" (TIDE_P's pre-filled question,
+# written by the environment in the policy's place at reset: the agent's turn, never trainable,
+# and never a reply). Every other role ("oracle", "environment") is the user's side.
+AGENT_ROLES = frozenset(("policy", "prefilled"))
 
 
 def _choices(table: dict[str, int]) -> str:
@@ -295,7 +305,10 @@ class TaskView:
 @dataclass(frozen=True)
 class TaskSummary:
     """One task of ListTasks. subtasks is 2 when the task has a follow-up (its request is revealed
-    only once phase 1 is solved; BIRD_C serves only such tasks), else 1."""
+    only once phase 1 is solved; BIRD_C serves only such tasks), else 1. sample_type is TIDE's
+    sample type, "chain_only", "drift_only" or "joint" ("" for other tasks), to select the tasks
+    a protocol serves (TIDE_P: chain_only and joint). It is harness information: never show it to
+    a policy (it tells whether a drift will come)."""
 
     corpus: str
     task_id: str
@@ -303,24 +316,74 @@ class TaskSummary:
     database: str
     request: str
     subtasks: int = 1
+    sample_type: str = ""
 
     @staticmethod
     def from_proto(t: Any) -> "TaskSummary":
-        return TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request, int(t.subtasks) or 1)
+        return TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request, int(t.subtasks) or 1,
+                           t.sample_type)
+
+
+@dataclass(frozen=True)
+class TideInfo:
+    """TIDE's labels of a task (Privileged.tide; privileged: it tells what drift will come).
+    cluster is the bootstrap cluster (TIDE's anchor, shared by its chain_only, drift_only and joint
+    samples); sample_type "chain_only", "drift_only" or "joint"; drift_utterance the user's drift
+    turn injected after the first SQL ("" without a drift) and post_drift_reference_sql the
+    reference of the second SQL (empty without a drift); drift_subtype "value", "constraint" or
+    "projection" and intent_subtype (projection drifts) "aspect_change" or "target_change";
+    chain_layers the layer of each registered ambiguity in annotation order (1: depends on none;
+    2: depends on a layer-1 ambiguity).
+
+    Episode.tide reads it from the privileged dict (its "tide" key, as MessageToDict writes it)
+    when it is asked for: nothing is built on the step path."""
+
+    cluster: str = ""
+    sample_type: str = ""
+    drift_utterance: str = ""
+    post_drift_reference_sql: tuple[str, ...] = ()
+    drift_subtype: str = ""
+    intent_subtype: str = ""
+    chain_layers: tuple[int, ...] = ()
+
+    @property
+    def has_drift(self) -> bool:
+        return bool(self.drift_utterance or self.post_drift_reference_sql)
+
+    @staticmethod
+    def from_proto(t: Any) -> "TideInfo":
+        return TideInfo(t.cluster, t.sample_type, t.drift_utterance, tuple(t.post_drift_reference_sql),
+                        t.drift_subtype, t.intent_subtype, tuple(int(x) for x in t.chain_layers))
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "TideInfo":
+        """From the privileged dict's "tide" entry (MessageToDict's form: fields at their default
+        are absent)."""
+        return TideInfo(str(d.get("cluster", "")), str(d.get("sample_type", "")),
+                        str(d.get("drift_utterance", "")), tuple(d.get("post_drift_reference_sql") or ()),
+                        str(d.get("drift_subtype", "")), str(d.get("intent_subtype", "")),
+                        tuple(int(x) for x in d.get("chain_layers") or ()))
 
 
 @dataclass(frozen=True)
 class Turn:
-    """One utterance. role: "policy" | "oracle" | "environment"; kind: "request" | "question" |
-    "reply" | "refusal" | "stop" | "sql" | "feedback" | "notice" | "unparsed" (the TurnKind name,
-    lower-cased, without its prefix). A question is followed by a "reply" when it was answered and
+    """One utterance. role: "policy" | "oracle" | "environment" | "prefilled"; kind: "request" |
+    "question" | "reply" | "refusal" | "stop" | "sql" | "feedback" | "notice" | "unparsed" |
+    "tool_call" | "tool_result" | "drift" (the Role and TurnKind names, lower-cased, without their
+    prefix). A question is followed by a "reply" when it was answered and
     by a "refusal" (role "oracle") when the oracle, or the environment in its place, declined: tell
     the two by kind, never by text. An "unparsed" turn (role "policy") is model output the client
     reported with Action.unparsed. In a BIRD_C episode the follow-up's request, released once
     phase 1 passes, is a "request" turn of role "environment"; the debug-retry message is a
     "feedback" turn of role "environment". Under BIRD_A a tool call is a "tool_call" turn (role
     "policy"; its text names the tool and its arguments, e.g. execute("SELECT 1")) and the tool's
-    output a "tool_result" turn (role "environment": never trainable)."""
+    output a "tool_result" turn (role "environment": never trainable). Under TIDE_F and TIDE_P the
+    user's drift, injected after the first SQL of a task with one, is a "drift" turn (role
+    "oracle": the user's text, never trainable); TIDE_P's reset holds, after the request, a
+    "question" turn of role "prefilled" (the chain's first-layer question, asked by the
+    environment in the policy's place: render it as the agent's turn, never train on it, never
+    take it for a reply) and its "reply". AGENT_ROLES are the roles of the agent's side; only
+    "policy" text is trainable (Turn.trainable)."""
 
     role: str
     kind: str
@@ -329,6 +392,18 @@ class Turn:
     @staticmethod
     def from_proto(t: epb.Turn) -> "Turn":
         return Turn(_name(_ROLE, t.role), _name(_TURN_KIND, t.kind), t.text)
+
+    @property
+    def trainable(self) -> bool:
+        """True exactly for the policy's own output (role "policy"): never for a pre-filled turn,
+        the oracle's or the environment's text."""
+        return self.role == "policy"
+
+    @property
+    def agent(self) -> bool:
+        """True for the agent's side of the dialogue (AGENT_ROLES: the policy's turns and TIDE_P's
+        pre-filled question), rendered as assistant messages."""
+        return self.role in AGENT_ROLES
 
 
 def _turns(ts: Any) -> tuple[Turn, ...]:
@@ -347,7 +422,10 @@ class Reward:
     """type: "question_f1" | "outcome" | "bird_interact". Components undefined for the episode
     are absent: "question_f1", "precision", "recall", "outcome" (AMBITAB); "phase1", "phase2"
     (bird_interact: phase 1 is 0.7 on the first try, 0.5 after the debug retry, else 0; phase 2
-    0.3 / 0.2 / 0, absent when the follow-up was never released)."""
+    0.3 / 0.2 / 0, absent when the follow-up was never released); under TIDE_F and TIDE_P (type
+    "outcome": 1 when every SQL matched its reference) "outcome", "sql1", "asked", with a drift
+    "sql2" and "drift_recognized", and on tasks with a chain "l1_identified" and "l2_identified"
+    (TIDE_P's pre-filled question identifies nothing)."""
 
     type: str
     value: float
@@ -418,7 +496,10 @@ class Episode:
 
     turns is the whole history so far (reset turns plus every step's turns), accumulated on
     the client. privileged is None unless asked for; when several calls asked for it, the
-    latest call's fields are laid over the earlier ones (so the reset's ambiguities stay).
+    latest call's fields are laid over the earlier ones (so the reset's ambiguities stay). On a
+    TIDE task the reset's privileged dict holds "tide" (read it as a TideInfo with .tide), and a
+    step that asked a question on a task with a chain holds its "routing" ("L1", "L2" or "other";
+    StepResult.routing is the step's own).
 
     protocol is the episode's protocol as reset names it ("ambitab", "bird-c", ...); subtask the
     sub-task being played (1, or 2 once a BIRD_C follow-up is released); budget the interaction
@@ -448,6 +529,14 @@ class Episode:
     @property
     def request(self) -> str:
         return self.task.request if self.task is not None else ""
+
+    @property
+    def tide(self) -> "TideInfo | None":
+        """TIDE's labels of the task (privileged "tide", set on reset), built when read; None
+        without privileged data or on a task without TIDE labels."""
+        p = self.privileged
+        t = p.get("tide") if p else None
+        return TideInfo.from_dict(t) if t is not None else None
 
     @staticmethod
     def from_proto(e: Any) -> "Episode":
@@ -547,6 +636,16 @@ class StepResult:
     @property
     def sql_required(self) -> bool:
         return self.episode.sql_required
+
+    @property
+    def routing(self) -> str:
+        """The chain routing of the question this step asked (privileged "routing", under any
+        protocol, on a task with a chain): "L1" or "L2" (the lowest layer among the credited
+        ambiguities not resolved before, else among all credited ones) or "other" (nothing
+        credited, e.g. L2 asked before L1 under the chain rule); "" without privileged data, on a
+        task without a chain, or when the step asked nothing."""
+        p = self.privileged
+        return p.get("routing", "") if p else ""
 
     @property
     def released(self) -> bool:

@@ -163,6 +163,50 @@ def test_bird_c_rollout(trainer_addr, tokenizer):
         AvtgymRollout(trainer_addr, on_malformed="ignore")
 
 
+def tide_joint_task(addr):
+    """A TIDE joint sample's TIDE_P reset: (task, its pre-filled question, the reference SQL, the
+    drift utterance, the post-drift reference SQL)."""
+    from avtgym import Client
+
+    with Client(addr) as c:
+        task = next(t.task_id for t in c.list_tasks() if t.sample_type == "joint")
+        ep = c.reset(task_id=task, protocol="tide-p", privileged=True)
+    assert ep.turns[1].role == "prefilled"
+    return (task, ep.turns[1].text, ";\n".join(ep.privileged["reference_sql"]), ep.tide.drift_utterance,
+            ";\n".join(ep.tide.post_drift_reference_sql))
+
+
+def test_tide_p_rollout(trainer_addr, tokenizer):
+    """TIDE_P: the pre-filled question is in the prompt (never in the completion, never trainable);
+    the drift turn after the first SQL is a user turn (env_mask 0); reward 1 (TIDE's DEA)."""
+    from avtgym.trainers import TIDE_SYSTEM_PROMPT
+
+    task, prefilled, ref, drift, post = tide_joint_task(trainer_addr)
+    turns = [json.dumps({"type": "sql", "sql": ref}), json.dumps({"type": "sql", "content": post})]
+    prompts = [task_prompt(task_id=task, seed=1, protocol="tide-p")]
+    out = AvtgymRollout(trainer_addr).rollout(prompts, tokenizer, scripted(tokenizer, turns), max_completion_length=8192)
+    assert out["avtgym_reward"] == [1.0] and out["avtgym_status"] == ["terminated"]
+    assert out["avtgym_subtask"] == [2] and out["avtgym_questions"] == [0]
+    prompt = tokenizer.decode(out["prompt_ids"][0], skip_special_tokens=False)
+    assert TIDE_SYSTEM_PROMPT in prompt
+    assert "<|im_start|>assistant\n" + json.dumps({"type": "clarification", "question": prefilled}) in prompt
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    policy = tokenizer.decode(spans(ids, mask, 1), skip_special_tokens=False)
+    env = tokenizer.decode(spans(ids, mask, 0), skip_special_tokens=False)
+    assert policy == "".join(t + "<|im_end|>" for t in turns)
+    assert drift in env and drift not in policy and prefilled not in policy + env
+
+
+def test_tide_sql_tool_env(trainer_addr):
+    task, prefilled, ref, drift, post = tide_joint_task(trainer_addr)
+    env = AvtgymSQLToolEnv(trainer_addr, protocol="tide-p")
+    text = env.reset(task_id=task, seed=2)
+    assert f"(You already asked: {prefilled})" in text and "20 turn(s)" in text
+    assert env.submit_sql(ref) == drift
+    assert "over" in env.submit_sql(post)
+    assert env.get_reward() == 1.0
+
+
 def test_ambitab_unparsed_option(trainer_addr, tokenizer):
     """on_malformed="unparsed" under AMBITAB: the server's notice, then STOP on the second."""
     out = AvtgymRollout(trainer_addr, on_malformed="unparsed").rollout(

@@ -244,6 +244,41 @@ def test_agent_loop_bird_c_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
     asyncio.run(main())
 
 
+def test_agent_loop_tide_p_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
+    """TIDE_P through verl's loop: the pre-filled question is an assistant message of the prompt
+    (never in the response, never trainable); the drift turn after the first SQL is a user turn
+    (response_mask 0); the final score is TIDE's DEA, 1."""
+    from avtgym import Client
+    from avtgym.trainers import TIDE_SYSTEM_PROMPT
+
+    with Client(trainer_addr) as c:
+        task = next(t.task_id for t in c.list_tasks() if t.sample_type == "joint")
+        ep = c.reset(task_id=task, protocol="tide-p", privileged=True)
+    prefilled, drift = ep.turns[1].text, ep.tide.drift_utterance
+    turns = [json.dumps({"type": "sql", "sql": ";\n".join(ep.privileged["reference_sql"])}),
+             json.dumps({"type": "sql", "sql": ";\n".join(ep.tide.post_drift_reference_sql)})]
+    overrides = verl_mod.write_verl_configs(str(tmp_path), trainer_addr)
+    cfg = verl_config(overrides + ["actor_rollout_ref.rollout.prompt_length=8192",
+                                   "actor_rollout_ref.rollout.response_length=8192"])
+    row = row_for(trainer_addr, verl_mod, task_id=task, seed=3, protocol="tide-p")
+    assert row["extra_info"]["interaction_kwargs"]["protocol"] == "tide-p"
+    assert row["prompt"][0] == {"role": "system", "content": TIDE_SYSTEM_PROMPT}
+    assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "user"]
+    assert prefilled in row["prompt"][2]["content"]
+
+    async def main():
+        loop, out = await run_trajectory(cfg, tokenizer, turns, row)
+        policy, env = split(tokenizer, out)
+        assert policy == "".join(t + "<|im_end|>" for t in turns)
+        assert drift in env and drift not in policy and prefilled not in policy + env
+        assert out.extra_fields["turn_scores"] == [1.0]
+        assert out.extra_fields["avtgym"]["subtask"] == 2
+        assert out.extra_fields["avtgym"]["reward_components"]["l1_identified"] == 0.0
+        return out
+
+    asyncio.run(main())
+
+
 def test_agent_loop_error_episode_is_dropped(error_addr, tokenizer, tmp_path, verl_mod):
     """An ERROR episode through verl's loop: NaN final score, response_mask all 0 (no gradient),
     compute_score reports it dropped, state freed."""

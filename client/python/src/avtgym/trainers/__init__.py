@@ -16,7 +16,9 @@ instead of the client-side STOP fallback (``on_malformed``), and the default sys
 protocol's (``system_prompt_for``). An episode cut short (a length or decision cap) is ended with
 STOP under every protocol (BIRD_C: the sub-task ends unsolved, and the episode is scored).
 Environment turns (notices, feedback, a BIRD-Interact follow-up's request, BIRD_A's tool outputs)
-reach the model as user messages and are never trainable.
+and TIDE's drift turn reach the model as user messages and are never trainable; TIDE_P's
+pre-filled question (role "prefilled") is an assistant message of the prompt, never trainable and
+never taken for a reply.
 
 The OpenEnv environment client is ``avtgym.openenv`` (not a trainer adapter: any OpenEnv loop).
 Importing this package imports neither torch, trl nor verl; each submodule imports its trainer
@@ -60,8 +62,22 @@ BIRD_A_SYSTEM_PROMPT = (
     'Example: <action>ask("Which date range do you mean?")</action>'
 )
 
+# TIDE_F and TIDE_P (TIDE-Bench): one question or one SQL per turn, no query results, at most 20
+# turns; the user may change the request after an SQL (the same text on every task: it tells no
+# task whether a drift will come); stopping without SQL is an abstention.
+TIDE_SYSTEM_PROMPT = (
+    "You are helping a user who asked for data from a SQL database. Their request may be "
+    "ambiguous. Each turn, either ask the user one clarifying question or submit the SQL that "
+    "answers the request; query results are not shown, and you have at most 20 turns. Answer "
+    "with exactly one JSON object per turn: "
+    '{"type": "clarification", "question": "..."} to ask a question, or '
+    '{"type": "sql", "sql": "..."} to submit the SQL. If the user changes the request after your '
+    "SQL, submit the SQL for the changed request. Stopping without SQL counts as giving up."
+)
+
 _SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PROMPT,
-                   "bird-a": BIRD_A_SYSTEM_PROMPT}
+                   "bird-a": BIRD_A_SYSTEM_PROMPT, "tide-f": TIDE_SYSTEM_PROMPT,
+                   "tide-p": TIDE_SYSTEM_PROMPT}
 
 # Malformed-output handling ("on_malformed"): the client-side conventions "stop" (AmbiTab's
 # fallback) and "retry" (one corrective notice, then STOP), or "unparsed" (report the output to the
@@ -74,7 +90,7 @@ def system_prompt_for(protocol: "str | int | None" = None) -> str:
     """The default system prompt of a protocol: DEFAULT_SYSTEM_PROMPT (AmbiTab's JSON actions:
     clarification or done) for AMBITAB (and None), BIRD_C_SYSTEM_PROMPT (clarification or sql)
     for BIRD_C, BIRD_A_SYSTEM_PROMPT (BIRD-Interact's agentic grammar: ask, tools, submit) for
-    BIRD_A."""
+    BIRD_A, TIDE_SYSTEM_PROMPT (clarification or sql, at most 20 turns) for TIDE_F and TIDE_P."""
     from avtgym.types import protocol_name
 
     name = protocol_name(protocol)
@@ -118,4 +134,4 @@ def malformed_policy(on_malformed: str | None, protocol: str | None) -> str:
 
 
 __all__ = ["BIRD_A_SYSTEM_PROMPT", "BIRD_C_SYSTEM_PROMPT", "DEFAULT_SYSTEM_PROMPT", "ON_MALFORMED", "PROTOCOL_PROMPT",
-           "malformed_policy", "resolve_system_prompt", "system_prompt_for"]
+           "TIDE_SYSTEM_PROMPT", "malformed_policy", "resolve_system_prompt", "system_prompt_for"]

@@ -32,7 +32,9 @@ Two hooks of TRL are supported, each used only through its documented contract:
 
    The dataset's ``prompt`` column names the episode, not the text the model sees: a JSON object
    of reset arguments (``task_prompt(task_id="shop-001", seed=3)``), or a bare task id. The model's
-   real prompt is rendered from the reset episode (system prompt + the request turn).
+   real prompt is rendered from the reset episode (system prompt + the request turn; under
+   TIDE_P also the pre-filled question, as an assistant message of the prompt, and its answer:
+   prompt tokens, never trainable).
 
 2. ``environment_factory``: ``AvtgymToolEnv`` exposes ``ask_user`` and ``finish_asking`` as tools
    and ``get_reward``; TRL masks tool results (the oracle's replies) with its own ``tool_mask``.
@@ -48,7 +50,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from avtgym import Action, AvtgymError, Client, Episode, parse_action, render_chat
+from avtgym import AGENT_ROLES, Action, AvtgymError, Client, Episode, parse_action, render_chat
 from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
     DEFAULT_SYSTEM_PROMPT,
     PROTOCOL_PROMPT,
@@ -305,9 +307,11 @@ class AvtgymRollout:
                 if r.done or t.force_stop:
                     t.active = False
                     continue
-                # Every non-policy turn of the step (the oracle's reply, environment notices and
-                # feedback, a BIRD_C follow-up's request) is one user message, never trainable.
-                replies = [x.text for x in r.new_turns if x.role != "policy" and x.text]
+                # Every turn of the user's side of the step (the oracle's reply, TIDE's drift,
+                # environment notices and feedback, a BIRD_C follow-up's request) is one user
+                # message, never trainable; agent turns (the policy's, a pre-filled question)
+                # never are.
+                replies = [x.text for x in r.new_turns if x.role not in AGENT_ROLES and x.text]
                 self._append_env(t, chat, replies or [NO_REPLY], max_completion_length)
         return self._output(trajs, chat, max_completion_length)
 
@@ -565,8 +569,21 @@ def default_generate_fn(trainer: Any) -> GenerateFn:
 
 
 def _task_text(ep: Episode) -> str:
-    messages, _ = render_chat(ep, None, merge_user=True)
-    text = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
+    parts = []
+    for t in ep.turns:
+        if not t.text:
+            continue
+        if t.role == "prefilled":  # TIDE_P: the question asked in the policy's place, as context
+            parts.append(f"(You already asked: {t.text})")
+        elif t.role not in AGENT_ROLES:
+            parts.append(t.text)
+    text = "\n\n".join(parts)
+    if ep.protocol in ("tide-f", "tide-p"):
+        # Only the total: TIDE's question budget (the turns less one per SQL to come) would tell
+        # whether a drift will come.
+        turns = f"{ep.budget.total:g}" if ep.budget is not None else "a few"
+        return (f"{text}\n\n(You have {turns} turn(s): each question and each SQL submission uses "
+                "one; query results are not shown.)")
     if ep.protocol in ("", "ambitab"):
         return f"{text}\n\n(You may ask up to {ep.question_budget} clarifying question(s).)"
     if ep.budget is not None and ep.budget.unit == "coins":
@@ -578,11 +595,12 @@ def _task_text(ep: Episode) -> str:
 
 
 def _env_text(turns: Iterable[Any]) -> str:
-    """The non-policy turns of a step as one tool result; a released follow-up's request (an
-    environment "request" turn) is marked as the user's new request."""
+    """The user's side of a step (every turn but the agent's: AGENT_ROLES) as one tool result; a
+    released follow-up's request (an environment "request" turn) is marked as the user's new
+    request; TIDE's drift turn is the user's own words."""
     out = []
     for t in turns:
-        if t.role == "policy" or not t.text:
+        if t.role in AGENT_ROLES or not t.text:
             continue
         out.append(f"New request: {t.text}" if t.role == "environment" and t.kind == "request" else t.text)
     return "\n".join(out)
@@ -670,10 +688,11 @@ class AvtgymToolEnv(_ToolEnvBase):
 
 class AvtgymSQLToolEnv(_ToolEnvBase):
     """The ``environment_factory`` environment for protocols where the policy writes the SQL
-    (BIRD_C, the default here): tools ``ask_user`` and ``submit_sql``. A tool result holds the
-    environment's turns too: the debug-retry message after a failed submission, and, once
-    phase 1's SQL passes, the follow-up's request ("New request: ..."), to be answered the same
-    way. get_reward ends an unfinished episode (STOP: the sub-task ends unsolved).
+    (BIRD_C, the default here; also protocol="tide-f" or "tide-p"): tools ``ask_user`` and
+    ``submit_sql``. A tool result holds the environment's turns too: the debug-retry message after
+    a failed submission, and, once phase 1's SQL passes, the follow-up's request ("New request:
+    ..."), to be answered the same way; under TIDE the user's drift after the first SQL.
+    get_reward ends an unfinished episode (STOP: the sub-task ends unsolved).
 
     Use functools.partial(AvtgymSQLToolEnv, target=..., patience=3) as the factory."""
 

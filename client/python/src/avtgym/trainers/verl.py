@@ -46,9 +46,11 @@ decides; default: "stop" under AMBITAB, "unparsed" under any other protocol), re
 ``reset`` (e.g. ``{reward: question_f1}``, ``{protocol: bird-c, patience: 3}``), ``max_instances``
 (16384) and ``state_ttl`` (3600 s; 0: none). Per-row ``interaction_kwargs`` (from ``extra_info``)
 pick the episode: ``task_id``, ``seed``, ``corpus``, ``split``, ``protocol``, ``patience`` …
-(``name`` selects the interaction and is ignored). Every non-policy turn of a step (the oracle's
-reply, environment notices and feedback, a BIRD_C follow-up's request once phase 1 passes) is
-the user message verl appends (response_mask 0).
+(``name`` selects the interaction and is ignored). Every turn of the user's side of a step (the
+oracle's reply, TIDE's drift turn, environment notices and feedback, a BIRD_C follow-up's request
+once phase 1 passes) is the user message verl appends (response_mask 0); agent turns (the
+policy's, and TIDE_P's pre-filled question, which only the reset's prompt holds, as an assistant
+message of the prompt: never trained on) never are.
 
 verl removed ``verl.interactions`` after 0.7.1 (0.8.0 and 0.9.x on PyPI do not ship it); this
 module needs verl 0.7.x. Importing it imports verl; importing ``avtgym.trainers`` does not.
@@ -68,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from uuid import uuid4
 
-from avtgym import Action, AsyncClient, AvtgymError, Episode, parse_action, render_chat
+from avtgym import AGENT_ROLES, Action, AsyncClient, AvtgymError, Episode, parse_action, render_chat
 from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
     DEFAULT_SYSTEM_PROMPT,
     PROTOCOL_PROMPT,
@@ -295,9 +297,10 @@ class AvtgymInteraction(BaseInteraction):
         except AvtgymError as e:  # failed even after the client's retries: drop the trajectory
             return True, DONE_TEXT, self._finish(inst, ep, error=str(e)), dict(inst.meta)
         inst.episode = ep = res.episode
-        # The oracle's reply and every environment turn (a notice, feedback, a released follow-up's
-        # request): verl appends it as a user message, never trained on.
-        reply = "\n\n".join(t.text for t in res.new_turns if t.role != "policy" and t.text)
+        # The oracle's reply, TIDE's drift and every environment turn (a notice, feedback, a
+        # released follow-up's request): verl appends it as a user message, never trained on.
+        # Agent turns (the policy's own, a pre-filled question) are never part of it.
+        reply = "\n\n".join(t.text for t in res.new_turns if t.role not in AGENT_ROLES and t.text)
         if res.done:
             return True, reply or DONE_TEXT, self._finish(inst, ep), dict(inst.meta)
         inst.meta = self._summary(ep, inst)
