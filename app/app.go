@@ -567,6 +567,9 @@ func (a *App) wireModels(ecfg *env.Config) error {
 // Close runs the drain hooks if Serve did not, flushes traces, closes the
 // episode log, the corpora and the response cache.
 func (a *App) Close() error {
+	if a.Server != nil {
+		a.Server.Close() // its stream workers, when it was never served
+	}
 	a.runDrainHooks()
 	a.closeOutputs()
 	var errs []error

@@ -221,6 +221,12 @@ func New(e *env.Env, opt Options) *Server {
 		experimental.BufferPool(grpcpool.Shared),
 		grpc.ForceServerCodecV2(s.codec),
 		grpc.MaxConcurrentStreams(opt.MaxConcurrentStreams),
+		// Streams run on a pool of long-lived goroutines (grpc starts a
+		// goroutine of its own when all are busy), whose stacks stay grown:
+		// a fresh goroutine per call grew its stack on every verifying step
+		// (runtime.newstack: 7% of a submit_sql step's server CPU, 12% of an
+		// ask's; bench/RESULTS.md).
+		grpc.NumStreamWorkers(uint32(streamWorkers())),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opt.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opt.MaxConnectionAge, MaxConnectionAgeGrace: opt.MaxConnectionAgeGrace}),
 	}
@@ -303,6 +309,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Close stops the server at once, as grpc's Stop does: it cuts any call in
+// flight and ends its stream workers. A server that Serve has drained is
+// already stopped; Close is for one that was never served (and is
+// idempotent).
+func (s *Server) Close() { s.grpc.Stop() }
 
 // Serve serves on lis until ctx ends, then drains: health turns
 // NOT_SERVING (but LivenessService); for DrainDelay new calls are still
@@ -679,3 +691,7 @@ func (s *Server) ListCorpora(ctx context.Context, req *pb.ListCorporaRequest) (*
 	}
 	return out, nil
 }
+
+// streamWorkers is the number of grpc stream workers: a few per CPU, as
+// calls wait on the verifier and oracles as much as they compute.
+func streamWorkers() int { return 4 * runtime.GOMAXPROCS(0) }

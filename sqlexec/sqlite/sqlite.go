@@ -292,17 +292,19 @@ func (r *roConn) run(ctx context.Context, text string, lim sqlexec.Limits) (*sql
 			cc.finalize(s)
 		}
 	}()
-	n := len(sqlexec.SplitStatements(text)) // for messages only
+	// The statement count is for messages only: lexing the text again on
+	// every query cost a verifying step 3% of its CPU.
+	count := func() int { return len(sqlexec.SplitStatements(text)) }
 	for rest := text; strings.TrimSpace(rest) != ""; {
 		r.auth.reset()
 		s, tail, rc := cc.prepare(rest)
 		if rc != rcOK {
-			return nil, r.prepareError(ctx, rc, rest, len(stmts), n)
+			return nil, r.prepareError(ctx, rc, rest, len(stmts), count())
 		}
 		if s != nil {
 			stmts = append(stmts, s)
 			if !stmtReadonly(s) {
-				return nil, notReadOnly(rest[:tail], len(stmts)-1, n)
+				return nil, notReadOnly(rest[:tail], len(stmts)-1, count())
 			}
 		}
 		if tail <= 0 {
