@@ -305,7 +305,7 @@ func corpusDatabases(t testing.TB, name string) []string {
 func BenchmarkLiteVerifyVsRawPgx(b *testing.B) {
 	dir := importLite(b, "pgbench")
 	ctx := context.Background()
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgtest.URL(b)})
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgtest.URL(b), PyRunner: pythonPool(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

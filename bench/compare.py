@@ -8,6 +8,9 @@ Runs, each against its own fresh `avtgym serve` (demo corpus, access log off):
   2. bench/servercpu (Go)   the server's CPU per unary Step (16 in flight) vs per StepBatch(256)
                             episode (2 in flight), and a submit_sql step of equivalent-but-different
                             SQL vs an ask step vs the raw query;
+     With ../shared/data/ambrosia present, the same verification comparison on an imported
+                            AMBROSIA corpus (a reference wrapped as SELECT * FROM (...): equivalent,
+                            not the same text);
   3. bench/ghzcpu.py        the same step/batch server-CPU comparison driven by ghz (when bin/ghz
                             exists: GOBIN=$PWD/bin go install github.com/bojand/ghz/cmd/ghz@latest);
   4. bench/peer_compare.py  avtgym vs its OpenEnv peer (bench/openenv_peer), the same ask work driven
@@ -25,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +56,7 @@ def main() -> int:
     sc = run_json(["go", "run", "./bench/servercpu", "--binary", args.binary, "--json",
                    "--rounds", "1" if q else "4", "--duration", "1s" if q else "3s",
                    "--phases", "health,step,batch,submit,raw"])
+    amb = ambrosia_verification(args.binary, q)
     gz = None
     if Path(args.ghz).exists():
         gz = run_json([py, "bench/ghzcpu.py", "--binary", args.binary, "--ghz", args.ghz, "--json",
@@ -101,6 +106,12 @@ def main() -> int:
         f"submit {sm['submit']['server_us']:.0f} µs, ask {sm['step']['server_us']:.0f} µs, "
         f"raw query {sm['raw']['server_us']:.0f} µs |",
     ]
+    if amb is not None:
+        am = amb["median"]
+        lines.append(
+            f"| the same on an imported AMBROSIA corpus ({amb['task']}) | **{r(amb['verify_over_raw'])}×** "
+            f"(rounds {rounds(amb['verify_over_raw_per_round'])}) | submit {am['submit']['server_us']:.0f} µs, "
+            f"ask {am['step']['server_us']:.0f} µs, raw query {am['raw']['server_us']:.0f} µs |")
     pr, pmed = pe["ratios_peer_over_avtgym"], pe["median"]
     goals = {"avtgym c=1": "≥ 1.5", "avtgym c=16": "≥ 3", "avtgym c=16 coalesce": "≥ 3"}
     for k, rr in pr.items():
@@ -123,6 +134,30 @@ def main() -> int:
         print(f"appended to {args.append}", file=sys.stderr)
     print(text)
     return 0
+
+
+# The AMBROSIA task whose reference the verification phase wraps: its longest single-statement
+# reference (three joins) on the validation split.
+AMBROSIA_TASK = "ambrosia-validation-0233-i2"
+
+
+def ambrosia_verification(binary: str, quick: bool) -> dict | None:
+    """servercpu's verification phases on AMBROSIA imported into a temporary directory; None when
+    ../shared/data/ambrosia is absent."""
+    src = REPO.parent / "shared" / "data" / "ambrosia"
+    if not src.is_dir():
+        print("(no ../shared/data/ambrosia: the AMBROSIA verification row is skipped)", file=sys.stderr)
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ambrosia"
+        subprocess.run([binary, "corpus", "import", "ambrosia", "--in", str(src), "--out", str(out), "--quiet"],
+                       cwd=REPO, check=True, capture_output=True)
+        res = run_json(["go", "run", "./bench/servercpu", "--binary", binary, "--json",
+                        "--corpus", str(out), "--task", AMBROSIA_TASK,
+                        "--rounds", "1" if quick else "4", "--duration", "1s" if quick else "3s",
+                        "--phases", "step,submit,raw"])
+    res["task"] = AMBROSIA_TASK
+    return res
 
 
 if __name__ == "__main__":
