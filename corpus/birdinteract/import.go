@@ -225,7 +225,7 @@ func (im *importer) fail() error {
 	if len(im.problems) == 0 {
 		return nil
 	}
-	return &Error{Problems: im.problems}
+	return &Error{Importer: "birdinteract", Problems: im.problems}
 }
 
 // Import reads the BIRD-Interact input in opt.In, writes a corpus to
@@ -929,7 +929,7 @@ func (im *importer) write(ctx context.Context, p *plan) (*Summary, error) {
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &Error{Problems: im.mapProblems(ve.Problems, tmp, p.served)}
+			return nil, &Error{Importer: "birdinteract", Problems: im.mapProblems(ve.Problems, tmp, p.served)}
 		}
 		return nil, fmt.Errorf("the imported corpus does not load: %v", err)
 	}
@@ -945,7 +945,7 @@ func (im *importer) write(ctx context.Context, p *plan) (*Summary, error) {
 	}
 	c.Close()
 	if len(probs) > 0 {
-		return nil, &Error{Problems: im.mapProblems(probs, tmp, p.served)}
+		return nil, &Error{Importer: "birdinteract", Problems: im.mapProblems(probs, tmp, p.served)}
 	}
 	if err := w.Commit(); err != nil {
 		return nil, err

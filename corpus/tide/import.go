@@ -87,56 +87,14 @@ type Options struct {
 	Check func(context.Context, *corpus.Corpus) ([]corpus.Problem, error)
 }
 
-// Problem is one problem of the input, located as precisely as possible.
-type Problem struct {
-	// File is the input file at fault (samples.jsonl, or "imported
-	// corpus" for a problem of the written corpus that names no sample).
-	File string
-	// Line is the 1-based line of File, 0 when not tied to one.
-	Line int
-	// InstanceID is the sample's instance_id, empty when unknown.
-	InstanceID string
-	// Field is the sample's field at fault (or, prefixed "record ", the
-	// written record's), empty when none.
-	Field string
-	// Msg says what is wrong.
-	Msg string
-}
-
-// String formats the problem as "file:line: instance_id ID: field: msg".
-func (p Problem) String() string {
-	var b strings.Builder
-	b.WriteString(p.File)
-	if p.Line > 0 {
-		fmt.Fprintf(&b, ":%d", p.Line)
-	}
-	b.WriteString(": ")
-	if p.InstanceID != "" {
-		fmt.Fprintf(&b, "instance_id %s: ", p.InstanceID)
-	}
-	if p.Field != "" {
-		b.WriteString(p.Field)
-		b.WriteString(": ")
-	}
-	b.WriteString(p.Msg)
-	return b.String()
-}
+// Problem is one problem of the input (corpuswrite.Problem): File is
+// samples.jsonl, or "imported corpus" for a problem of the written corpus
+// that names no sample; Field is the sample's field at fault (or, prefixed
+// "record ", the written record's).
+type Problem = corpuswrite.Problem
 
 // Error is a failed import: every problem found, in input order.
-type Error struct {
-	Problems []Problem
-}
-
-// Error lists the problems, one per line.
-func (e *Error) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "tide import failed: %d problem(s)", len(e.Problems))
-	for _, p := range e.Problems {
-		b.WriteString("\n  ")
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
+type Error = corpuswrite.ImportError
 
 // Summary describes a finished import.
 type Summary struct {
@@ -280,7 +238,7 @@ func (im *importer) fail() error {
 		return nil
 	}
 	sort.SliceStable(im.problems, func(i, j int) bool { return im.problems[i].Line < im.problems[j].Line })
-	return &Error{Problems: im.problems}
+	return &Error{Importer: "tide", Problems: im.problems}
 }
 
 // read decodes every line of the samples file (blank lines are skipped).
@@ -408,7 +366,7 @@ func (im *importer) write(ctx context.Context, sum *Summary, samples []*sample, 
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {
-			return &Error{Problems: im.mapProblems(ve.Problems, w.Dir(), samples)}
+			return &Error{Importer: "tide", Problems: im.mapProblems(ve.Problems, w.Dir(), samples)}
 		}
 		return fmt.Errorf("tide: loading the imported corpus: %w", err)
 	}
@@ -424,7 +382,7 @@ func (im *importer) write(ctx context.Context, sum *Summary, samples []*sample, 
 	}
 	c.Close()
 	if len(probs) > 0 {
-		return &Error{Problems: im.mapProblems(probs, w.Dir(), samples)}
+		return &Error{Importer: "tide", Problems: im.mapProblems(probs, w.Dir(), samples)}
 	}
 	if err := w.Commit(); err != nil {
 		return fmt.Errorf("tide: %w", err)
