@@ -352,10 +352,25 @@ func (s *Server) dropDatabase(ctx context.Context, conn *pgxpool.Conn, name stri
 			return fmt.Errorf("postgres: unmarking template %s: %w", name, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("postgres: dropping database %s: %w", name, err)
+	// A non-superuser administrator may not terminate a backend of another
+	// role: an autovacuum worker that happens to be processing the database
+	// (seen on a loaded machine) fails the drop until it finishes, so such a
+	// refusal is retried for a while.
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "42501" || !strings.Contains(pgErr.Message, "process is being terminated") {
+			if err != nil {
+				return fmt.Errorf("postgres: dropping database %s: %w", name, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres: dropping database %s: %w", name, err)
+		case <-time.After(pause):
+		}
 	}
-	return nil
 }
 
 // hardening names the pg_catalog functions whose EXECUTE is revoked from
