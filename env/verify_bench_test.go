@@ -2,8 +2,14 @@ package env_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"avtgym/corpus"
+	"avtgym/corpus/ambrosia"
+	"avtgym/env"
+	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec"
 )
@@ -37,6 +43,64 @@ func BenchmarkRawEquivalent(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := t.DB.Engine.Query(ctx, equivalentSQL, sqlexec.DefaultLimits()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The same pair on AMBROSIA, imported from ../shared/data/ambrosia into a
+// temporary directory (skipped without it): the step submits the task's
+// reference wrapped as SELECT * FROM (…), equivalent but not the same
+// text; its databases are tiny, so the query is ~40 µs and the step's
+// fixed costs weigh as much as it does (bench/RESULTS.md).
+const ambrosiaTask = "ambrosia-validation-0233-i2"
+
+func ambrosiaEnv(b *testing.B) (*env.Env, *corpus.Task, string) {
+	src := filepath.Join("..", "..", "shared", "data", "ambrosia")
+	if _, err := os.Stat(src); err != nil {
+		b.Skipf("no AMBROSIA data at %s: %v", src, err)
+	}
+	out := filepath.Join(b.TempDir(), "ambrosia")
+	if _, err := ambrosia.Import(context.Background(), src, out, ambrosia.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	s, _ := env.NewSealer(env.RandomKey())
+	e, err := env.New(env.Config{Corpora: []*corpus.Corpus{c}, Sealer: s, Oracles: map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	t, ok := c.Task(ambrosiaTask)
+	if !ok {
+		b.Fatalf("no task %s", ambrosiaTask)
+	}
+	return e, t, "SELECT * FROM (" + t.Reference.SQL[0] + ") AS avtgym_q"
+}
+
+func BenchmarkSubmitAmbrosia(b *testing.B) {
+	e, t, sql := ambrosiaEnv(b)
+	ep := resetOn(b, e, t.ID, &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME})
+	req := &pb.StepRequest{Token: ep.Token, Action: submitSQL(sql)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := e.Step(ctx, req)
+		if err != nil || r.GetReward().GetValue() != 1 {
+			b.Fatal(err, r.GetReward())
+		}
+	}
+}
+
+func BenchmarkRawAmbrosia(b *testing.B) {
+	_, t, sql := ambrosiaEnv(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := t.DB.Engine.Query(ctx, sql, sqlexec.DefaultLimits()); err != nil {
 			b.Fatal(err)
 		}
 	}
