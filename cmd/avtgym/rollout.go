@@ -413,8 +413,8 @@ func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 // rollout's scored episodes, each over the episodes where it is defined
 // (null where none is): DEA, every SQL matched (the reward); AR, some
 // question asked; L1-IR and L2-IR, a question routed to L1 / L2 (chain
-// samples; L2-IR under tide-p is TIDE's L2-IRp, L1 being pre-filled);
-// JIR, both in one episode; DRR, the policy's two SQLs satisfy
+// samples; under tide-p L1-IR and JIR are undefined, L1 being pre-filled,
+// and L2-IR is TIDE's L2-IRp); JIR, both in one episode; DRR, the policy's two SQLs satisfy
 // S(y1) ⊄ S(y2) (drift samples); DRA, DRR and the post-drift SQL matched.
 type tideRates struct {
 	Episodes int      `json:"episodes"`
@@ -460,9 +460,13 @@ func (m *tideMeans) add(r *driver.Record) {
 	}
 	put(0, r.Reward)
 	put(1, r.Asked)
-	put(2, r.L1Identified)
+	if r.Protocol != eval.TideP {
+		// L1-IR and JIR are f-protocol metrics: under tide-p L1 is
+		// pre-filled, not the policy's.
+		put(2, r.L1Identified)
+		put(4, both(r.L1Identified, r.L2Identified))
+	}
 	put(3, r.L2Identified)
-	put(4, both(r.L1Identified, r.L2Identified))
 	put(5, r.DriftRecognized)
 	put(6, both(r.DriftRecognized, r.SQL2))
 }
@@ -530,8 +534,12 @@ func printTideRollout(w io.Writer, sum *eval.RolloutSummary, t *tideSummary, asJ
 		}
 		return fmt.Sprintf("%.3f", *x)
 	}
+	l2 := "L2-IR"
+	if sum.Protocol == eval.TideP {
+		l2 = "L2-IRp"
+	}
 	line := func(label string, r *tideRates) {
-		fmt.Fprintf(w, "%s (%d): DEA %s  AR %s  L1-IR %s  L2-IR %s  JIR %s  DRR %s  DRA %s\n", label, r.Episodes, f(r.DEA), f(r.AR), f(r.L1IR), f(r.L2IR), f(r.JIR), f(r.DRR), f(r.DRA))
+		fmt.Fprintf(w, "%s (%d): DEA %s  AR %s  L1-IR %s  %s %s  JIR %s  DRR %s  DRA %s\n", label, r.Episodes, f(r.DEA), f(r.AR), f(r.L1IR), l2, f(r.L2IR), f(r.JIR), f(r.DRR), f(r.DRA))
 	}
 	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated)
 	line("protocol "+sum.Protocol, &t.tideRates)

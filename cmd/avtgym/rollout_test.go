@@ -217,7 +217,11 @@ func TestRolloutTide(t *testing.T) {
 	t.Run("chain-blind tide-p", func(t *testing.T) {
 		s := rolloutTideJSON(t, addr, "--policy", "chain-blind", "--protocol", "tide-p")
 		ti := s.Tide
-		if s.Episodes != len(np) || ti.BySampleType["drift_only"] != nil || val(t, "l1_ir", ti.L1IR) != 0 || val(t, "l2_ir", ti.L2IR) != 1 ||
+		// L1 is pre-filled under tide-p: L1-IR and JIR are not defined.
+		if ti.L1IR != nil || ti.JIR != nil {
+			t.Errorf("tide-p: l1_ir %v jir %v, want null", ti.L1IR, ti.JIR)
+		}
+		if s.Episodes != len(np) || ti.BySampleType["drift_only"] != nil || val(t, "l2_ir", ti.L2IR) != 1 ||
 			val(t, "drr", ti.DRR) != 0 || val(t, "dra", ti.DRA) != 0 || val(t, "chain_only dea", ti.BySampleType["chain_only"].DEA) != 1 {
 			t.Errorf("tide-p chain-blind: %+v", ti)
 		}
