@@ -418,10 +418,10 @@ func tideServer(t *testing.T) *testutil.Server {
 	}
 	tide, _ := ProtocolTasks(tasks, pb.Protocol_PROTOCOL_TIDE_F)
 	if len(tide) == 0 {
-		t.Skip("the demo corpus has no TIDE sample (TaskSummary.sample_type)")
+		t.Fatal("the demo corpus has no TIDE sample (TaskSummary.sample_type)")
 	}
 	if err := CheckOptions(context.Background(), driver.Remote(srv.Client.Env), tide[0], &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_TIDE_F}); err != nil {
-		t.Skipf("the server does not serve TIDE: %v", err)
+		t.Fatalf("the server refuses TIDE: %v", err)
 	}
 	return srv
 }
