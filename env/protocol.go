@@ -182,7 +182,9 @@ func (ep *episode) applyBirdC(ctx context.Context, a *pb.Action) error {
 }
 
 // verifySubmission verifies a submission for the current sub-task of a
-// two-sub-task protocol (BIRD_C, BIRD_A) and records it in the state: the
+// protocol where the policy submits SQL step by step (BIRD_C, BIRD_A:
+// the record, then its follow-up; TIDE: the reference, then, after the
+// drift turn, the post-drift reference) and records it in the state: the
 // SQL turn, the solution and the verdict. ok is false when the step ends
 // here: err is the step's error (a busy verifier: nothing of the step is
 // kept, the state is not sealed), or the environment failed (ERROR).
@@ -195,9 +197,12 @@ func (ep *episode) verifySubmission(ctx context.Context, sql string) (v sqlexec.
 		v = sqlexec.Verdict{Reason: "the SQL " + fault, Err: &sqlexec.Error{Kind: sqlexec.KindSyntax, Msg: "the SQL was not run: it " + fault}}
 	} else {
 		var verr error
-		if st.Subtask == 1 {
+		switch {
+		case st.DriftInjected:
+			v, verr = t.VerifyDrift(ctx, sql, ep.env.cfg.Limits)
+		case st.Subtask == 1 || isTide(st.Protocol):
 			v, verr = t.Verify(ctx, sql, ep.env.cfg.Limits)
-		} else {
+		default:
 			v, verr = t.VerifyFollowUp(ctx, []string{st.Phase1Sql}, sql, ep.env.cfg.Limits)
 		}
 		if verr != nil {

@@ -9,7 +9,6 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/reward"
 	"avtgym/sqlcommit"
-	"avtgym/sqlexec"
 )
 
 // TIDE_F and TIDE_P (PROTOCOL.md §9, §11) are TIDE-Bench's harness, as its
@@ -221,32 +220,12 @@ func (ep *episode) abstain(notice string) {
 // against the post-drift reference. No result or feedback is shown.
 func (ep *episode) submitTide(ctx context.Context, sql string) error {
 	st, t := ep.st, ep.task
-	var v sqlexec.Verdict
-	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
-		sql = BoundText(sql, MaxSQLBytes)
-		v = sqlexec.Verdict{Reason: "the SQL " + fault}
-	} else {
-		var err error
-		if st.DriftInjected {
-			v, err = t.VerifyDrift(ctx, sql, ep.env.cfg.Limits)
-		} else {
-			v, err = t.Verify(ctx, sql, ep.env.cfg.Limits)
-		}
-		if err != nil {
-			if busy := ep.verifierError(err); busy != nil {
-				return busy
-			}
-			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-			ep.fail("the verifier failed: " + err.Error())
-			return nil
-		}
+	v, ok, err := ep.verifySubmission(ctx, sql)
+	if !ok {
+		return err
 	}
-	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
+	sql = st.SolutionSql // its bounded form
 	st.SqlsSubmitted++
-	st.VerifierReason = BoundText(v.Reason, MaxNoticeBytes)
-	if v.Err != nil && st.VerifierReason == "" {
-		st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
-	}
 	if st.SqlsSubmitted == 1 {
 		st.Phase1Sql, st.Sql1Outcome = sql, v.Success
 		if t.Drift != nil {
@@ -257,8 +236,6 @@ func (ep *episode) submitTide(ctx context.Context, sql string) error {
 	} else {
 		st.DriftRecognized = driftRecognized(ctx, t, st.Phase1Sql, sql)
 	}
-	st.SolutionSql = sql
-	st.Verified, st.Outcome = true, v.Success
 	st.Phase = pb.Phase_PHASE_DONE
 	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
 	return nil

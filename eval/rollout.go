@@ -1,6 +1,8 @@
 package eval
 
 import (
+	"slices"
+
 	"avtgym/driver"
 )
 
@@ -31,6 +33,84 @@ type RolloutSummary struct {
 	Protocol string `json:"protocol,omitempty"`
 	// BirdC holds BIRD-Interact's rates under bird-c and bird-a.
 	BirdC *BirdCSummary `json:"bird_c,omitempty"`
+	// Tide holds TIDE's metrics under tide-f and tide-p.
+	Tide *TideRollout `json:"tide,omitempty"`
+}
+
+// TideRollout is a TIDE rollout's metrics (TIDE's Table 2, with the
+// evaluation's definitions: tideMetric), over all its scored episodes, by
+// sample type (chain_only, drift_only, joint), and DRA by drift subtype
+// (value, constraint, projection). Unlike an evaluation it has no
+// intervals, and ERROR episodes are left out rather than counted as
+// failures.
+type TideRollout struct {
+	TideRates
+	BySampleType   map[string]*TideRates `json:"by_sample_type"`
+	DRAByDriftType map[string]*float64   `json:"dra_by_drift_subtype"`
+}
+
+// TideRates are TIDE's metrics over some episodes, each the mean over
+// those of the sample types (and the protocol) it is defined on, null
+// where there are none: DEA, every SQL matched; AR, some question asked;
+// L1-IR and JIR (tide-f only: under tide-p L1 is pre-filled), a question
+// routed to L1, and to both layers; L2-IR, a question routed to L2 (TIDE's
+// L2-IRp under tide-p); DRR, the policy's two SQLs satisfy S(y1) ⊄ S(y2);
+// DRA, DRR and the post-drift SQL matched.
+type TideRates struct {
+	Episodes int      `json:"episodes"`
+	DEA      *float64 `json:"dea"`
+	AR       *float64 `json:"ar"`
+	L1IR     *float64 `json:"l1_ir"`
+	L2IR     *float64 `json:"l2_ir"`
+	JIR      *float64 `json:"jir"`
+	DRR      *float64 `json:"drr"`
+	DRA      *float64 `json:"dra"`
+}
+
+// tideRates computes TideRates over scored episodes of a protocol.
+func tideRates(eps []Episode, protocol string) *TideRates {
+	l2 := tideL2IRf
+	if protocol == TideP {
+		l2 = tideL2IRp
+	}
+	mean := func(m tideMetric) *float64 {
+		if m.protocol != "" && m.protocol != protocol {
+			return nil
+		}
+		var acc sum
+		for i := range eps {
+			if !slices.Contains(m.types, eps[i].SampleType) {
+				continue
+			}
+			if v, ok := m.value(&eps[i]); ok {
+				acc.add(&v)
+			}
+		}
+		return acc.mean()
+	}
+	return &TideRates{Episodes: len(eps), DEA: mean(tideDEA), AR: mean(tideAR), L1IR: mean(tideL1IR), L2IR: mean(l2),
+		JIR: mean(tideJIR), DRR: mean(tideDRR), DRA: mean(tideDRA)}
+}
+
+// summarizeTide computes a TideRollout over scored episodes.
+func summarizeTide(eps []Episode, protocol string) *TideRollout {
+	byType, byDrift := map[string][]Episode{}, map[string][]Episode{}
+	for _, e := range eps {
+		if e.SampleType != "" {
+			byType[e.SampleType] = append(byType[e.SampleType], e)
+		}
+		if e.DriftSubtype != "" {
+			byDrift[e.DriftSubtype] = append(byDrift[e.DriftSubtype], e)
+		}
+	}
+	t := &TideRollout{TideRates: *tideRates(eps, protocol), BySampleType: map[string]*TideRates{}, DRAByDriftType: map[string]*float64{}}
+	for k, es := range byType {
+		t.BySampleType[k] = tideRates(es, protocol)
+	}
+	for k, es := range byDrift {
+		t.DRAByDriftType[k] = tideRates(es, protocol).DRA
+	}
+	return t
 }
 
 // BirdCSummary is a rollout's BIRD-Interact results: phase-1 and phase-2
@@ -130,6 +210,9 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 			b.NormalizedReward = ptr(100 * *m)
 		}
 		s.BirdC = b
+	}
+	if isTide(s.Protocol) {
+		s.Tide = summarizeTide(eps, s.Protocol)
 	}
 	return s
 }

@@ -324,10 +324,10 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	tasks, res.SkippedTasks = policy.ProtocolTasks(tasks, cfg.Protocol)
 	if driver.IsTide(cfg.Protocol) {
 		if len(tasks) == 0 {
-			return nil, fmt.Errorf("eval: no task of corpus %q split %q is one %s serves: %s", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol), tideServes(cfg.Protocol))
+			return nil, fmt.Errorf("eval: no task of corpus %q split %q is one %s serves: %s", cfg.Corpus, cfg.Split, driver.ProtocolName(cfg.Protocol), policy.ServedTasks(cfg.Protocol))
 		}
 		if res.SkippedTasks > 0 {
-			fmt.Fprintf(cfg.Warn, "eval: %s serves only %s: %d task(s) skipped\n", driver.ProtocolName(cfg.Protocol), tideServes(cfg.Protocol), res.SkippedTasks)
+			fmt.Fprintf(cfg.Warn, "eval: %s serves only %s: %d task(s) skipped\n", driver.ProtocolName(cfg.Protocol), policy.ServedTasks(cfg.Protocol), res.SkippedTasks)
 		}
 	} else {
 		if len(tasks) == 0 {

@@ -10,7 +10,6 @@ import (
 	"avtgym/driver"
 	"avtgym/policy"
 	"avtgym/probe"
-	pb "avtgym/proto/avtgym/v1"
 )
 
 // TideF and TideP are the names of TIDE-Bench's protocols (PROTOCOL.md
@@ -46,14 +45,6 @@ var TideConditions = []Condition{Asker}
 // DefaultTideAsker is the scripted TIDE baseline a TIDE run evaluates by
 // default (policy.ParseTidePolicy's name).
 const DefaultTideAsker = "chain-aware"
-
-// tideServes says, for messages, which tasks a TIDE protocol serves.
-func tideServes(p pb.Protocol) string {
-	if p == pb.Protocol_PROTOCOL_TIDE_P {
-		return "TIDE's chain-only and joint samples (TaskSummary.sample_type chain_only or joint)"
-	}
-	return "TIDE's samples (tasks with a TaskSummary.sample_type)"
-}
 
 // tideDefaults fills the defaults of a tide-f or tide-p run and checks
 // its settings (the solver is checked).

@@ -249,7 +249,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	sum := eval.SummarizeRollout(player.Name(), records)
 	if driver.IsTide(opts.GetProtocol()) {
-		printTideRollout(stdout, sum, summarizeTide(records), f.json)
+		printTideRollout(stdout, sum, f.json)
 	} else {
 		printRollout(stdout, sum, f.json)
 	}
@@ -409,125 +409,15 @@ func printRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 	}
 }
 
-// tideRates are TIDE-Bench's metrics (its Table 2; PROTOCOL.md §9) over a
-// rollout's scored episodes, each over the episodes where it is defined
-// (null where none is): DEA, every SQL matched (the reward); AR, some
-// question asked; L1-IR and L2-IR, a question routed to L1 / L2 (chain
-// samples; under tide-p L1-IR and JIR are undefined, L1 being pre-filled,
-// and L2-IR is TIDE's L2-IRp); JIR, both in one episode; DRR, the policy's two SQLs satisfy
-// S(y1) ⊄ S(y2) (drift samples); DRA, DRR and the post-drift SQL matched.
-type tideRates struct {
-	Episodes int      `json:"episodes"`
-	DEA      *float64 `json:"dea"`
-	AR       *float64 `json:"ar"`
-	L1IR     *float64 `json:"l1_ir"`
-	L2IR     *float64 `json:"l2_ir"`
-	JIR      *float64 `json:"jir"`
-	DRR      *float64 `json:"drr"`
-	DRA      *float64 `json:"dra"`
-}
-
-// tideSummary is a TIDE rollout's metrics: over all its scored episodes,
-// by sample type (chain_only, drift_only, joint), and DRA by drift subtype
-// (value, constraint, projection).
-type tideSummary struct {
-	tideRates
-	BySampleType   map[string]*tideRates `json:"by_sample_type"`
-	DRAByDriftType map[string]*float64   `json:"dra_by_drift_subtype"`
-}
-
-// tideMeans accumulates the metrics of some episodes.
-type tideMeans struct {
-	n int
-	// sum and cnt of DEA, AR, L1-IR, L2-IR, JIR, DRR and DRA, in order.
-	sum, cnt [7]float64
-}
-
-func (m *tideMeans) add(r *driver.Record) {
-	m.n++
-	put := func(i int, x *float64) {
-		if x != nil {
-			m.sum[i] += *x
-			m.cnt[i]++
-		}
-	}
-	both := func(a, b *float64) *float64 {
-		if a == nil || b == nil {
-			return nil
-		}
-		v := min(*a, *b)
-		return &v
-	}
-	put(0, r.Reward)
-	put(1, r.Asked)
-	if r.Protocol != eval.TideP {
-		// L1-IR and JIR are f-protocol metrics: under tide-p L1 is
-		// pre-filled, not the policy's.
-		put(2, r.L1Identified)
-		put(4, both(r.L1Identified, r.L2Identified))
-	}
-	put(3, r.L2Identified)
-	put(5, r.DriftRecognized)
-	put(6, both(r.DriftRecognized, r.SQL2))
-}
-
-func (m *tideMeans) mean(i int) *float64 {
-	if m.cnt[i] == 0 {
-		return nil
-	}
-	v := m.sum[i] / m.cnt[i]
-	return &v
-}
-
-func (m *tideMeans) rates() *tideRates {
-	return &tideRates{Episodes: m.n, DEA: m.mean(0), AR: m.mean(1), L1IR: m.mean(2), L2IR: m.mean(3), JIR: m.mean(4), DRR: m.mean(5), DRA: m.mean(6)}
-}
-
-// group is m's entry for key, made when missing.
-func group(m map[string]*tideMeans, key string) *tideMeans {
-	if m[key] == nil {
-		m[key] = &tideMeans{}
-	}
-	return m[key]
-}
-
-// summarizeTide computes TIDE's metrics over the scored records.
-func summarizeTide(records []*driver.Record) *tideSummary {
-	var all tideMeans
-	byType, byDrift := map[string]*tideMeans{}, map[string]*tideMeans{}
-	for _, r := range records {
-		if !r.Scored() {
-			continue
-		}
-		all.add(r)
-		group(byType, r.SampleType).add(r)
-		group(byDrift, r.DriftSubtype).add(r)
-	}
-	delete(byType, "")
-	delete(byDrift, "")
-	s := &tideSummary{tideRates: *all.rates(), BySampleType: map[string]*tideRates{}, DRAByDriftType: map[string]*float64{}}
-	for k, m := range byType {
-		s.BySampleType[k] = m.rates()
-	}
-	for k, m := range byDrift {
-		s.DRAByDriftType[k] = m.mean(6)
-	}
-	return s
-}
-
 // printTideRollout prints a TIDE rollout's summary: with --json the
-// rollout summary with a "tide" object of TIDE's metrics; else a line of
-// them overall, and one per sample type.
-func printTideRollout(w io.Writer, sum *eval.RolloutSummary, t *tideSummary, asJSON bool) {
+// rollout summary, whose "tide" object holds TIDE's metrics; else a line
+// of them overall, one per sample type, and DRA by drift subtype.
+func printTideRollout(w io.Writer, sum *eval.RolloutSummary, asJSON bool) {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(struct {
-			*eval.RolloutSummary
-			Tide *tideSummary `json:"tide"`
-		}{sum, t})
+		printRollout(w, sum, true)
 		return
 	}
+	t := sum.Tide
 	f := func(x *float64) string {
 		if x == nil {
 			return "n/a"
@@ -538,11 +428,11 @@ func printTideRollout(w io.Writer, sum *eval.RolloutSummary, t *tideSummary, asJ
 	if sum.Protocol == eval.TideP {
 		l2 = "L2-IRp"
 	}
-	line := func(label string, r *tideRates) {
+	line := func(label string, r *eval.TideRates) {
 		fmt.Fprintf(w, "%s (%d): DEA %s  AR %s  L1-IR %s  %s %s  JIR %s  DRR %s  DRA %s\n", label, r.Episodes, f(r.DEA), f(r.AR), f(r.L1IR), l2, f(r.L2IR), f(r.JIR), f(r.DRR), f(r.DRA))
 	}
 	fmt.Fprintf(w, "policy %s on corpus %s: %d episodes (%d errors, %d truncated)\n", sum.Policy, sum.Corpus, sum.Episodes, sum.Errors, sum.Truncated)
-	line("protocol "+sum.Protocol, &t.tideRates)
+	line("protocol "+sum.Protocol, &t.TideRates)
 	for _, k := range []string{"chain_only", "drift_only", "joint"} {
 		if r := t.BySampleType[k]; r != nil {
 			line("  "+k, r)

@@ -11,6 +11,7 @@ import (
 
 	"avtgym/app"
 	"avtgym/driver"
+	"avtgym/eval"
 	"avtgym/internal/fakellm"
 	"avtgym/internal/testutil"
 	"avtgym/policy"
@@ -141,7 +142,7 @@ func followUpCount(t *testing.T, srv *testutil.Server) int {
 // tideOutput is what `rollout --json` prints under tide-f and tide-p.
 type tideOutput struct {
 	summary
-	Tide *tideSummary `json:"tide"`
+	Tide *eval.TideRollout `json:"tide"`
 }
 
 func rolloutTideJSON(t *testing.T, addr string, args ...string) *tideOutput {
