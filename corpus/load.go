@@ -673,7 +673,7 @@ func checkAmbiguities(rec *Record, db *DB, bad badFunc) map[string]bool {
 			bad(f+".depends_on", "%q is the ambiguity's own term", a.DependsOn)
 		case !terms[a.DependsOn]:
 			bad(f+".depends_on", "%q is not the term of another ambiguity of this record", a.DependsOn)
-		case dependsOnCycle(rec.Ambiguities, i):
+		case dependsOnCycle(rec, i):
 			bad(f+".depends_on", "%q closes a cycle of dependencies", a.DependsOn)
 		}
 		if a.Chosen != "" && len(a.Options) > 0 && !slices.Contains(a.Options, a.Chosen) {
@@ -754,23 +754,16 @@ func (l *loader) checkFollowUp(rec *Record, m *Manifest, db *DB, bad badFunc) sq
 
 // dependsOnCycle reports whether following depends_on from ambiguity i
 // comes back to it.
-func dependsOnCycle(as []Ambiguity, i int) bool {
-	cur := i
-	for range as {
-		next := -1
-		for j, b := range as {
-			if j != cur && b.Term == as[cur].DependsOn {
-				next = j
-				break
-			}
-		}
-		if next < 0 {
+func dependsOnCycle(rec *Record, i int) bool {
+	cur := rec.dependency(i)
+	for range rec.Ambiguities {
+		if cur < 0 {
 			return false
 		}
-		if next == i {
+		if cur == i {
 			return true
 		}
-		cur = next
+		cur = rec.dependency(cur)
 	}
 	return true
 }

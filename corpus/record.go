@@ -314,30 +314,34 @@ func (r *Record) ClusterID() string {
 
 // ChainLayers returns, for each ambiguity, its layer in the record's
 // dependency chains: 1 for an ambiguity that depends on none, 1 + the
-// layer of the one it depends on otherwise (TIDE's L1 and L2). A cycle or
-// an unknown dependency counts as layer 1 (corpus loading rejects both).
+// layer of the one it depends on otherwise (TIDE's L1 and L2). An unknown
+// dependency ends a chain; a cycle (corpus loading rejects both) is cut
+// after one step per ambiguity.
 func (r *Record) ChainLayers() []int {
 	layers := make([]int, len(r.Ambiguities))
-	var layer func(i, depth int) int
-	layer = func(i, depth int) int {
-		if layers[i] > 0 {
-			return layers[i]
-		}
-		a := r.Ambiguities[i]
-		if a.DependsOn == "" || depth > len(r.Ambiguities) {
-			return 1
-		}
-		for j, b := range r.Ambiguities {
-			if j != i && b.Term == a.DependsOn {
-				return 1 + layer(j, depth+1)
-			}
-		}
-		return 1
-	}
 	for i := range r.Ambiguities {
-		layers[i] = layer(i, 0)
+		layer := 1
+		for cur := r.dependency(i); cur >= 0 && layer <= len(r.Ambiguities); cur = r.dependency(cur) {
+			layer++
+		}
+		layers[i] = layer
 	}
 	return layers
+}
+
+// dependency is the index of the ambiguity ambiguity i depends on (the
+// first other one registered under its DependsOn term), -1 when none.
+func (r *Record) dependency(i int) int {
+	dep := r.Ambiguities[i].DependsOn
+	if dep == "" {
+		return -1
+	}
+	for j, b := range r.Ambiguities {
+		if j != i && b.Term == dep {
+			return j
+		}
+	}
+	return -1
 }
 
 // HasChain reports whether an ambiguity of r depends on another

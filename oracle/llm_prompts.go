@@ -324,7 +324,7 @@ func writeSegments(b *strings.Builder, segs []sqlexec.Segment) {
 // have already clarified, in annotation order; for other records nothing.
 // It reads the history's credits only.
 func writeChains(b *strings.Builder, rec *corpus.Record, history []Turn) {
-	if !HasChain(rec) {
+	if !rec.HasChain() {
 		return
 	}
 	b.WriteString("\n" + markChains + " (each is meaningful only once the phrase it depends on is clarified):\n")

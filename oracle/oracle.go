@@ -213,7 +213,7 @@ func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn,
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
 	}
-	if opt.CreditHistory && HasChain(rec) {
+	if opt.CreditHistory && rec != nil && rec.HasChain() {
 		var err error
 		if history, err = o.creditHistory(ctx, rec, history, opt); err != nil {
 			return Reply{}, err
@@ -345,11 +345,6 @@ func (o Oracle) creditHistory(ctx context.Context, rec *corpus.Record, history [
 	}
 	return out, nil
 }
-
-// HasChain reports whether rec has a chain ambiguity (one that depends on
-// another, PROTOCOL.md §9): the only records whose matchers read the
-// history's credits.
-func HasChain(rec *corpus.Record) bool { return rec != nil && rec.HasChain() }
 
 // MatcherDescriber is implemented by matchers that describe themselves
 // (for EnvService.ListOracles): equal descriptions mean the same matcher.
