@@ -56,10 +56,7 @@ func (a *LLMAgent) Name() string { return AgentName }
 
 // Preflight implements Preflighter, as the LLM asker's does.
 func (a *LLMAgent) Preflight(ctx context.Context) error {
-	if err := a.client.Ping(ctx); err != nil && !a.client.CacheHolds() {
-		return &AskerError{Err: err}
-	}
-	return nil
+	return preflight(ctx, a.client)
 }
 
 // Play implements Player.

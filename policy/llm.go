@@ -55,10 +55,7 @@ func NewLLMAsker(c *llm.Client, style AskerStyle) (*LLMAsker, error) {
 // the client's cache already holds replies (a replay needs no endpoint;
 // a miss then fails its episode alone).
 func (a *LLMAsker) Preflight(ctx context.Context) error {
-	if err := a.client.Ping(ctx); err != nil && !a.client.CacheHolds() {
-		return &AskerError{Err: err}
-	}
-	return nil
+	return preflight(ctx, a.client)
 }
 
 // Style returns the asker's prompt style.
@@ -310,6 +307,15 @@ func (a *LLMAsker) Play(ctx context.Context, ep *driver.Episode) error {
 	}
 	if !ep.Done() {
 		return fmt.Errorf("the episode did not end (phase %s)", ep.Phase())
+	}
+	return nil
+}
+
+// preflight is the LLM policies' Preflight: the endpoint answers, or every
+// call the run needs is already in the client's response cache (a replay).
+func preflight(ctx context.Context, c *llm.Client) error {
+	if err := c.Ping(ctx); err != nil && !c.CacheHolds() {
+		return &AskerError{Err: err}
 	}
 	return nil
 }

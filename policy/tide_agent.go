@@ -55,10 +55,7 @@ func (a *TideAgent) Name() string { return TideAgentName }
 
 // Preflight implements Preflighter, as the other LLM policies do.
 func (a *TideAgent) Preflight(ctx context.Context) error {
-	if err := a.client.Ping(ctx); err != nil && !a.client.CacheHolds() {
-		return &AskerError{Err: err}
-	}
-	return nil
+	return preflight(ctx, a.client)
 }
 
 // Play implements Player.
