@@ -124,6 +124,7 @@ func (c *Corpus) Close() error {
 	var first error
 	for _, id := range c.dbOrder {
 		db := c.dbs[id]
+		commitSchemas.Delete(db)
 		if cl, ok := db.Stateful.(interface{ Close() error }); ok {
 			if err := cl.Close(); err != nil && first == nil {
 				first = err
