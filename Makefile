@@ -79,6 +79,10 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); make test runs t
 	$(GO) test -run '^$$' -fuzz '^FuzzCompare$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
 	$(GO) test -run '^$$' -fuzz '^FuzzRoundHalfUp$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/
 	$(GO) test -run '^$$' -fuzz '^FuzzQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/sqlite/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/pgparse/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckQuery$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/postgres/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckStateful$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlexec/postgres/
+	$(GO) test -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./sqlcommit/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseAction$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./oracle/
 	$(GO) test -run '^$$' -fuzz '^FuzzCleanReply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./oracle/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME) ./policy/

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -132,6 +133,10 @@ func FuzzExtract(f *testing.F) {
 		`SELECT a FROM t WHERE a IS NOT 'x' AND b IS 3`, `SELECT 'unterminated`, `SELECT "unterminated`,
 		`WITH c AS (SELECT 1 AS x) SELECT x FROM c UNION ALL SELECT 2 ORDER BY 1`, "/* c */ SELECT -- d\n 1",
 		`SELECT a FROM (SELECT b AS a FROM t) s WHERE EXISTS (SELECT 1 FROM u WHERE u.k = s.a)`,
+		// Issue 25: these crashed the process inside libpg_query (SIGSEGV).
+		"SELECT 1" + strings.Repeat("+1", 30000),
+		"SELECT a FROM t WHERE b = 1" + strings.Repeat(" || 'x'", 30000),
+		"SELECT `a`" + strings.Repeat("::int", 30000) + " FROM t LIMIT 1, 2",
 	} {
 		f.Add(q)
 	}

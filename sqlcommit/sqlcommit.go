@@ -32,9 +32,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"github.com/pganalyze/pg_query_go/v6/parser"
+
+	"avtgym/sqlexec/pgparse"
 )
 
 // Clause names the clause a unit comes from.
@@ -148,7 +151,7 @@ var ErrNotQuery = errors.New("not a single SELECT query")
 // and qualifies unqualified columns with their tables.
 func Extract(sql string, schema *Schema) (*Set, error) {
 	rw := toPostgres(sql, schema)
-	tree, err := pg.Parse(rw.sql)
+	tree, err := pgparse.Parse(rw.sql)
 	if err != nil {
 		return nil, parseError(sql, rw, err)
 	}
@@ -199,8 +202,13 @@ func stmtKind(n *pg.Node) string {
 func parseError(orig string, rw rewritten, err error) error {
 	msg, cursor := err.Error(), 0
 	var pe *parser.Error
-	if errors.As(err, &pe) {
+	var de *pgparse.DepthError
+	switch {
+	case errors.As(err, &pe):
 		msg, cursor = pe.Message, pe.Cursorpos
+	case errors.As(err, &de):
+		// Refused before the parser: the cursor is the token past the limit.
+		cursor = utf8.RuneCountInString(rw.sql[:min(de.Offset, len(rw.sql))]) + 1
 	}
 	if cursor <= 0 {
 		return &ParseError{Msg: msg}

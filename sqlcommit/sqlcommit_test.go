@@ -239,3 +239,23 @@ func TestErrors(t *testing.T) {
 		t.Errorf("LoadSchema of a junk file: %v", err)
 	}
 }
+
+// TestDeepQueriesAreParseErrors: the chains that crashed libpg_query
+// (issue 25; TIDE's drift test parsed the policy's SQL) are ParseErrors
+// that point into the query as given, never a crash.
+func TestDeepQueriesAreParseErrors(t *testing.T) {
+	for _, q := range []string{
+		"SELECT 1" + strings.Repeat("+1", 30000),
+		"SELECT `a` FROM t WHERE x = 1" + strings.Repeat(" || 'x'", 30000),
+		"SELECT " + strings.Repeat("(SELECT ", 5000) + "1" + strings.Repeat(")", 5000),
+	} {
+		_, err := Extract(q, nil)
+		var pe *ParseError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "nests too deeply") || pe.Offset <= 0 || pe.Line != 1 {
+			t.Errorf("%.40q…: %v (%+v), want a ParseError at the token past the limit", q, err, pe)
+		}
+		if _, err := DriftSQL("SELECT 1", q, nil); err == nil {
+			t.Errorf("%.40q…: DriftSQL accepted it", q)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/pgparse"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -140,7 +141,7 @@ func statefulUse(n *pg_query.Node) string {
 		return why
 	}
 	var why string
-	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
+	pgparse.Walk(n.ProtoReflect(), func(m protoreflect.Message) bool {
 		if x, ok := m.Interface().(*pg_query.FuncCall); ok {
 			if k := len(x.Funcname); k > 0 {
 				if s := x.Funcname[k-1].GetString_(); s != nil {
@@ -273,7 +274,7 @@ func functionDenial(f *pg_query.CreateFunctionStmt, text string, depth int) (str
 	if f.SqlBody != nil { // BEGIN ATOMIC ... END, or RETURN expr: parsed in place
 		var why string
 		var err error
-		walkMessages(f.SqlBody.ProtoReflect(), func(m protoreflect.Message) bool {
+		pgparse.Walk(f.SqlBody.ProtoReflect(), func(m protoreflect.Message) bool {
 			if n, ok := m.Interface().(*pg_query.Node); ok && isStatementNode(n) {
 				why, err = statefulStmtDenial(statement{text: text, node: n}, depth+1)
 			}
@@ -350,7 +351,7 @@ func dollarQuote(s string) string {
 // statement's text: no dynamic SQL, no COMMIT or ROLLBACK, and every
 // embedded statement allowed (expressions: no denied function).
 func plpgsqlDenial(createText string, depth int) (string, error) {
-	js, err := pg_query.ParsePlPgSqlToJSON(createText)
+	js, err := pgparse.ParsePlPgSQL(createText)
 	if err != nil {
 		return "", err
 	}

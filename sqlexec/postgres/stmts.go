@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/pgparse"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	pgparser "github.com/pganalyze/pg_query_go/v6/parser"
@@ -26,9 +27,10 @@ type statement struct {
 }
 
 // parseStatements splits text into statements with the parser. A parse error
-// is returned as the parser's *pgparser.Error.
+// is returned as the parser's *pgparser.Error; a text that nests too deeply
+// to be parsed safely is a *pgparse.DepthError and never reaches the parser.
 func parseStatements(text string) ([]statement, error) {
-	tree, err := pg_query.Parse(text)
+	tree, err := pgparse.Parse(text)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +68,10 @@ func hasParam(text string) (bool, error) {
 
 // syntaxError turns a parser error into KindSyntax.
 func syntaxError(err error) error {
+	var de *pgparse.DepthError
+	if errors.As(err, &de) {
+		return sqlexec.Errorf(sqlexec.KindSyntax, err, "the SQL was not run: %v", de)
+	}
 	var pe *pgparser.Error
 	if errors.As(err, &pe) {
 		if pe.Cursorpos > 0 {
@@ -279,7 +285,7 @@ func mayCallDenied(text string) bool {
 // calls or a relation it reads, or "".
 func deniedUse(n *pg_query.Node) string {
 	var why string
-	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
+	pgparse.Walk(n.ProtoReflect(), func(m protoreflect.Message) bool {
 		switch x := m.Interface().(type) {
 		case *pg_query.FuncCall:
 			if k := len(x.Funcname); k > 0 {
@@ -293,34 +299,6 @@ func deniedUse(n *pg_query.Node) string {
 		return why == ""
 	})
 	return why
-}
-
-// walkMessages calls fn on m and every message below it, depth first, until
-// fn returns false.
-func walkMessages(m protoreflect.Message, fn func(protoreflect.Message) bool) bool {
-	if !m.IsValid() {
-		return true
-	}
-	if !fn(m) {
-		return false
-	}
-	ok := true
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsMap():
-		case fd.IsList():
-			if fd.Message() != nil {
-				l := v.List()
-				for i := 0; i < l.Len() && ok; i++ {
-					ok = walkMessages(l.Get(i).Message(), fn)
-				}
-			}
-		case fd.Message() != nil:
-			ok = walkMessages(v.Message(), fn)
-		}
-		return ok
-	})
-	return ok
 }
 
 // Reasons for denials.

@@ -355,9 +355,21 @@ const progressOps = 4096
 
 // SQLite limit ids (sqlite3_limit).
 const (
-	limitLength   = 0
-	limitColumn   = 2
-	limitAttached = 7
+	limitLength    = 0
+	limitColumn    = 2
+	limitExprDepth = 3
+	limitAttached  = 7
+	limitTrigger   = 10
+)
+
+// Parser limits, pinned (SQLite's defaults) so that they hold whatever the
+// build: SQLITE_LIMIT_EXPR_DEPTH bounds the expression tree the parser
+// builds (deeper is a parse error, "Expression tree is too large"), the
+// same bound sqlexec/pgparse puts before libpg_query; SQLITE_LIMIT_TRIGGER_DEPTH
+// bounds triggers firing triggers.
+const (
+	maxExprDepth    = 1000
+	maxTriggerDepth = 1000
 )
 
 // accountingErr is non-nil when SQLite's allocator could not be wrapped

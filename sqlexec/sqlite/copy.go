@@ -222,6 +222,8 @@ func openCopy(img *pristine) (*dbCopy, error) {
 	}
 	cc.setLimit(limitAttached, 0)
 	cc.setLimit(limitColumn, maxColumns)
+	cc.setLimit(limitExprDepth, maxExprDepth)
+	cc.setLimit(limitTrigger, maxTriggerDepth)
 	// The temporary database (CREATE TEMP TABLE) lives in a file of
 	// SQLite's temporary directory, deleted when the copy closes; it may
 	// grow as far as the copy.

@@ -47,6 +47,10 @@ func TestHostileQueries(t *testing.T) {
 		{"more columns than allowed", "SELECT " + many("1", maxColumns+1), sqlexec.KindSyntax},
 		{"NUL byte", "SELECT 1;\x00 DELETE FROM orders", sqlexec.KindSyntax},
 		{"deep nesting", "SELECT " + strings.Repeat("(", 100000) + "1" + strings.Repeat(")", 100000), sqlexec.KindSyntax},
+		// The chain that crashed libpg_query (issue 25): SQLite's parser
+		// refuses it at SQLITE_LIMIT_EXPR_DEPTH.
+		{"30,000 chained additions", "SELECT 1" + strings.Repeat("+1", 30000), sqlexec.KindSyntax},
+		{"30,000 chained concatenations", "SELECT 'a'" + strings.Repeat("||'a'", 30000), sqlexec.KindSyntax},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

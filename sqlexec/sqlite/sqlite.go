@@ -257,6 +257,7 @@ func (r *roConn) query(ctx context.Context, text string, lim sqlexec.Limits) (*s
 	}
 	cc.setLimit(limitLength, int(length))
 	cc.setLimit(limitColumn, maxColumns)
+	cc.setLimit(limitExprDepth, maxExprDepth)
 	var wall time.Duration
 	if lim.Timeout > 0 {
 		wall = wallFactor * lim.Timeout
