@@ -27,7 +27,7 @@ import (
 
 // LoaderVersion is part of every database's content hash: a change to how
 // sources are loaded (bump it) makes every database load again.
-const LoaderVersion = "1"
+const LoaderVersion = "2" // 2: the statistics views revoked (issue 25)
 
 // Source is what a database is loaded from: a folder of table dumps, or a
 // script.
@@ -393,8 +393,18 @@ var hardening = []string{
 // its limits (SET is refused by the parser).
 var hardeningAfterLoad = []string{"set_config"}
 
-// hardeningViews are the pg_catalog views whose SELECT is revoked from PUBLIC.
+// hardeningViews are the pg_catalog views whose SELECT is revoked from
+// PUBLIC: the activity of other sessions, and (with every view whose name
+// starts with pg_stat_ or pg_statio_, listed from the catalog) the
+// cumulative statistics, whose scan counts show what the reference runs
+// read. The statistics functions behind them (pg_stat_get_*) stay
+// executable: the after-job check reads pg_stat_get_mod_since_analyze as
+// the policy role, and the statement checks refuse them by name.
 var hardeningViews = []string{"pg_stat_activity"}
+
+// statisticsViewsSQL lists the statistics views of hardeningViews.
+const statisticsViewsSQL = `SELECT c.relname::text FROM pg_class c WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'v'
+	AND (c.relname LIKE 'pg\_stat\_%' OR c.relname LIKE 'pg\_statio\_%') ORDER BY 1`
 
 // buildTemplate creates template tpl and loads files into it.
 func (s *Server) buildTemplate(ctx context.Context, conn *pgxpool.Conn, tpl, mark string, files []srcFile, dumps bool) error {
@@ -472,6 +482,19 @@ func (s *Server) harden(ctx context.Context, db string, funcs, views []string) e
 	sigs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("postgres: listing functions in %s: %w", db, err)
+	}
+	if len(views) > 0 {
+		rows, err := c.Query(ctx, statisticsViewsSQL)
+		if err != nil {
+			return fmt.Errorf("postgres: listing the statistics views in %s: %w", db, err)
+		}
+		stats, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("postgres: listing the statistics views in %s: %w", db, err)
+		}
+		views = append(slices.Clone(views), stats...)
+		slices.Sort(views)
+		views = slices.Compact(views)
 	}
 	var stmts []string
 	for _, sig := range sigs {

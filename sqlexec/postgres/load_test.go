@@ -573,6 +573,20 @@ func TestHardening(t *testing.T) {
 	if err := c.QueryRow(ctx, "SELECT has_table_privilege($1, 'pg_catalog.pg_stat_activity', 'SELECT')", server(t).Role()).Scan(&read); err != nil || read {
 		t.Errorf("pg_stat_activity readable: %v %v", read, err)
 	}
+	// The statistics views (which count what the references read).
+	rows, err = c.Query(ctx, `SELECT c.relname::text FROM pg_class c WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'v'
+		AND (c.relname LIKE 'pg\_stat\_%' OR c.relname LIKE 'pg\_statio\_%') AND has_table_privilege($1, c.oid, 'SELECT')`, server(t).Role())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err := pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(left) > 0 {
+		t.Errorf("the policy role may still read %v (%v)", left, err)
+	}
+	for _, v := range []string{"pg_stat_user_tables", "pg_statio_user_tables", "pg_stat_all_indexes", "pg_stat_database"} {
+		if err := c.QueryRow(ctx, "SELECT has_table_privilege($1, 'pg_catalog.'||$2, 'SELECT')", server(t).Role(), v).Scan(&read); err != nil || read {
+			t.Errorf("%s readable: %v %v", v, read, err)
+		}
+	}
 	// Every function the parser denies is revoked as well, and conversely.
 	for _, f := range append(append([]string(nil), hardening...), hardeningAfterLoad...) {
 		if deniedFunctions[f] == "" {

@@ -426,13 +426,13 @@ func plpgsqlExprDenial(q string, mode, depth int) (string, error) {
 			continue
 		}
 		w := strings.ToLower(q[t.Start:t.End])
-		if why := deniedFunctions[w]; why != "" {
+		if why := functionCallDenial(w); why != "" {
 			return why, nil
 		}
 		if why := statefulDeniedFunctions[w]; why != "" {
 			return why, nil
 		}
-		if why := deniedRelations[w]; why != "" {
+		if why := relationDenial(w); why != "" {
 			return why, nil
 		}
 	}

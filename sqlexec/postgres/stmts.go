@@ -266,6 +266,35 @@ var deniedFunctions = map[string]string{
 // deniedRelations are the relations a query may not read.
 var deniedRelations = map[string]string{
 	"pg_stat_activity": "other sessions' activity may not be read",
+	// Every backend's locks: which tables a reference run holds.
+	"pg_locks": "other sessions' locks may not be read",
+}
+
+// whyStatistics is why the cumulative statistics may not be read: their
+// scan and tuple counts show which tables and indexes the reference runs
+// (on the same database, as the same role) read (issue 25).
+const whyStatistics = "the cumulative statistics views and functions (pg_stat_*, pg_statio_*, pg_stat_get_*) may not be read: they count what other queries, the references' among them, read"
+
+// relationDenial returns why a query may not read the relation name, or "".
+func relationDenial(name string) string {
+	if why := deniedRelations[name]; why != "" {
+		return why
+	}
+	if strings.HasPrefix(name, "pg_stat_") || strings.HasPrefix(name, "pg_statio_") {
+		return whyStatistics
+	}
+	return ""
+}
+
+// functionCallDenial returns why a query may not call the function name, or "".
+func functionCallDenial(name string) string {
+	if why := deniedFunctions[name]; why != "" {
+		return why
+	}
+	if strings.HasPrefix(name, "pg_stat_get_") {
+		return whyStatistics
+	}
+	return ""
 }
 
 // mayCallDenied reports whether text may name a denied function or relation
@@ -273,7 +302,7 @@ var deniedRelations = map[string]string{
 // an identifier with Unicode escapes, which could spell any name).
 func mayCallDenied(text string) bool {
 	l := strings.ToLower(text)
-	for _, w := range []string{"set_config", "_backend", "advisory", "pg_stat_", "emit_message", "lo_", "lowrite", "u&"} {
+	for _, w := range []string{"set_config", "_backend", "advisory", "pg_stat", "pg_locks", "emit_message", "lo_", "lowrite", "u&"} {
 		if strings.Contains(l, w) {
 			return true
 		}
@@ -290,11 +319,11 @@ func deniedUse(n *pg_query.Node) string {
 		case *pg_query.FuncCall:
 			if k := len(x.Funcname); k > 0 {
 				if s := x.Funcname[k-1].GetString_(); s != nil {
-					why = deniedFunctions[s.Sval]
+					why = functionCallDenial(s.Sval)
 				}
 			}
 		case *pg_query.RangeVar:
-			why = deniedRelations[x.Relname]
+			why = relationDenial(x.Relname)
 		}
 		return why == ""
 	})
