@@ -100,6 +100,23 @@ type PyJob struct {
 	StatementTimeout, Deadline time.Duration
 	// MaxRows bounds the rows a test's query may return.
 	MaxRows int
+	// MaxBytes bounds the result of every statement the job runs for the
+	// policy or its tests (the predicted statements' and the tests'), as
+	// Limits.MaxBytes bounds a query's: cells counted as CellBytes counts
+	// them, as the rows arrive; past it the statement fails with
+	// KindTooManyBytes (the policy's failure). 0 means no cap.
+	MaxBytes int64
+	// Isolate are the environment's statements run after the predicted
+	// statements and before the tests, inside the job's transaction, so
+	// that the tests read the database and not what the policy's session
+	// made to shadow it (the engine's: drop the session's temporary
+	// objects, pin the search path). Their failure is an error.
+	Isolate []string
+	// Guard, when set, is a query run after Isolate: each row it returns
+	// names an object the policy's statements made to shadow a built-in
+	// one (its first column, text); any row fails the verdict with that
+	// text as the reason, and the tests do not run.
+	Guard string
 }
 
 // PyResult is what a PyRunner reports for a job that ran.
@@ -117,7 +134,15 @@ type PyResult struct {
 	// policy did (its source does not compile, it uses a name that is
 	// neither a helper nor a builtin): a corpus problem, which corpus check
 	// reports; the verification has no verdict (an ERROR when serving).
+	// Only what the test's source shows is broken; an exception the test
+	// raises at run time (the policy's data provoked it) is a failed test.
 	Broken string
+	// Lost, when set, says that the worker's connection to the database
+	// broke while it ran the policy's statements or a test (Reason says
+	// how). Whose fault that is the engine decides by what it can observe
+	// of the server (a policy may end its own session; a server that is
+	// down or in recovery is the environment's).
+	Lost bool
 }
 
 // PyRunner runs BIRD-Interact's Python tests. Run returns an error only

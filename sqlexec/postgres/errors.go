@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// classify turns a failure of a query into an *sqlexec.Error. By SQLSTATE:
+// classify turns a failure of a query into an *sqlexec.Error. A failure of
+// the policy's own statement goes through classifyPolicy, which decides
+// whose fault it is. By SQLSTATE:
 //
 //   - 57014 (statement timeout, or a cancel the caller asked for), 55P03
 //     (lock_not_available): KindTimeout; KindUnavailable when the caller
@@ -72,6 +74,50 @@ func (q *query) classify(err error, label string) error {
 	default:
 		return sqlexec.Errorf(sqlexec.KindExecution, err, "%s failed while running: %s", label, msg)
 	}
+}
+
+// classifyPolicy classifies a failure of a statement the policy wrote (or
+// of a check run on the state its statements left). Whose fault a failure
+// is, is decided only by what avtgym observed, never by the SQLSTATE: a
+// policy raises any SQLSTATE it likes (RAISE ... USING ERRCODE = '57P01',
+// pg_database_size('nosuchdb') for 3D000, '53300' for "too many
+// connections"). So an error the server answered on a session that lives
+// on (severity ERROR; the connection still open) is the policy's failure,
+// whatever its code: classify's kind where that is one of the policy's
+// kinds, else KindExecution. Only what the policy cannot forge is the
+// environment's: the connection broke (a network error, the session ended
+// with FATAL or PANIC: a server shutting down, crashing or in recovery
+// ends every session; pg_terminate_backend and every other way a policy
+// could end its own session are refused by the statement checks and
+// revoked in the catalog), the caller's context was canceled, or no
+// connection could be had (connectError).
+func (q *query) classifyPolicy(pc *pgconn.PgConn, err error, label string) error {
+	e := q.classify(err, label)
+	switch sqlexec.KindOf(e) {
+	case sqlexec.KindUnavailable, sqlexec.KindBusy:
+	default:
+		return e
+	}
+	var pgErr *pgconn.PgError
+	if q.ctx.Err() == nil && errors.As(err, &pgErr) && sessionLives(pc, pgErr) {
+		return sqlexec.Errorf(sqlexec.KindExecution, err, "%s failed while running: %s", label, pgMessage(pgErr))
+	}
+	return e
+}
+
+// sessionLives reports whether the server answered e on a session that
+// goes on: the connection is open and the error ended only the statement.
+func sessionLives(pc *pgconn.PgConn, e *pgconn.PgError) bool {
+	if pc == nil || pc.IsClosed() {
+		return false
+	}
+	switch e.SeverityUnlocalized {
+	case "FATAL", "PANIC":
+		return false
+	case "":
+		return e.Severity != "FATAL" && e.Severity != "PANIC"
+	}
+	return true
 }
 
 // kindOf maps a SQLSTATE to an error kind (see classify).

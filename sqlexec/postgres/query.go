@@ -386,11 +386,11 @@ func (q *query) run(pc *pgconn.PgConn) (*sqlexec.Result, error) {
 		}
 	}
 	if failed != nil {
-		label := "the query"
+		label, policy := "the query", false
 		if r := reqs[failedAt]; r.stmt >= 0 && (r.kind == reqStmt || r.kind == reqPrepare) {
-			label = stmtLabel(r.stmt, len(q.stmts), q.stmts[r.stmt])
+			label, policy = stmtLabel(r.stmt, len(q.stmts), q.stmts[r.stmt]), true
 		}
-		return nil, q.fail(pc, failed, label)
+		return nil, q.fail(pc, failed, label, policy)
 	}
 	if pc.TxStatus() != 'I' {
 		q.discard = true
@@ -398,11 +398,20 @@ func (q *query) run(pc *pgconn.PgConn) (*sqlexec.Result, error) {
 	return res, nil
 }
 
-// fail classifies a failure of the statement label names and decides what
-// happens to the connection: one that answered with an error is rolled back
-// and kept; one whose state is unknown (a canceled context, a broken
-// connection, a message over the cap) is closed.
-func (q *query) fail(pc *pgconn.PgConn, err error, label string) error {
+// fail classifies a failure of the statement label names (policy: one of
+// the policy's statements, see classifyPolicy) and decides what happens to
+// the connection: one that answered with an error is rolled back and kept;
+// one whose state is unknown (a canceled context, a broken connection, a
+// message over the cap) is closed.
+func (q *query) fail(pc *pgconn.PgConn, err error, label string, policy bool) error {
+	// Whose fault it is depends on the session as the error left it, before
+	// the rollback below.
+	var classified error
+	if policy {
+		classified = q.classifyPolicy(pc, err, label)
+	} else {
+		classified = q.classify(err, label)
+	}
 	var pgErr *pgconn.PgError
 	if q.ctx.Err() != nil || q.qctx.Err() != nil || !errors.As(err, &pgErr) || pc.IsClosed() {
 		q.discard = true
@@ -414,7 +423,7 @@ func (q *query) fail(pc *pgconn.PgConn, err error, label string) error {
 			q.discard = true
 		}
 	}
-	return q.classify(err, label)
+	return classified
 }
 
 // discard closes a connection whose state is unknown: its socket first, so that

@@ -177,7 +177,10 @@ type StatefulDB struct {
 
 	clones []*clone
 	ready  chan *clone
-	refs   *refCache
+	// iso isolates the checks and tests from the session (isolation.go),
+	// read from the first copy.
+	iso  isolation
+	refs *refCache
 
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when active drops to 0
@@ -270,6 +273,11 @@ func (s *Server) OpenStateful(ctx context.Context, dbName string, opt StatefulOp
 		return d.make(ctx, d.clones[i])
 	})
 	if err != nil {
+		d.bgCancel()
+		d.dropAll()
+		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
+	}
+	if d.iso, err = readIsolation(ctx, d.clones[0].pc); err != nil {
 		d.bgCancel()
 		d.dropAll()
 		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
@@ -623,7 +631,7 @@ func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict
 		return sqlexec.Verdict{}, err
 	}
 	if out.failure != nil {
-		return failed(out.failure), nil
+		return failedOn(out), nil
 	}
 	if last {
 		rp := p.Resolve(ref[len(ref)-1])
@@ -655,6 +663,23 @@ func rewriteLast(stmts []string, p sqlexec.Policy, split func(string) ([]string,
 		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "the statement (%s) is %d statements once rewritten", firstWords(stmts[n], 4), len(s))
 	}
 	return append(stmts[:n:n], s[0]), nil
+}
+
+// failedOn is the verdict of a run that failed: the policy's statement's
+// error is its feedback (Err); a check's or a cleanup statement's, on the
+// state the policy left, is privileged (the Reason only, as on SQLite: the
+// check's text and its error message would tell the policy what is
+// checked).
+func failedOn(out txnOut) sqlexec.Verdict {
+	switch out.failPhase {
+	case phIsolate:
+		return sqlexec.Verdict{Reason: "the state the prediction left could not be checked: " + out.failure.Error()}
+	case phChecks:
+		return sqlexec.Verdict{Reason: "a check failed on the state the prediction left: " + out.failure.Error()}
+	case phCleanup:
+		return sqlexec.Verdict{Reason: "a cleanup statement failed on the state the prediction left: " + out.failure.Error()}
+	}
+	return failed(out.failure)
 }
 
 // failed is the verdict of a predicted SQL that failed with err.
@@ -741,6 +766,11 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 	if res.Broken != "" {
 		return sqlexec.Verdict{}, &BrokenTestError{Key: j.Key, Reason: res.Broken}
 	}
+	if res.Lost {
+		// The connection broke: nothing the policy can do (its ways to end
+		// its own session are refused and revoked; see classifyPolicy).
+		return sqlexec.Verdict{}, sqlexec.Errorf(sqlexec.KindUnavailable, nil, "postgres: the Python tests of %q lost their connection to the database: %s", j.Key, res.Reason)
+	}
 	if res.Passed {
 		return sqlexec.Verdict{Success: true}, nil
 	}
@@ -758,6 +788,7 @@ func (d *StatefulDB) pyJobFor(c *clone, j sqlexec.Job) sqlexec.PyJob {
 		Setup: j.Setup, Prior: j.Prior, Cleanup: j.Cleanup,
 		Predicted: []string{j.Predicted}, Reference: j.Reference, Tests: j.Tests,
 		StatementTimeout: j.Limits.Timeout, Deadline: j.Deadline, MaxRows: j.Limits.MaxRows,
+		MaxBytes: j.Limits.MaxBytes, Isolate: d.iso.statements, Guard: d.iso.guard,
 	}
 }
 
@@ -792,6 +823,8 @@ type txnOut struct {
 	last    *sqlexec.Result
 	checks  []*sqlexec.Result
 	failure error
+	// failPhase is the phase of the statement failure comes from.
+	failPhase phase
 }
 
 // Phases of a job's pipeline.
@@ -803,13 +836,15 @@ const (
 	phPrior
 	phMain
 	phConstraints
+	phIsolate
+	phGuard
 	phChecks
 	phCleanup
 	phSync
 	phAfter
 )
 
-var phaseNames = [...]string{"", "setup", "prior", "predicted", "predicted", "check", "cleanup", "", "after-job check"}
+var phaseNames = [...]string{"", "setup", "prior", "predicted", "predicted", "isolation", "guard", "check", "cleanup", "", "after-job check"}
 
 type jobReq struct {
 	ph    phase
@@ -867,6 +902,12 @@ func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a af
 		}
 	}
 	reqs = append(reqs, jobReq{ph: phConstraints, text: "SET CONSTRAINTS ALL IMMEDIATE"})
+	if len(t.checks) > 0 {
+		// The checks read the database, not what the session made to
+		// shadow it (isolation.go).
+		add(phIsolate, d.iso.statements)
+		reqs = append(reqs, jobReq{ph: phGuard, text: d.iso.guard, keep: true})
+	}
 	for k, q := range t.checks {
 		for i, s := range q {
 			reqs = append(reqs, jobReq{ph: phChecks, i: i, n: len(q), check: k, text: s, keep: i == len(q)-1})
@@ -957,6 +998,12 @@ func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a af
 					} else {
 						aErr = gerr
 					}
+				case r.ph == phGuard:
+					rows := rr.Read()
+					gerr = rows.Err
+					if gerr == nil && len(rows.Rows) > 0 && failedAt < 0 {
+						failedAt, failure = i, sqlexec.Errorf(sqlexec.KindDenied, nil, "%s", rows.Rows[0][0])
+					}
 				case r.keep:
 					var cr *sqlexec.Result
 					cr, gerr = collect(rr, t.lim)
@@ -1007,7 +1054,14 @@ func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a af
 			if r.ph == phConstraints {
 				label = "the predicted statements (a deferred constraint, checked as a commit would)"
 			}
-			failedAt, failure = i, classify(gerr, label)
+			failure = classify(gerr, label)
+			if t.policy && policyPhase(r.ph) && ctx.Err() == nil && jctx.Err() == nil {
+				// The server answered a statement on the state the policy
+				// made: whose fault is decided by the session, not the
+				// SQLSTATE (classifyPolicy).
+				failure = q.classifyPolicy(pc, gerr, label)
+			}
+			failedAt = i
 		}
 		// The server skipped the rest of this segment: the next result is its
 		// sync point.
@@ -1041,11 +1095,22 @@ func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a af
 	return d.conclude(t, reqs, failedAt, failure, out, a, aErr, broken, ctx)
 }
 
+// policyPhase reports the phases whose statements fail by the policy's
+// doing: its statements, the deferred constraints they left, the checks
+// and the cleanup run on the state they left.
+func policyPhase(ph phase) bool {
+	switch ph {
+	case phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
+		return true
+	}
+	return false
+}
+
 // capped ends a run whose kept result passed a cap (the session is closed:
 // the rest was not read).
 func (d *StatefulDB) capped(r jobReq, t txn, failure error, out txnOut) (txnOut, afterJob, error, bool, error) {
 	if t.policy {
-		out.failure = failure
+		out.failure, out.failPhase = failure, r.ph
 		return out, afterJob{}, failure, true, nil
 	}
 	return txnOut{}, afterJob{}, failure, true, fmt.Errorf("postgres: %s %s: %w", phaseNames[r.ph], stmtLabel(r.i, r.n, r.text), failure)
@@ -1063,15 +1128,16 @@ func (d *StatefulDB) conclude(t txn, reqs []jobReq, failedAt int, failure error,
 	}
 	r := reqs[failedAt]
 	switch r.ph {
-	case phMain, phConstraints, phChecks, phCleanup:
+	case phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
 		// Cleanup after the predicted statements fails by their doing (the
-		// corpus's cleanup passed after the reference).
+		// corpus's cleanup passed after the reference); so do the isolation
+		// and the guard, which read what the policy's statements made.
 		if t.policy {
 			switch sqlexec.KindOf(failure) {
 			case sqlexec.KindUnavailable, sqlexec.KindBusy:
 				return txnOut{}, a, aErr, broken, failure
 			}
-			out.failure = failure
+			out.failure, out.failPhase = failure, r.ph
 			return out, a, aErr, broken, nil
 		}
 	}

@@ -82,9 +82,11 @@ var hostileJobs = []hostileJob{
 	{name: "writes to every table", sql: `UPDATE berths SET daily_rate_usd = 0; DELETE FROM crane_assignments; UPDATE cranes SET operational_status = 'retired';
 		INSERT INTO vessels (imo_number, vessel_name, vessel_type, flag_state, gross_tonnage, deadweight_t, length_overall_m, design_draft_m, build_year)
 		VALUES ('IMO0000001', 'Zz', 'bulk', 'ZZ', 1, 1, 1, 1, 2000)`},
-	{name: "drop tables", sql: "DROP TABLE crane_assignments; DROP TABLE cargo_manifests CASCADE; DROP TABLE berths CASCADE", kind: sqlexec.KindSyntax},
+	// The checks then fail on the state left: a failed verdict whose check
+	// error stays privileged (no Err, no feedback).
+	{name: "drop tables", sql: "DROP TABLE crane_assignments; DROP TABLE cargo_manifests CASCADE; DROP TABLE berths CASCADE"},
 	{name: "truncate restart identity", sql: "TRUNCATE berths, cranes, vessels, port_calls, cargo_manifests, crane_assignments RESTART IDENTITY"},
-	{name: "alter and rename", sql: "ALTER TABLE cranes ADD COLUMN zz int DEFAULT 1; ALTER TABLE berths RENAME TO b2; CREATE TABLE berths (x serial)", kind: sqlexec.KindSyntax},
+	{name: "alter and rename", sql: "ALTER TABLE cranes ADD COLUMN zz int DEFAULT 1; ALTER TABLE berths RENAME TO b2; CREATE TABLE berths (x serial)"},
 	{name: "new objects", sql: `CREATE SCHEMA zz; CREATE TABLE zz.t (a serial PRIMARY KEY); INSERT INTO zz.t DEFAULT VALUES;
 		CREATE VIEW zv AS SELECT 1 AS a; CREATE MATERIALIZED VIEW zmv AS SELECT * FROM berths; REFRESH MATERIALIZED VIEW zmv;
 		CREATE TYPE zmood AS ENUM ('a'); CREATE INDEX ON cargo_manifests (lower(consignee)); CREATE TEMP TABLE ztemp AS SELECT 1`},
