@@ -159,7 +159,7 @@ func StateBound(corpusBytes, idBytes int) int {
 		varintField(32) + varintField(33) + // BIRD_A coins total, used
 		bytesField(34, maxActionLog) + // BIRD_A action log
 		varintField(35) + varintField(36) + // TIDE pre-filled questions, SQLs submitted
-		boolField(37) + boolField(38) + boolField(39) // TIDE first SQL's outcome, drift injected, drift recognised
+		boolField(37) + boolField(38) + boolField(39) + boolField(40) // TIDE first SQL's outcome, drift injected, drift recognised, first SQL ran
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound

@@ -59,6 +59,7 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		Sql1Outcome:           true,
 		DriftInjected:         true,
 		DriftRecognized:       true,
+		Sql1Ran:               true,
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {

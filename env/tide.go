@@ -227,14 +227,17 @@ func (ep *episode) submitTide(ctx context.Context, sql string) error {
 	sql = st.SolutionSql // its bounded form
 	st.SqlsSubmitted++
 	if st.SqlsSubmitted == 1 {
-		st.Phase1Sql, st.Sql1Outcome = sql, v.Success
+		st.Phase1Sql, st.Sql1Outcome, st.Sql1Ran = sql, v.Success, v.Err == nil
 		if t.Drift != nil {
 			st.DriftInjected, st.Subtask = true, 2
 			ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_DRIFT, t.Drift.Utterance)
 			return nil
 		}
 	} else {
-		st.DriftRecognized = driftRecognized(ctx, t, st.Phase1Sql, sql)
+		// Only SQLs that both ran can recognise the drift: two texts that
+		// fail to run (garbage, a missing column) differ in their
+		// commitment sets without meaning anything (issue 25).
+		st.DriftRecognized = st.Sql1Ran && v.Err == nil && driftRecognized(ctx, t, st.Phase1Sql, sql)
 	}
 	st.Phase = pb.Phase_PHASE_DONE
 	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
@@ -244,7 +247,8 @@ func (ep *episode) submitTide(ctx context.Context, sql string) error {
 // driftRecognized reports whether the policy's own SQLs satisfy
 // S(y1) ⊄ S(y2) (TIDE's DRR; PROTOCOL.md §9), with the database's schema
 // resolving SQLite's double-quoted names. SQL whose commitment set cannot
-// be taken (it does not parse) recognises nothing.
+// be taken (it does not parse) recognises nothing; the caller also
+// requires that both SQLs ran.
 func driftRecognized(ctx context.Context, t *corpus.Task, y1, y2 string) bool {
 	schema, _ := t.DB.CommitSchema(ctx) // nil knows nothing: names stay names
 	a := commitments.get(schema, y1)

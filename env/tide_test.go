@@ -147,6 +147,20 @@ func TestTideDriftBlind(t *testing.T) {
 	r = mustStep(t, e, mustStep(t, e, ep.GetToken(), submitAction(tideAnchor), false).GetToken(),
 		submitAction("SELECT region, SUM(amount) FROM sales WHERE year = 2022 GROUP BY region"), true)
 	checkComponents(t, r.GetReward(), 0, map[string]float64{"outcome": 0, "sql1": 1, "sql2": 0, "drift_recognized": 1, "asked": 0})
+	// Issue 25: two SQLs that do not run (garbage that parses, a missing
+	// column) differ in their commitment sets and recognised the drift.
+	for _, pair := range [][2]string{
+		{"SELECT nothing FROM nowhere", "SELECT other FROM elsewhere WHERE x = 1"},
+		{tideAnchor, "SELECT region, SUM(amount) FROM sales WHERE no_such_column = 2022 GROUP BY region"},
+		{"SELECT region FROM sales WHERE no_such_column = 1", "SELECT region, SUM(amount) FROM sales WHERE year = 2022 GROUP BY region"},
+		{"this is not SQL", "neither is this"},
+	} {
+		r = mustStep(t, e, ep.GetToken(), submitAction(pair[0]), false)
+		r = mustStep(t, e, r.GetToken(), submitAction(pair[1]), true)
+		if got := r.GetReward().GetComponents()["drift_recognized"]; got != 0 {
+			t.Errorf("%q then %q: drift_recognized %v, want 0 (a SQL did not run)", pair[0], pair[1], got)
+		}
+	}
 }
 
 // TestTideChainOnlyEndsAtFirstSQL: a chain-only sample ends at its one

@@ -114,10 +114,15 @@ type EpisodeState struct {
 	Sql1Outcome bool `protobuf:"varint,37,opt,name=sql1_outcome,json=sql1Outcome,proto3" json:"sql1_outcome,omitempty"`
 	// TIDE: whether the drift turn has been injected.
 	DriftInjected bool `protobuf:"varint,38,opt,name=drift_injected,json=driftInjected,proto3" json:"drift_injected,omitempty"`
-	// TIDE: whether the policy's two SQLs satisfy S(y1) ⊄ S(y2).
+	// TIDE: whether the policy's two SQLs satisfy S(y1) ⊄ S(y2), both
+	// having parsed and run.
 	DriftRecognized bool `protobuf:"varint,39,opt,name=drift_recognized,json=driftRecognized,proto3" json:"drift_recognized,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// TIDE: whether the first SQL ran (parsed and executed without error,
+	// whatever its result): a drift is recognised only between SQLs that
+	// both ran.
+	Sql1Ran       bool `protobuf:"varint,40,opt,name=sql1_ran,json=sql1Ran,proto3" json:"sql1_ran,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EpisodeState) Reset() {
@@ -416,6 +421,13 @@ func (x *EpisodeState) GetDriftRecognized() bool {
 	return false
 }
 
+func (x *EpisodeState) GetSql1Ran() bool {
+	if x != nil {
+		return x.Sql1Ran
+	}
+	return false
+}
+
 // AnsweredQuestion is one question with its reply and credits.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -486,7 +498,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xa2\v\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xbd\v\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -533,7 +545,8 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x0esqls_submitted\x18$ \x01(\x05R\rsqlsSubmitted\x12!\n" +
 	"\fsql1_outcome\x18% \x01(\bR\vsql1Outcome\x12%\n" +
 	"\x0edrift_injected\x18& \x01(\bR\rdriftInjected\x12)\n" +
-	"\x10drift_recognized\x18' \x01(\bR\x0fdriftRecognizedJ\x04\b\x1a\x10\x1b\"z\n" +
+	"\x10drift_recognized\x18' \x01(\bR\x0fdriftRecognized\x12\x19\n" +
+	"\bsql1_ran\x18( \x01(\bR\asql1RanJ\x04\b\x1a\x10\x1b\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +

@@ -51,6 +51,18 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Sql1Ran {
+		i--
+		if m.Sql1Ran {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xc0
+	}
 	if m.DriftRecognized {
 		i--
 		if m.DriftRecognized {
@@ -527,6 +539,9 @@ func (m *EpisodeState) SizeVT() (n int) {
 		n += 3
 	}
 	if m.DriftRecognized {
+		n += 3
+	}
+	if m.Sql1Ran {
 		n += 3
 	}
 	n += len(m.unknownFields)
@@ -1422,6 +1437,26 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.DriftRecognized = bool(v != 0)
+		case 40:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Ran", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Sql1Ran = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -2452,6 +2487,26 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 			}
 			m.DriftRecognized = bool(v != 0)
+		case 40:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Ran", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Sql1Ran = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
