@@ -35,6 +35,9 @@ type connState struct {
 	// settings are the connection's values of limitSettings ("" or absent:
 	// the role's default).
 	settings map[string]string
+	// local is whether the connection's backend can be watched here (1),
+	// cannot (-1), or is not known yet (0): memwatch.go.
+	local int8
 }
 
 func connStateOf(pc *pgconn.PgConn) *connState {

@@ -121,6 +121,13 @@ type Config struct {
 	// LoadTimeout bounds one load; default DefaultLoadTimeout. The caller's
 	// context deadline applies as well.
 	LoadTimeout time.Duration
+	// MaxBackendMemory bounds how far one policy statement may grow its
+	// backend's private memory (memwatch.go): past it the statement is
+	// canceled and fails with KindTooMuchMemory. Default
+	// DefaultMaxBackendMemory; negative turns the watch off. The watch
+	// needs the server's backends on this machine; otherwise Warnings
+	// says so.
+	MaxBackendMemory int64
 }
 
 func (c *Config) defaults() {
@@ -148,6 +155,9 @@ func (c *Config) defaults() {
 	if c.LoadTimeout <= 0 {
 		c.LoadTimeout = DefaultLoadTimeout
 	}
+	if c.MaxBackendMemory == 0 {
+		c.MaxBackendMemory = DefaultMaxBackendMemory
+	}
 }
 
 // Server is a PostgreSQL server administered for avtgym: the policy role exists
@@ -167,6 +177,10 @@ type Server struct {
 	instMu   sync.Mutex
 	inst     *instance
 	cloneSeq atomic.Int64
+
+	// mw watches the memory of backends running policy statements; nil
+	// when the backends cannot be read here (memwatch.go).
+	mw *memWatch
 }
 
 // Connect connects to the server at adminURL with the default Config.
@@ -213,7 +227,48 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 		admin.Close()
 		return nil, err
 	}
+	if cfg.MaxBackendMemory > 0 {
+		if err := s.startMemWatch(ctx); err != nil {
+			admin.Close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// startMemWatch starts the backend memory watch when this process can read
+// the server's backends (its own administrator backend is the test), and
+// warns otherwise.
+func (s *Server) startMemWatch(ctx context.Context) error {
+	var pid int
+	var user, db string
+	if err := s.admin.QueryRow(ctx, "SELECT pg_backend_pid(), current_user::text, current_database()::text").Scan(&pid, &user, &db); err != nil {
+		return fmt.Errorf("postgres: reading the administrator's backend: %w", err)
+	}
+	w := newMemWatch(s.cfg.MaxBackendMemory)
+	if _, ok := w.anon(pid); !ok || !w.isBackend(pid, user, db) {
+		s.warn("the server's backends are not on this machine (or not readable in /proc): the per-statement memory bound (MaxBackendMemory, serve --postgres-max-backend-memory) is off; bound the backends on the database host instead (docs/limits.md: the postmaster's RLIMIT_AS)")
+		return nil
+	}
+	s.mw = w
+	w.start()
+	return nil
+}
+
+// cancelBackend cancels what backend pid runs, as the administrator.
+func (s *Server) cancelBackend(pid int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.admin.Exec(ctx, "SELECT pg_catalog.pg_cancel_backend($1)", int32(pid))
+}
+
+// MemoryCancels counts the policy statements canceled because their
+// backend passed MaxBackendMemory.
+func (s *Server) MemoryCancels() int64 {
+	if s.mw == nil {
+		return 0
+	}
+	return s.mw.fired.Load()
 }
 
 // Close closes the administrator's connections and releases the instance
@@ -221,6 +276,7 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 // sweep). Open DBs stay usable until they are closed; close StatefulDBs
 // first.
 func (s *Server) Close() {
+	s.mw.stop()
 	s.closeInstance()
 	s.admin.Close()
 }

@@ -34,6 +34,9 @@ type DB struct {
 	pool     *pgxpool.Pool
 	name     string
 	readOnly bool
+	// mw watches the backends' memory (nil: off); role names their user.
+	mw   *memWatch
+	role string
 }
 
 var _ sqlexec.Engine = (*DB)(nil)
@@ -67,7 +70,7 @@ func (s *Server) Open(ctx context.Context, dbName string, opt Options) (*DB, err
 	if err != nil {
 		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
 	}
-	d := &DB{pool: pool, name: dbName, readOnly: true}
+	d := &DB{pool: pool, name: dbName, readOnly: true, mw: s.mw, role: s.cfg.Role}
 	if _, err := d.Query(ctx, "SELECT 1", sqlexec.Limits{Timeout: 10 * time.Second}); err != nil {
 		pool.Close()
 		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
@@ -215,13 +218,48 @@ func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sq
 		q.qctx, cancel = context.WithTimeout(ctx, backstop)
 		defer cancel()
 	}
-	res, err := q.run(conn.Conn().PgConn())
+	pc := conn.Conn().PgConn()
+	x := d.watch(pc)
+	res, err := q.run(pc)
+	if d.mw.done(x) {
+		// Past the memory bound: the statement was canceled (or finished
+		// while the cancel was on its way, which must not reach the
+		// connection's next query: it is closed).
+		q.discard = true
+		res, err = nil, sqlexec.Errorf(sqlexec.KindTooMuchMemory, err, "%s", d.mw.memoryMessage("the query"))
+	}
 	if q.discard {
 		discard(conn)
 	} else {
 		conn.Release()
 	}
 	return res, err
+}
+
+// watch starts the memory watch of the connection's backend for one query
+// (nil when the watch is off or the backend is not on this machine).
+func (d *DB) watch(pc *pgconn.PgConn) *watched {
+	if d.mw == nil {
+		return nil
+	}
+	cs := connStateOf(pc)
+	if cs.local == 0 {
+		cs.local = -1
+		if d.mw.isBackend(int(pc.PID()), d.role, d.name) {
+			cs.local = 1
+		}
+	}
+	if cs.local < 0 {
+		return nil
+	}
+	return d.mw.watch(int(pc.PID()), func() { cancelRequest(pc) })
+}
+
+// cancelRequest asks the server to cancel what pc's backend runs.
+func cancelRequest(pc *pgconn.PgConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pc.CancelRequest(ctx)
 }
 
 // query is one Query call on one connection.

@@ -231,6 +231,9 @@ type clone struct {
 	quick, full string
 	mods        int64 // pristine committed-change count
 	uses        int
+	// local is whether the session's backend can be watched here (1),
+	// cannot (-1), or is not known yet (0): memwatch.go.
+	local int8
 }
 
 // OpenStateful opens stateful verification on the working database dbName
@@ -745,7 +748,9 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 		rctx, cancel = context.WithTimeout(ctx, j.Deadline+pythonGrace)
 		defer cancel()
 	}
+	stopWatch := d.watchPython(c)
 	res, rerr := d.opt.Python.Run(rctx, pj)
+	overMemory := stopWatch()
 
 	// The runner's sessions end before the copy is checked: their statistics
 	// are flushed when they exit, and no lock of theirs is left.
@@ -760,6 +765,12 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 	}
 	d.release(c, a, aErr, false)
 
+	if overMemory && ctx.Err() == nil {
+		// A statement of the job grew its backend past the bound and was
+		// canceled: the policy's statements or the tests on the state they
+		// left.
+		return failed(sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil, "%s", d.s.mw.memoryMessage("a statement (the prediction's, or a test's on the state it left)"))), nil
+	}
 	if rerr != nil {
 		return sqlexec.Verdict{}, fmt.Errorf("postgres: the Python tests of %q: %w", j.Key, rerr)
 	}
@@ -860,9 +871,119 @@ func (d *StatefulDB) runJob(ctx context.Context, t txn) (txnOut, error) {
 	if err != nil {
 		return txnOut{}, err
 	}
+	x := d.watch(c)
 	out, a, aErr, broken, err := d.run(ctx, c, t)
+	if d.s.mw.done(x) {
+		// Past the memory bound (memwatch.go): whatever the run reported,
+		// the statements were canceled for their memory; the session is
+		// replaced, so that a cancel still on its way reaches no other job.
+		broken = true
+		mem := sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil, "%s", d.s.mw.memoryMessage("the statements (or a check on the state they left)"))
+		switch {
+		case t.policy && ctx.Err() == nil:
+			out, err = txnOut{failure: mem, failPhase: phMain}, nil
+		case err == nil:
+			err = fmt.Errorf("postgres: the reference's statements: %w", mem)
+		}
+	}
 	d.release(c, a, aErr, broken)
 	return out, err
+}
+
+// watch starts the memory watch of c's session for one run (nil: off, or
+// the backend is not on this machine).
+func (d *StatefulDB) watch(c *clone) *watched {
+	mw := d.s.mw
+	if mw == nil || c.pc == nil {
+		return nil
+	}
+	pid := int(c.pc.PID())
+	if c.local == 0 {
+		c.local = -1
+		if mw.isBackend(pid, d.s.cfg.Role, c.name) {
+			c.local = 1
+		}
+	}
+	if c.local < 0 {
+		return nil
+	}
+	pc := c.pc
+	return mw.watch(pid, func() { cancelRequest(pc) })
+}
+
+// watchPython watches the backends a PyRunner opens on c (found in
+// pg_stat_activity, as the administrator, until one is) while its job
+// runs; the function it returns ends the watch and reports whether one
+// passed the memory bound (its statement was canceled).
+func (d *StatefulDB) watchPython(c *clone) func() bool {
+	mw := d.s.mw
+	if mw == nil || c.pc == nil {
+		return func() bool { return false }
+	}
+	own := c.pc.PID()
+	done, over := make(chan struct{}), make(chan bool, 1)
+	go func() {
+		var xs []*watched
+		seen := map[int]bool{}
+		tick := time.NewTicker(pythonFindInterval)
+		defer tick.Stop()
+		for {
+			if len(xs) == 0 {
+				xs = append(xs, d.findPython(mw, c.name, own, seen)...)
+			}
+			select {
+			case <-done:
+				fired := false
+				for _, x := range xs {
+					fired = mw.done(x) || fired
+				}
+				over <- fired
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() bool {
+		close(done)
+		return <-over
+	}
+}
+
+// pythonFindInterval is how often watchPython looks for the runner's
+// backends until it finds one.
+const pythonFindInterval = 5 * time.Millisecond
+
+// findPython starts watching the backends on copy db other than own that
+// are not yet seen.
+func (d *StatefulDB) findPython(mw *memWatch, db string, own uint32, seen map[int]bool) []*watched {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, err := d.s.admin.Query(ctx, "SELECT pid FROM pg_catalog.pg_stat_activity WHERE datname = $1 AND pid <> $2", db, int32(own))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int32
+		if rows.Scan(&pid) == nil {
+			pids = append(pids, int(pid))
+		}
+	}
+	rows.Close()
+	var xs []*watched
+	for _, pid := range pids {
+		if seen[pid] {
+			continue
+		}
+		seen[pid] = true
+		if !mw.isBackend(pid, d.s.cfg.Role, db) {
+			continue
+		}
+		if x := mw.watch(pid, func() { d.s.cancelBackend(pid) }); x != nil {
+			xs = append(xs, x)
+		}
+	}
+	return xs
 }
 
 // run sends the whole job as one pipeline: BEGIN, limits, DISCARD
