@@ -6,12 +6,15 @@ package app
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -49,6 +52,28 @@ type Config struct {
 	// load with a message naming the flag. The server is connected to once,
 	// at start, only when set.
 	PostgresURL string
+	// PostgresConnections is the budget of connections this process opens
+	// as the policy role (postgres.Config.Connections; serve
+	// --postgres-connections); 0: the default, lowered to what is free.
+	PostgresConnections int
+	// PostgresRoleConnections is the policy role's CONNECTION LIMIT, set
+	// at start (postgres.Config.ConnectionLimit; serve
+	// --postgres-role-connections); 0: half the server's max_connections.
+	// Every replica's budget must fit in it together.
+	PostgresRoleConnections int
+	// PostgresPasswordKeyFile names a key file (the format of the token
+	// key: avtgym keygen) from which the policy role's password is
+	// derived, so that replicas agree on it (serve
+	// --postgres-password-key-file, default
+	// $AVTGYM_POSTGRES_PASSWORD_KEY_FILE). Empty: derived from the token
+	// key when there is a token key file, else from the administrator's
+	// password, else random (with a warning: a second replica would lock
+	// this one out).
+	PostgresPasswordKeyFile string
+	// PostgresMaxBackendMemory bounds how far one policy statement may
+	// grow its backend (postgres.Config.MaxBackendMemory; serve
+	// --postgres-max-backend-memory); 0: the default; negative: off.
+	PostgresMaxBackendMemory int64
 	// TokenKeyFile names the token key file (see env.ReadKeyFile); empty
 	// means $AVTGYM_TOKEN_KEY_FILE, and failing that a random key with a
 	// warning.
@@ -174,6 +199,12 @@ func (c *Config) Validate() error {
 	if c.TokenKeyFile == "" {
 		c.TokenKeyFile = os.Getenv(KeyFileEnv)
 	}
+	if c.PostgresPasswordKeyFile == "" {
+		c.PostgresPasswordKeyFile = os.Getenv(PasswordKeyFileEnv)
+	}
+	if c.PostgresConnections < 0 || c.PostgresRoleConnections < 0 {
+		return fmt.Errorf("--postgres-connections and --postgres-role-connections must not be negative")
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -282,20 +313,35 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{cfg: cfg, Lanes: sqlexec.NewLanes(cfg.Lanes)}
 	// The Python test workers of Management tasks start on first use (a
 	// corpus without Python tests runs no Python) and stop on drain.
-	a.py, err = pytests.New(pytests.Config{Logger: log})
+	pyWorkers := runtime.GOMAXPROCS(0)
+	a.py, err = pytests.New(pytests.Config{Logger: log, Workers: pyWorkers})
 	if err != nil {
 		return nil, err
 	}
 	a.OnDrain(a.py.Close)
 	if cfg.PostgresURL != "" {
 		// One connection (and one policy role) for every corpus.
-		a.pg, err = postgres.Connect(ctx, cfg.PostgresURL)
+		pkey, err := postgresPasswordKey(cfg, key)
+		if err != nil {
+			return nil, err
+		}
+		a.pg, err = postgres.ConnectConfig(ctx, postgres.Config{
+			AdminURL: cfg.PostgresURL, PasswordKey: pkey,
+			Connections: cfg.PostgresConnections, ConnectionLimit: cfg.PostgresRoleConnections,
+			PythonConnections: pyWorkers, MaxBackendMemory: cfg.PostgresMaxBackendMemory,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("--postgres: %w", err)
 		}
-		for _, w := range a.pg.Warnings() {
-			log.Warn("postgres", zap.String("warning", w))
-		}
+		defer func() {
+			// What the server could not arrange, the corpora's loads
+			// included (copies cut to the budget).
+			for _, w := range a.pg.Warnings() {
+				log.Warn("postgres", zap.String("warning", w))
+			}
+			b := a.pg.Budget()
+			log.Info("postgres connections", zap.Int("budget", b.Total), zap.Int("reserved", b.Reserved))
+		}()
 	}
 	if len(cfg.Corpora) == 0 {
 		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes, PyRunner: a.py})
@@ -376,6 +422,30 @@ func progressLogger(log *zap.Logger, dir string) func(done, total int) {
 			log.Info("checking references", zap.String("dir", dir), zap.Int("done", done), zap.Int("total", total))
 		}
 	}
+}
+
+// PasswordKeyFileEnv names the environment variable that may name the
+// PostgreSQL password key file when no flag does.
+const PasswordKeyFileEnv = "AVTGYM_POSTGRES_PASSWORD_KEY_FILE"
+
+// postgresPasswordKey is the key the policy role's password is derived
+// from: the password key file's, else one derived from the token key when
+// a token key file is set (replicas share it already), else nil (the
+// administrator's password, or random).
+func postgresPasswordKey(cfg Config, tokenKey []byte) ([]byte, error) {
+	if name := cfg.PostgresPasswordKeyFile; name != "" {
+		k, err := env.ReadKeyFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("--postgres-password-key-file: %w", err)
+		}
+		return k, nil
+	}
+	if cfg.TokenKeyFile != "" {
+		m := hmac.New(sha256.New, tokenKey)
+		m.Write([]byte("avtgym postgres password key v1"))
+		return m.Sum(nil), nil
+	}
+	return nil, nil
 }
 
 func loadKey(cfg Config, log *zap.Logger) ([]byte, error) {

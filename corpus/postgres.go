@@ -197,12 +197,25 @@ func (l *loader) openStateful(ctx context.Context, c *Corpus) error {
 			}
 		}
 	}
+	// The copies share the server's connection budget fairly among the
+	// databases that need them.
+	n := 0
+	var srv *postgres.Server
+	for _, id := range c.dbOrder {
+		if p, ok := l.pgDBs[id]; ok && need[id] {
+			n, srv = n+1, p.srv
+		}
+	}
+	clones := 0
+	if srv != nil {
+		clones = srv.ShareClones(n, tests && l.opt.PyRunner != nil)
+	}
 	for _, id := range c.dbOrder {
 		p, ok := l.pgDBs[id]
 		if !ok || !need[id] {
 			continue
 		}
-		sdb, err := p.srv.OpenStateful(ctx, p.name, postgres.StatefulOptions{Python: l.opt.PyRunner})
+		sdb, err := p.srv.OpenStateful(ctx, p.name, postgres.StatefulOptions{Python: l.opt.PyRunner, Clones: clones})
 		if err != nil {
 			return fmt.Errorf("corpus %s: the private copies of database %q: %w", c.Name, id, err)
 		}

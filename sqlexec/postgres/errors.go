@@ -185,5 +185,8 @@ func connectError(ctx context.Context, db string, err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "53300" {
 		return sqlexec.Errorf(sqlexec.KindBusy, err, "no connection to database %s: %s; retry later", db, pgMessage(pgErr))
 	}
+	if errors.Is(err, ErrBudget) {
+		return sqlexec.Errorf(sqlexec.KindBusy, err, "no connection to database %s within the connection budget: %v; retry later", db, err)
+	}
 	return sqlexec.Errorf(sqlexec.KindUnavailable, err, "no connection to database %s: %v", db, err)
 }

@@ -63,6 +63,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,16 @@ type Config struct {
 	// LoadTimeout bounds one load; default DefaultLoadTimeout. The caller's
 	// context deadline applies as well.
 	LoadTimeout time.Duration
+	// Connections is the most connections this process opens as the
+	// policy role (budget.go): the private copies' sessions, the Python
+	// workers', and the query pools, which share the rest. Default
+	// DefaultConnections, lowered to what the role and the server have
+	// free; more than they have free is an error at Connect.
+	Connections int
+	// PythonConnections is how many Python test workers may hold a
+	// session on a copy at once (the PyRunner's workers); reserved in the
+	// budget when a StatefulDB opens with a PyRunner. Default GOMAXPROCS.
+	PythonConnections int
 	// MaxBackendMemory bounds how far one policy statement may grow its
 	// backend's private memory (memwatch.go): past it the statement is
 	// canceled and fails with KindTooMuchMemory. Default
@@ -155,6 +166,9 @@ func (c *Config) defaults() {
 	if c.LoadTimeout <= 0 {
 		c.LoadTimeout = DefaultLoadTimeout
 	}
+	if c.PythonConnections <= 0 {
+		c.PythonConnections = runtime.GOMAXPROCS(0)
+	}
 	if c.MaxBackendMemory == 0 {
 		c.MaxBackendMemory = DefaultMaxBackendMemory
 	}
@@ -181,6 +195,8 @@ type Server struct {
 	// mw watches the memory of backends running policy statements; nil
 	// when the backends cannot be read here (memwatch.go).
 	mw *memWatch
+	// budget counts the policy-role connections (budget.go).
+	budget budget
 }
 
 // Connect connects to the server at adminURL with the default Config.
@@ -213,6 +229,7 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("postgres: connecting as the administrator: %w", err)
 	}
 	s := &Server{cfg: cfg, admin: admin, adminCfg: pcfg}
+	s.budget = budget{pyWorkers: cfg.PythonConnections, pools: map[*pgxpool.Pool]bool{}}
 	key := cfg.PasswordKey
 	if len(key) == 0 && pcfg.ConnConfig.Password != "" {
 		key = []byte(pcfg.ConnConfig.Password)
@@ -220,7 +237,7 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 	if len(key) == 0 {
 		key = make([]byte, 32)
 		rand.Read(key)
-		s.warn("the administrator URL has no password and Config.PasswordKey is unset: the policy role's password is random for this process, and another process connecting later will lock this one's new connections out")
+		s.warn("the administrator URL has no password and no password key is set: the policy role's password is random for this process, and another process connecting later (a replica) will lock this one's new connections out; give every replica the same key (serve --postgres-password-key-file, or --token-key-file, from which it is derived)")
 	}
 	s.password = derivePassword(key, cfg.Role)
 	if err := s.ensureRole(ctx); err != nil {
@@ -433,7 +450,10 @@ func (s *Server) ensureRole(ctx context.Context) error {
 				return fmt.Errorf("postgres: setting %s on the policy role: %w", st.name, err)
 			}
 		}
-		return s.checkRole(ctx, conn)
+		if err := s.checkRole(ctx, conn); err != nil {
+			return err
+		}
+		return s.checkBudget(ctx, conn)
 	})
 }
 

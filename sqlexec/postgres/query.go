@@ -37,6 +37,7 @@ type DB struct {
 	// mw watches the backends' memory (nil: off); role names their user.
 	mw   *memWatch
 	role string
+	srv  *Server
 }
 
 var _ sqlexec.Engine = (*DB)(nil)
@@ -66,13 +67,15 @@ func (s *Server) Open(ctx context.Context, dbName string, opt Options) (*DB, err
 	cfg.ConnConfig.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second}
 	}
+	register := s.budgetPool(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
 	}
-	d := &DB{pool: pool, name: dbName, readOnly: true, mw: s.mw, role: s.cfg.Role}
+	register(pool)
+	d := &DB{pool: pool, name: dbName, readOnly: true, mw: s.mw, role: s.cfg.Role, srv: s}
 	if _, err := d.Query(ctx, "SELECT 1", sqlexec.Limits{Timeout: 10 * time.Second}); err != nil {
-		pool.Close()
+		d.Close()
 		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, err, "cannot open database %s: %v", dbName, err)
 	}
 	return d, nil
@@ -87,6 +90,7 @@ func (d *DB) Dialect() string { return "postgres" }
 // Close closes the connection pool.
 func (d *DB) Close() error {
 	d.pool.Close()
+	d.srv.budget.removePool(d.pool)
 	return nil
 }
 

@@ -122,7 +122,8 @@ const (
 type StatefulOptions struct {
 	// Clones is how many private copies are kept: the most verifications in
 	// flight at once on this database. Each is a full copy of the database
-	// on disk. Default 2 × GOMAXPROCS, at most 16.
+	// on disk, and holds a connection of the server's budget (budget.go),
+	// which may grant fewer. Default DefaultClones().
 	Clones int
 	// Wait bounds how long Verify waits for a free copy; past it Verify fails
 	// with KindBusy. Default DefaultCloneWait.
@@ -145,9 +146,13 @@ type StatefulOptions struct {
 	SessionGrace time.Duration
 }
 
+// DefaultClones is StatefulOptions.Clones' default: 2 × GOMAXPROCS, at
+// least 2, at most 16 (the connection budget may grant fewer).
+func DefaultClones() int { return min(max(2*runtime.GOMAXPROCS(0), 2), maxDefaultClones) }
+
 func (o *StatefulOptions) defaults() {
 	if o.Clones <= 0 {
-		o.Clones = min(max(2*runtime.GOMAXPROCS(0), 2), maxDefaultClones)
+		o.Clones = DefaultClones()
 	}
 	if o.Wait <= 0 {
 		o.Wait = DefaultCloneWait
@@ -250,6 +255,24 @@ func (s *Server) OpenStateful(ctx context.Context, dbName string, opt StatefulOp
 	if !ok {
 		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, nil, "cannot open stateful verification on %s: its template %s does not exist (load it with EnsureDatabase)", dbName, tpl)
 	}
+	python := opt.Python != nil
+	granted := s.budget.reserve(opt.Clones, python)
+	if granted == 0 {
+		b := s.Budget()
+		return nil, sqlexec.Errorf(sqlexec.KindUnavailable, ErrBudget,
+			"cannot open stateful verification on %s: the PostgreSQL connection budget (%d, serve --postgres-connections) has no room for a private copy (%d reserved for other copies and Python workers, %d kept for queries): raise --postgres-connections",
+			dbName, b.Total, b.Reserved, queryFloor)
+	}
+	if granted < opt.Clones {
+		s.warn("stateful verification on %s has %d private copies instead of %d: the PostgreSQL connection budget (--postgres-connections %d) has no room for more", dbName, granted, opt.Clones, s.budget.total)
+	}
+	opt.Clones = granted
+	opened := false
+	defer func() {
+		if !opened {
+			s.budget.release(granted, python)
+		}
+	}()
 	inst, err := s.ensureInstance(ctx)
 	if err != nil {
 		return nil, errClone(err, "cannot open stateful verification on %s", dbName)
@@ -288,6 +311,7 @@ func (s *Server) OpenStateful(ctx context.Context, dbName string, opt StatefulOp
 	for _, c := range d.clones {
 		d.ready <- c
 	}
+	opened = true
 	return d, nil
 }
 
@@ -328,7 +352,9 @@ func (d *StatefulDB) Close() error {
 	d.mu.Unlock()
 	d.bgCancel()
 	d.bg.Wait()
-	return d.dropAll()
+	err := d.dropAll()
+	d.s.budget.release(len(d.clones), d.opt.Python != nil)
+	return err
 }
 
 // begin counts a checked-out copy; false once Close has begun.
