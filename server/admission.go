@@ -22,8 +22,23 @@ const DefaultOverloadRetryDelay = 200 * time.Millisecond
 // to back off (and a load balancer's next try may reach an idle replica).
 //
 // Work is counted in items: a unary call is 1, a batch its items (a
-// ResetBatch's requests, a StepBatch's steps). A batch larger than a limit
-// counts as the limit, so that it can still run, alone.
+// ResetBatch's requests, a StepBatch's steps), and a call always counts its
+// full weight, against both limits, for as long as it runs. The rule, for
+// a call of weight w from principal P:
+//
+//   - server: admitted when in-flight + w ≤ limit, or when nothing at all
+//     is in flight (in-flight = 0);
+//   - principal: admitted when P's in-flight + w ≤ the per-principal
+//     limit, or when P has nothing in flight.
+//
+// A call needs both. So a batch larger than a limit still runs, but only
+// alone: it is admitted only when the server (or, for the per-principal
+// limit, its principal) is idle, and while it runs it counts all its
+// items, so that nothing else is admitted past the limit beside it — two
+// over-limit batches never run together, and neither does an over-limit
+// batch with any other call once the server limit is reached. Such a
+// batch waits (retrying) for an idle moment; clients should split batches
+// to the limit.
 type admission struct {
 	limit, perPrincipal int
 	retry               time.Duration
@@ -63,25 +78,20 @@ func weight(req any) int {
 	return max(n, 1)
 }
 
-// acquire admits w items of work for principal name, or refuses them; a
-// nil error comes with the release function.
+// acquire admits w items of work for principal name, or refuses them (see
+// admission for the rule); a nil error comes with the release function.
 func (a *admission) acquire(name string, w int) (func(), error) {
-	if a.limit > 0 {
-		w = min(w, a.limit)
-	}
-	if a.perPrincipal > 0 {
-		w = min(w, a.perPrincipal)
-	}
+	w = max(w, 1)
 	a.mu.Lock()
-	if a.limit > 0 && a.inFlight+w > a.limit {
+	if a.limit > 0 && a.inFlight > 0 && a.inFlight+w > a.limit {
 		a.mu.Unlock()
 		a.rejectedServer.Add(1)
-		return nil, a.refuse("server", a.limit, "this server has as much work in flight as it takes")
+		return nil, a.refuse("server", a.limit, w, "this server has as much work in flight as it takes")
 	}
-	if a.perPrincipal > 0 && a.per[name]+w > a.perPrincipal {
+	if p := a.per[name]; a.perPrincipal > 0 && p > 0 && p+w > a.perPrincipal {
 		a.mu.Unlock()
 		a.rejectedPrincipal.Add(1)
-		return nil, a.refuse("principal", a.perPrincipal, "this principal has as much work in flight as it may")
+		return nil, a.refuse("principal", a.perPrincipal, w, "this principal has as much work in flight as it may")
 	}
 	a.inFlight += w
 	a.per[name] += w
@@ -100,9 +110,12 @@ func (a *admission) acquire(name string, w int) (func(), error) {
 	}, nil
 }
 
-func (a *admission) refuse(scope string, limit int, why string) error {
-	return statusError(codes.ResourceExhausted, pb.ErrorReason_OVERLOADED, "",
-		why+" ("+strconv.Itoa(limit)+" items); the call was not run: retry after the RetryInfo delay",
+func (a *admission) refuse(scope string, limit, w int, why string) error {
+	msg := why + " (" + strconv.Itoa(limit) + " items); the call was not run: retry after the RetryInfo delay"
+	if w > limit {
+		msg += "; a batch of " + strconv.Itoa(w) + " items, more than the limit, runs only when nothing else is in flight: split it"
+	}
+	return statusError(codes.ResourceExhausted, pb.ErrorReason_OVERLOADED, "", msg,
 		map[string]string{"scope": scope, "limit": strconv.Itoa(limit)}, a.retry)
 }
 

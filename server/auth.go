@@ -188,8 +188,13 @@ func (s *Server) authenticates() bool { return s.opt.Principals != nil || s.clie
 
 // authenticate finds the caller's principal: by its bearer token, else by
 // its verified client certificate. A server without authentication treats
-// every caller as anonymous.
-func (s *Server) authenticate(ctx context.Context) (*Principal, error) {
+// every caller as anonymous. Refusals are counted.
+func (s *Server) authenticate(ctx context.Context) (p *Principal, err error) {
+	defer func() {
+		if err != nil {
+			s.unauthenticated.Add(1)
+		}
+	}()
 	if !s.authenticates() {
 		return anonymous, nil
 	}

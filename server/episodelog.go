@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -44,6 +45,38 @@ type EpisodeLogOptions struct {
 	Replica string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Create creates a new log file for appending (it must not exist);
+	// nil means the file system (os.OpenFile with O_CREATE|O_EXCL|O_APPEND).
+	// Tests inject one that fails writes.
+	Create func(name string) (EpisodeLogFile, error)
+}
+
+// EpisodeLogFile is a file the episode log appends to: an *os.File in
+// production.
+type EpisodeLogFile interface {
+	// Write appends b; a short or failed write may have appended a prefix
+	// of it.
+	Write(b []byte) (int, error)
+	// Truncate cuts the file to size bytes.
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
+// EpisodeLogStats are an EpisodeLog's counters.
+type EpisodeLogStats struct {
+	// Written counts the lines written; Duplicates the episodes not
+	// written because their key was written recently.
+	Written, Duplicates uint64
+	// Dropped counts the finished episodes the log failed to write (a
+	// full disk, a file that would not open or close, a closed log): each
+	// is missing from the files, and no part of it is left in them (but
+	// for the torn line of a file abandoned when even cutting it failed).
+	Dropped uint64
+}
+
+func createFile(name string) (EpisodeLogFile, error) {
+	return os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
 }
 
 // EpisodeLog writes every finished episode, once, as a line of JSON to
@@ -59,20 +92,31 @@ type EpisodeLogOptions struct {
 // replica writes a key at most once within its last DedupWindow keys;
 // across replicas and restarts, readers keep one line per key
 // (jq -c 'select(...)' | sort -u, or a unique index on it).
+//
+// A file holds whole lines only, even on a full disk: each line is written
+// by one Write call, and a write that fails or comes up short is cut off
+// again (the file truncated back to the end of the last whole line, whose
+// offset the log keeps), so that the next line starts on a line of its
+// own; the episode is counted in EpisodeLogStats.Dropped (and
+// avtgym_episode_log_dropped_total), and is not remembered as written, so
+// that its retry is written once there is room again. Should the truncation
+// fail too, the file is abandoned with its torn last line (closed, nothing
+// more appended to it) and the next line opens a new file.
 type EpisodeLog struct {
 	dir     string
 	opt     EpisodeLogOptions
 	replica string
 	start   string
 
-	mu        sync.Mutex
-	f         *os.File
+	mu sync.Mutex
+	f  EpisodeLogFile // nil after a failure: the next write opens a new file
+	// size is the length of f: the end of its last whole line.
 	size      int64
 	seq       int
 	seen, old map[[16]byte]struct{}
 	closed    bool
 
-	written, duplicates uint64
+	written, duplicates, dropped uint64
 }
 
 // OpenEpisodeLog creates dir if needed and opens the first file.
@@ -85,6 +129,9 @@ func OpenEpisodeLog(dir string, opt EpisodeLogOptions) (*EpisodeLog, error) {
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
+	}
+	if opt.Create == nil {
+		opt.Create = createFile
 	}
 	if opt.Replica == "" {
 		host, _ := os.Hostname()
@@ -111,17 +158,20 @@ func safeName(s string) string {
 	}, s)
 }
 
-// rotate closes the current file and opens the next (mu held).
+// rotate closes the current file, if any, and opens the next (mu held).
+// A file that fails to close is let go all the same, and the next write
+// opens the next file.
 func (l *EpisodeLog) rotate() error {
 	if l.f != nil {
-		if err := l.f.Close(); err != nil {
+		err := l.f.Close()
+		l.f = nil
+		if err != nil {
 			return fmt.Errorf("episode log: %w", err)
 		}
-		l.f = nil
 	}
 	l.seq++
 	name := filepath.Join(l.dir, fmt.Sprintf("episodes-%s-%s-%04d.jsonl", safeName(l.replica), l.start, l.seq))
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o640)
+	f, err := l.opt.Create(name)
 	if err != nil {
 		return fmt.Errorf("episode log: %w", err)
 	}
@@ -129,12 +179,14 @@ func (l *EpisodeLog) rotate() error {
 	return nil
 }
 
-// write appends one line unless its key was written recently; it reports
-// whether it wrote.
+// write appends one line (ending in a newline) unless its key was written
+// recently; it reports whether it wrote. A line it fails to write leaves
+// nothing in the file, and is counted dropped.
 func (l *EpisodeLog) write(key [16]byte, line []byte) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
+		l.dropped++
 		return false, fmt.Errorf("episode log: closed")
 	}
 	if _, dup := l.seen[key]; dup {
@@ -145,15 +197,15 @@ func (l *EpisodeLog) write(key [16]byte, line []byte) (bool, error) {
 		l.duplicates++
 		return false, nil
 	}
-	if l.size > 0 && l.size+int64(len(line)) > l.opt.MaxBytes {
+	if l.f == nil || l.size > 0 && l.size+int64(len(line)) > l.opt.MaxBytes {
 		if err := l.rotate(); err != nil {
+			l.dropped++
 			return false, err
 		}
 	}
-	n, err := l.f.Write(line)
-	l.size += int64(n)
-	if err != nil {
-		return false, fmt.Errorf("episode log: %w", err)
+	if err := l.append(line); err != nil {
+		l.dropped++
+		return false, err
 	}
 	if len(l.seen) >= l.opt.DedupWindow {
 		// Two generations: the window is between DedupWindow and twice it.
@@ -164,11 +216,32 @@ func (l *EpisodeLog) write(key [16]byte, line []byte) (bool, error) {
 	return true, nil
 }
 
-// Stats reports the lines written and the duplicates dropped.
-func (l *EpisodeLog) Stats() (written, duplicates uint64) {
+// append writes line whole, in one Write call, or leaves the file as it
+// was (mu held).
+func (l *EpisodeLog) append(line []byte) error {
+	n, err := l.f.Write(line)
+	if err == nil && n == len(line) {
+		l.size += int64(n)
+		return nil
+	}
+	if err == nil {
+		err = io.ErrShortWrite
+	}
+	// Cut whatever part of the line reached the file (n may not say: a
+	// write that failed may have appended some of it all the same).
+	if terr := l.f.Truncate(l.size); terr != nil {
+		_ = l.f.Close()
+		l.f = nil
+		return fmt.Errorf("episode log: %w; cutting the torn line failed too (%v): the file is abandoned, and the next line opens a new one", err, terr)
+	}
+	return fmt.Errorf("episode log: %w (the line was dropped, and the file keeps only whole lines)", err)
+}
+
+// Stats reports the log's counters.
+func (l *EpisodeLog) Stats() EpisodeLogStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.written, l.duplicates
+	return EpisodeLogStats{Written: l.written, Duplicates: l.duplicates, Dropped: l.dropped}
 }
 
 // Close syncs and closes the current file. It is idempotent.

@@ -1022,7 +1022,8 @@ func TestEpisodeLogHoldsEachEpisodeOnce(t *testing.T) {
 	if end.Privileged != nil {
 		t.Fatal("the client got privileged data it did not ask for")
 	}
-	written, dups := r.app.EpisodeLog.Stats()
+	st := r.app.EpisodeLog.Stats()
+	written, dups := st.Written, st.Duplicates
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,8 @@ func (m *Metrics) watch(s *Server) {
 			func() float64 { return float64(s.admit.rejectedServer.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_overloaded_total", Help: "Calls refused by admission control, by the limit that refused them (scope server: --max-inflight; principal: --max-inflight-per-principal): RESOURCE_EXHAUSTED / OVERLOADED.", ConstLabels: prometheus.Labels{"scope": "principal"}},
 			func() float64 { return float64(s.admit.rejectedPrincipal.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_unauthenticated_total", Help: "Calls refused for missing or invalid credentials (UNAUTHENTICATED)."},
+			func() float64 { return float64(s.unauthenticated.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "avtgym_draining", Help: "1 while the server drains (after SIGTERM), else 0."},
 			func() float64 {
 				if s.draining.Load() {
@@ -81,6 +83,11 @@ func (m *Metrics) watch(s *Server) {
 				return 0
 			}),
 	)
+	if l := s.opt.EpisodeLog; l != nil {
+		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_episode_log_dropped_total",
+			Help: "Finished episodes the episode log failed to write (a full disk, a file that would not open): missing from its files, which keep only whole lines."},
+			func() float64 { return float64(l.Stats().Dropped) }))
+	}
 }
 
 // Registerer is the registry, for other components' metrics (the LLM

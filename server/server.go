@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,20 +111,27 @@ type Options struct {
 	// client must present a certificate, and calls are authenticated by it.
 	TLS *tls.Config
 	// Principals, when set, authenticates every call but health's by its
-	// bearer token (or its client certificate's subject): a call without
+	// bearer token (or its client certificate's subject), before a byte of
+	// its request is read (authFirst): a call without
 	// credentials gets UNAUTHENTICATED / CREDENTIALS_MISSING, one with
 	// unknown credentials UNAUTHENTICATED / CREDENTIALS_INVALID, and a
 	// "policy" principal that asks for privileged data PERMISSION_DENIED /
 	// PRIVILEGED_DENIED. Nil, and without client certificates, every
-	// caller is an anonymous trainer.
+	// caller is an anonymous trainer. Health needs no credentials, so its
+	// requests are read from anyone, up to MaxRecvBytes like any other's
+	// (grpc-go has no per-method receive limit); ProbeServer's health
+	// takes requests of 4 KiB at most.
 	Principals *Principals
 	// MaxInFlight bounds the work in flight on the server, in items (a
 	// unary call is 1, a batch its items); zero means no bound. A call past
 	// it is refused at once: RESOURCE_EXHAUSTED / OVERLOADED with a
-	// RetryInfo of OverloadRetryDelay.
+	// RetryInfo of OverloadRetryDelay. Every call counts its full weight;
+	// a batch larger than the bound is admitted only when nothing else is
+	// in flight, and then runs alone (admission).
 	MaxInFlight int
 	// MaxInFlightPerPrincipal bounds each principal's work in flight the
-	// same way; zero means no bound.
+	// same way (a batch larger than it is admitted only when its principal
+	// has nothing else in flight); zero means no bound.
 	MaxInFlightPerPrincipal int
 	// OverloadRetryDelay is the RetryInfo delay of an OVERLOADED refusal;
 	// zero means DefaultOverloadRetryDelay.
@@ -178,6 +186,8 @@ type Server struct {
 	// principal that may not read it (and removed): always 0 unless the
 	// server has a bug.
 	privilegedLeaks atomic.Uint64
+	// unauthenticated counts calls refused for their credentials.
+	unauthenticated atomic.Uint64
 }
 
 // New builds a server around an environment.
@@ -246,8 +256,8 @@ func New(e *env.Env, opt Options) *Server {
 		opt.Metrics.watch(s)
 	}
 	s.grpc = grpc.NewServer(sopts...)
-	pb.RegisterEnvServiceServer(s.grpc, s)
-	pb.RegisterOracleServiceServer(s.grpc, &oracleService{env: e})
+	s.grpc.RegisterService(s.authFirst(&pb.EnvService_ServiceDesc), s)
+	s.grpc.RegisterService(s.authFirst(&pb.OracleService_ServiceDesc), &oracleService{env: e})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if !opt.NoReflection {
 		reflection.Register(s.grpc)
@@ -268,6 +278,9 @@ func (s *Server) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 }
 
 // GRPC returns the underlying grpc.Server (to register more services).
+// The unary calls of a service registered there are authenticated by the
+// interceptor, after their requests are read: only avtgym's own services
+// authenticate first (authFirst).
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
 
 // ProbeServer returns a new plaintext gRPC server that serves only this
@@ -357,15 +370,56 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // codec, which answers them with details.
 func grpcRecvLimit(n int) int { return n + n/4 }
 
+// authFirst returns a copy of a service's description whose unary
+// handlers authenticate the caller before they receive its request: an
+// unauthenticated call is refused from its metadata (and the peer's
+// certificate), logged and measured, and its message is never read, so
+// that callers without credentials cannot make the server hold their
+// requests (issue 25: sixteen 60 MiB Resets raised its RSS by hundreds of
+// MB, for good).
+// grpc-go (v1.85) reads a unary call's message only inside the handler's
+// dec function, and the generated handlers call dec first: until then the
+// transport holds no more of the message than the stream's flow-control
+// window, and a refused stream's window is dropped with it.
+// TestUnauthenticatedRequestIsNeverRead fails if grpc ever reads earlier.
+// The principal found travels in the context to intercept.
+func (s *Server) authFirst(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
+	d := *sd
+	d.Methods = slices.Clone(sd.Methods)
+	for i, m := range d.Methods {
+		method, handler := "/"+sd.ServiceName+"/"+m.MethodName, m.Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+			start := time.Now()
+			p, err := s.authenticate(ctx)
+			if err != nil {
+				err = toStatus(err).Err()
+				s.observe(ctx, method, nil, err, time.Since(start), nil)
+				return nil, err
+			}
+			return handler(srv, context.WithValue(ctx, principalKey{}, p), dec, in)
+		}
+	}
+	return &d
+}
+
 // intercept is the front door of every unary call: it authenticates the
-// caller, refuses work while draining, refuses privileged data to a
-// principal that may not read it, admits the call or refuses it at once
-// (OVERLOADED), answers requests that did not decode, refuses responses
-// larger than the send limit, turns any error into a status with details
-// (and a panic into INTERNAL), and logs and measures the call. Health
-// checks skip authentication, draining and admission.
+// caller (unless authFirst has), refuses work while draining, refuses
+// privileged data to a principal that may not read it, admits the call or
+// refuses it at once (OVERLOADED), answers requests that did not decode,
+// refuses responses larger than the send limit, turns any error into a
+// status with details (and a panic into INTERNAL), and logs and measures
+// the call with the code its client gets: a call whose context ended
+// before its response was sent (a client that went away, a deadline that
+// passed) ends with DEADLINE_EXCEEDED or CANCELED (endedError), whatever
+// the handler returned, and its response is not sent. Health checks skip
+// authentication, draining and admission.
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	var ended atomic.Int64 // when ctx ended (UnixNano), for a call with a deadline
+	if _, ok := ctx.Deadline(); ok {
+		stop := context.AfterFunc(ctx, func() { ended.Store(time.Now().UnixNano()) })
+		defer stop()
+	}
 	var (
 		resp any
 		err  error
@@ -376,15 +430,42 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	} else {
 		p, resp, err = s.admitted(ctx, req, info.FullMethod, handler)
 	}
+	if ctx.Err() != nil {
+		at := time.Now()
+		if n := ended.Load(); n != 0 {
+			at = time.Unix(0, n)
+		}
+		resp, err = nil, endedError(ctx, start, at)
+	}
 	if err != nil {
 		resp, err = nil, toStatus(err).Err()
 	}
-	took := time.Since(start)
-	if s.opt.Metrics != nil {
-		s.opt.Metrics.observeRPC(info.FullMethod, err, took)
-	}
-	s.accessLog(ctx, info.FullMethod, p, err, took, req)
+	s.observe(ctx, info.FullMethod, p, err, time.Since(start), req)
 	return resp, err
+}
+
+// endedError is the error of a call whose context ended (at ended) before
+// its response was sent: the status its client got. A client whose
+// deadline passes cancels the call a little before the server's copy of
+// the deadline (which started when the call arrived) expires, so a call
+// with a deadline that ended in the last tenth of its time budget (from
+// start, when it arrived, to the deadline) or later counts as
+// DEADLINE_EXCEEDED; any other end is CANCELED (a client that cancelled,
+// or a connection cut).
+func endedError(ctx context.Context, start, ended time.Time) error {
+	err := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && !errors.Is(err, context.DeadlineExceeded) && d.Sub(ended) <= d.Sub(start)/10 {
+		err = context.DeadlineExceeded
+	}
+	return fmt.Errorf("the call ended before its response was sent: %w", err)
+}
+
+// observe measures a call and writes its access-log line.
+func (s *Server) observe(ctx context.Context, method string, p *Principal, err error, took time.Duration, req any) {
+	if s.opt.Metrics != nil {
+		s.opt.Metrics.observeRPC(method, err, took)
+	}
+	s.accessLog(ctx, method, p, err, took, req)
 }
 
 func isHealth(method string) bool { return strings.HasPrefix(method, "/grpc.health.v1.Health/") }
@@ -392,9 +473,13 @@ func isHealth(method string) bool { return strings.HasPrefix(method, "/grpc.heal
 // admitted runs a call through authentication, draining, authorisation and
 // admission, then the handler.
 func (s *Server) admitted(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (*Principal, any, error) {
-	p, err := s.authenticate(ctx)
-	if err != nil {
-		return nil, nil, err
+	p := PrincipalFrom(ctx) // authFirst's
+	if p == nil {
+		var err error
+		if p, err = s.authenticate(ctx); err != nil {
+			return nil, nil, err
+		}
+		ctx = context.WithValue(ctx, principalKey{}, p)
 	}
 	if s.draining.Load() {
 		return p, nil, s.drainingError()
@@ -417,7 +502,7 @@ func (s *Server) admitted(ctx context.Context, req any, method string, handler g
 	if span := trace.SpanFromContext(ctx); span.IsRecording() && p.Name != "" {
 		span.SetAttributes(attribute.String("avtgym.principal", p.Name))
 	}
-	resp, err := s.handle(context.WithValue(ctx, principalKey{}, p), req, method, handler)
+	resp, err := s.handle(ctx, req, method, handler)
 	if err == nil && !p.mayReadPrivileged() && stripPrivileged(resp) {
 		s.privilegedLeaks.Add(1)
 		s.log.Error("privileged data in a response to a principal that may not read it; removed (a server bug)",
