@@ -52,6 +52,10 @@ type Config struct {
 	// load with a message naming the flag. The server is connected to once,
 	// at start, only when set.
 	PostgresURL string
+	// PostgresRole is the policy role's name (postgres.Config.Role; serve
+	// --postgres-role); empty: postgres.DefaultRole. Replicas share it;
+	// separate deployments on one server should not.
+	PostgresRole string
 	// PostgresConnections is the budget of connections this process opens
 	// as the policy role (postgres.Config.Connections; serve
 	// --postgres-connections); 0: the default, lowered to what is free.
@@ -326,7 +330,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			return nil, err
 		}
 		a.pg, err = postgres.ConnectConfig(ctx, postgres.Config{
-			AdminURL: cfg.PostgresURL, PasswordKey: pkey,
+			AdminURL: cfg.PostgresURL, Role: cfg.PostgresRole, PasswordKey: pkey,
 			Connections: cfg.PostgresConnections, ConnectionLimit: cfg.PostgresRoleConnections,
 			PythonConnections: pyWorkers, MaxBackendMemory: cfg.PostgresMaxBackendMemory,
 		})

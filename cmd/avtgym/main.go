@@ -27,7 +27,7 @@ func main() {
 const usage = `avtgym: an environment server for training and evaluating asking policies.
 
 Usage:
-  avtgym serve    [--listen ADDR] [--corpus DIR]... [--postgres URL] [--postgres-connections N] [--postgres-role-connections N]
+  avtgym serve    [--listen ADDR] [--corpus DIR]... [--postgres URL] [--postgres-role NAME] [--postgres-connections N] [--postgres-role-connections N]
                   [--postgres-password-key-file F] [--postgres-max-backend-memory BYTES] [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
                   [--statement-timeout D] [--max-rows N] [--max-bytes N] [--max-memory N]
                   [--sql-fast-slots N] [--sql-slow-slots N] [--sql-slice D] [--sql-wait D]
