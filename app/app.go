@@ -400,6 +400,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		// of them in flight to fill the models' concurrency limits.
 		sopt.BatchWorkers = 2 * max(cfg.OracleLLM.Concurrency, cfg.SolverLLM.Concurrency, llm.DefaultConcurrency)
 	}
+	registerBusyMetric(a.Metrics.Registerer(), a.Env)
 	a.Server = server.New(a.Env, sopt)
 	return a, nil
 }
@@ -413,9 +414,18 @@ func registerLaneMetrics(reg prometheus.Registerer, l *sqlexec.Lanes) {
 			func() float64 { return float64(l.Stats().SlowRunning) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_demoted_total", Help: "Queries moved to the slow lane after their first slice."},
 			func() float64 { return float64(l.Stats().Demoted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_busy_total", Help: "Queries refused because no lane slot became free within the wait bound (VERIFIER_BUSY)."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_lane_busy_total", Help: "Queries refused because no lane slot became free within the wait bound (--sql-wait)."},
 			func() float64 { return float64(l.Stats().Busy) }),
 	)
+}
+
+// registerBusyMetric exports every step answered VERIFIER_BUSY, whatever
+// was saturated (a lane slot, a private copy, a Python worker, a
+// PostgreSQL connection).
+func registerBusyMetric(reg prometheus.Registerer, e *env.Env) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "avtgym_sql_busy_total",
+		Help: "Steps answered RESOURCE_EXHAUSTED / VERIFIER_BUSY: no query slot, private copy, Python test worker or database connection became free within its wait bound."},
+		func() float64 { return float64(e.VerifierBusy()) }))
 }
 
 func progressLogger(log *zap.Logger, dir string) func(done, total int) {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -82,7 +83,14 @@ type Env struct {
 	// maxState bounds every state seal writes, and maxToken every token
 	// open reads (limits.go); maxStep bounds one StepResponse.
 	maxState, maxToken, maxStep int
+	// busy counts the steps answered VERIFIER_BUSY.
+	busy atomic.Int64
 }
+
+// VerifierBusy counts the steps answered RESOURCE_EXHAUSTED /
+// VERIFIER_BUSY: the verifier had no slot, copy, worker or connection for
+// them within its wait bound (never because of what a policy's SQL said).
+func (e *Env) VerifierBusy() int64 { return e.busy.Load() }
 
 // New checks the configuration and prepares the public views of all tasks.
 func New(cfg Config) (*Env, error) {

@@ -21,6 +21,7 @@ import (
 	"avtgym/internal/testutil"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
+	"avtgym/sqlexec"
 )
 
 // fakeClock is a settable clock for Config.Now.
@@ -877,5 +878,51 @@ func TestResetOptions(t *testing.T) {
 		if ep.Observation.QuestionBudget != tc.want || ep.Observation.QuestionsRemaining != tc.want {
 			t.Errorf("%s %v: budget %d remaining %d, want %d", tc.task, tc.o, ep.Observation.QuestionBudget, ep.Observation.QuestionsRemaining, tc.want)
 		}
+	}
+}
+
+// busyEngine answers every query with KindBusy: a saturated verifier.
+type busyEngine struct{ sqlexec.Engine }
+
+func (busyEngine) Query(context.Context, string, sqlexec.Limits) (*sqlexec.Result, error) {
+	return nil, sqlexec.Errorf(sqlexec.KindBusy, nil, "no slot")
+}
+
+// TestVerifierBusyIsCounted: a step the verifier cannot serve for lack of
+// a slot is RESOURCE_EXHAUSTED / VERIFIER_BUSY, retryable with the same
+// token, and counted (the avtgym_sql_busy_total metric reads the count).
+func TestVerifierBusyIsCounted(t *testing.T) {
+	c := loadTiny(t)
+	e, _ := newEnv(t, c, nil)
+	var task *corpus.Task
+	for _, tk := range c.Tasks {
+		if !tk.Stateful() {
+			task = tk
+			break
+		}
+	}
+	resp, err := e.Reset(context.Background(), &pb.ResetRequest{TaskId: task.ID, Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := resp.GetEpisodes()[0]
+	real := task.DB.Engine
+	task.DB.Engine = busyEngine{real}
+	for i := range 3 {
+		_, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.GetToken(), Action: submitAction("SELECT 42")})
+		var ee *Error
+		if !errors.As(err, &ee) || ee.Reason != ReasonVerifierBusy || !ee.Retryable {
+			t.Fatalf("step %d: %v, want a retryable VERIFIER_BUSY", i, err)
+		}
+		if n := e.VerifierBusy(); n != int64(i+1) {
+			t.Errorf("after %d busy steps VerifierBusy is %d", i+1, n)
+		}
+	}
+	task.DB.Engine = real
+	if r, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.GetToken(), Action: submitAction("SELECT 42")}); err != nil || !r.GetDone() {
+		t.Errorf("the same token once the verifier is free: %v, %v", r, err)
+	}
+	if n := e.VerifierBusy(); n != 3 {
+		t.Errorf("VerifierBusy %d after a served step, want 3", n)
 	}
 }

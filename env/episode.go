@@ -285,6 +285,7 @@ func (ep *episode) verify(ctx context.Context, sql string) error {
 func (ep *episode) verifierError(err error) error {
 	var se *sqlexec.Error
 	if errors.As(err, &se) && se.Kind == sqlexec.KindBusy {
+		ep.env.busy.Add(1)
 		return &Error{Code: ResourceExhausted, Reason: ReasonVerifierBusy, Msg: se.Msg, Retryable: true, RetryDelay: verifierBusyDelay}
 	}
 	return nil

@@ -131,3 +131,46 @@ func TestBudgetBoundsEveryConnection(t *testing.T) {
 		t.Errorf("budget %+v", b)
 	}
 }
+
+// TestReplicasSharePasswordKey: replicas re-assert the policy role's
+// password at start. One with another password key locks the first one's
+// new connections out (issue 25: Python-tested episodes failed 6/6 once a
+// second replica started with a password-less administrator URL); with
+// the same key both connect.
+func TestReplicasSharePasswordKey(t *testing.T) {
+	ctx := context.Background()
+	const role = "avtgym_pwkey"
+	connect := func(key string) *Server {
+		t.Helper()
+		s, err := ConnectConfig(ctx, Config{AdminURL: pgtest.URL(t), Role: role, PasswordKey: []byte(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	first := connect("key one")
+	corpus := uniqueCorpus(t, first)
+	name, err := first.EnsureDatabase(ctx, corpus, "d", Script("d.sql", "CREATE TABLE t (x int);"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opens := func(s *Server) error {
+		db, err := s.Open(ctx, name, Options{MaxConns: 1})
+		if err == nil {
+			db.Close()
+		}
+		return err
+	}
+	if err := opens(first); err != nil {
+		t.Fatal(err)
+	}
+	connect("key two") // another key: the role's password changes
+	if err := opens(first); err == nil || !strings.Contains(err.Error(), "password authentication failed") {
+		t.Errorf("after a replica with another key: %v, want the first one locked out", err)
+	}
+	connect("key one") // the same key again
+	if err := opens(first); err != nil {
+		t.Errorf("with the same key: %v", err)
+	}
+}
