@@ -9,6 +9,13 @@
 // endpoint ended at the completion limit says so (Response.CutOff), so that
 // callers regenerate it instead of serving half an answer.
 //
+// The client tells the endpoint's failures (errors, timeouts, answers that
+// are not a chat completion: retried, then an *Error) from the model's
+// output (any readable completion, however unusable its content: returned,
+// for the caller to judge), so that callers never score an endpoint's
+// failure as a model's answer, nor a model's answer as an endpoint's
+// failure.
+//
 // The client speaks the wire format with net/http rather than through an
 // SDK, so that retries, deadlines and the concurrency limit are all in one
 // place and testable against an httptest server.
@@ -32,6 +39,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -72,7 +80,9 @@ type Config struct {
 	// the caller's context.
 	Timeout time.Duration
 	// MaxRetries is the number of retries after the first attempt on 429,
-	// 5xx, transport failures and timeouts (default 4; negative: none).
+	// 5xx, transport failures, timeouts and answers that are not a
+	// readable chat completion (KindUnreadable) (default 4; negative:
+	// none).
 	MaxRetries int
 	// Concurrency is the maximum number of requests in flight at the
 	// endpoint from this client (default 16).
@@ -311,6 +321,13 @@ func (c *Client) Config() Config { return c.cfg }
 // response the cache kept, so a replay reproduces the run. The content is
 // bounded by Config.MaxReplyBytes and made valid UTF-8, from the endpoint
 // and from the cache alike.
+//
+// Chat tells the endpoint's failure from the model's answer. An HTTP 200
+// whose body is not a readable chat completion (see KindUnreadable) is the
+// endpoint failing: retried like a 5xx, then an error. A readable
+// completion is returned whatever its content — empty, prose where JSON
+// was asked for, cut off, with invalid UTF-8 (replaced): that is the
+// model's output, which a prompt can steer, and the caller's to judge.
 func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 	purpose := req.Purpose
 	if purpose == "" {
@@ -467,7 +484,8 @@ type (
 	wireResponse struct {
 		Model   string `json:"model"`
 		Choices []struct {
-			Message struct {
+			// Message is nil when the choice has none (or null).
+			Message *struct {
 				Content *string `json:"content"`
 				// ReasoningContent and Reasoning are where vLLM's and
 				// SGLang's reasoning parsers put a thinking model's
@@ -476,6 +494,11 @@ type (
 				// thinking has no content.
 				ReasoningContent *string `json:"reasoning_content"`
 				Reasoning        *string `json:"reasoning"`
+				// Refusal and ToolCalls are the API's other answers
+				// without content (a model's refusal under structured
+				// outputs, tool calls); noticed, not read.
+				Refusal   *string           `json:"refusal"`
+				ToolCalls []json.RawMessage `json:"tool_calls"`
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
@@ -526,7 +549,7 @@ func (c *Client) call(ctx context.Context, req Request, purpose string, maxToken
 			attempt--
 			continue
 		}
-		retryable := e.Kind == KindRateLimited || e.Kind == KindServer || e.Kind == KindTimeout
+		retryable := e.Kind == KindRateLimited || e.Kind == KindServer || e.Kind == KindTimeout || e.Kind == KindUnreadable
 		if !retryable || attempt >= c.cfg.MaxRetries {
 			if retryable {
 				e.Msg = fmt.Sprintf("%s (after %d attempts)", e.Msg, attempt+1)
@@ -599,41 +622,9 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 	}
 	status := hresp.StatusCode
 	switch {
-	case status == http.StatusOK && cut:
-		// The endpoint ignored max_tokens: salvage the content's beginning
-		// rather than read on.
-		wr, ok := salvage(data, c.cfg.MaxReplyBytes)
-		if !ok {
-			return nil, 0, errorf(KindMalformed, status, nil, "the response body is over %d bytes and has no readable choices[0].message.content in them: %q", limit, excerpt(data))
-		}
-		resp := c.response(wr)
-		resp.Truncated = resp.Truncated || wr.contentCut
-		return resp, 0, nil
 	case status == http.StatusOK:
-		var wr wireResponse
-		if err := json.Unmarshal(data, &wr); err != nil {
-			return nil, 0, errorf(KindMalformed, status, err, "decoding the response body %q", excerpt(data))
-		}
-		if len(wr.Choices) == 0 {
-			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
-		}
-		ch := wr.Choices[0]
-		content := ""
-		switch {
-		case ch.Message.Content != nil:
-			content = *ch.Message.Content
-		case ch.FinishReason == "" && ch.Message.ReasoningContent == nil && ch.Message.Reasoning == nil:
-			return nil, 0, errorf(KindMalformed, status, nil, "the response has no choices[0].message.content: %q", excerpt(data))
-		default:
-			// A thinking model behind a reasoning parser that wrote only
-			// thinking (cut off at max_tokens, as a rule): an empty
-			// answer, which the caller regenerates or refuses — not an
-			// endpoint failure.
-		}
-		return c.response(partial{
-			model: wr.Model, content: content, finishReason: ch.FinishReason,
-			promptTokens: wr.Usage.PromptTokens, completionTokens: wr.Usage.CompletionTokens,
-		}), 0, nil
+		resp, err := c.completion(hresp.Header.Get("Content-Type"), data, cut, limit)
+		return resp, 0, err
 	case status == http.StatusTooManyRequests:
 		return nil, retryAfter(hresp.Header.Get("Retry-After"), c.cfg.Clock.Now()), errorf(KindRateLimited, status, nil, "rate limited: %q", excerpt(data))
 	case status >= 500:
@@ -644,8 +635,93 @@ func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Dura
 		}
 		return nil, 0, errorf(KindBadRequest, status, nil, "request rejected: %q", excerpt(data))
 	default:
-		return nil, 0, errorf(KindMalformed, status, nil, "unexpected status: %q", excerpt(data))
+		return nil, 0, errorf(KindUnreadable, status, nil, "unexpected status, not a chat completion: %q", excerpt(data))
 	}
+}
+
+// completion reads the body of an HTTP 200: a chat completion, or the
+// endpoint failing (KindUnreadable). A body longer than limit was cut to it
+// (cut): the endpoint ignored max_tokens, and the content's beginning is
+// salvaged rather than read on. What the model wrote is the model's answer
+// however unusable (the caller decides); only what is not a chat
+// completion is an error: a media type that is not JSON, a body that is
+// not JSON (or, cut, not the beginning of a JSON object), no choices, a
+// first choice without a message, or a message whose content is missing
+// or null with nothing to account for it — no thinking (reasoning_content
+// or reasoning), no refusal, no tool calls, and a finish_reason that is
+// not "length" or "content_filter" (the model stopped, or was stopped,
+// before it wrote content: an empty answer).
+func (c *Client) completion(contentType string, data []byte, cut bool, limit int64) (*Response, error) {
+	if !jsonMediaType(contentType) {
+		return nil, errorf(KindUnreadable, http.StatusOK, nil, "the response is %q, not JSON: %q", excerpt([]byte(contentType)), excerpt(data))
+	}
+	data = bytes.TrimPrefix(data, utf8BOM)
+	if cut {
+		p, ok := salvage(data, c.cfg.MaxReplyBytes)
+		switch {
+		case ok:
+		case p.thinkingCut:
+			// A thinking model's thinking ran past the read limit before
+			// its content: an empty answer, cut off.
+			p.contentCut = true
+		default:
+			return nil, errorf(KindUnreadable, http.StatusOK, nil, "the response body is over %d bytes and has no readable choices[0].message.content in them: %q", limit, excerpt(data))
+		}
+		resp := c.response(p)
+		resp.Truncated = resp.Truncated || p.contentCut
+		return resp, nil
+	}
+	var wr wireResponse
+	if err := json.Unmarshal(data, &wr); err != nil {
+		what := "JSON"
+		if !utf8.Valid(data) {
+			what = "UTF-8 JSON"
+		}
+		return nil, errorf(KindUnreadable, http.StatusOK, err, "the response body is not %s: %q", what, excerpt(data))
+	}
+	if len(wr.Choices) == 0 {
+		return nil, errorf(KindUnreadable, http.StatusOK, nil, "the response has no choices: %q", excerpt(data))
+	}
+	ch := wr.Choices[0]
+	modelStopped := ch.FinishReason == "length" || ch.FinishReason == "content_filter"
+	content := ""
+	switch m := ch.Message; {
+	case m == nil && !modelStopped:
+		return nil, errorf(KindUnreadable, http.StatusOK, nil, "the response's choices[0] has no message: %q", excerpt(data))
+	case m == nil:
+	case m.Content != nil:
+		content = *m.Content
+	case m.ReasoningContent == nil && m.Reasoning == nil && m.Refusal == nil && len(m.ToolCalls) == 0 && !modelStopped:
+		return nil, errorf(KindUnreadable, http.StatusOK, nil, "the response has no choices[0].message.content: %q", excerpt(data))
+	default:
+		// A thinking model behind a reasoning parser that wrote only
+		// thinking (cut off at max_tokens, as a rule), a refusal, tool
+		// calls, a content filter: an empty answer, which the caller
+		// regenerates or refuses — not an endpoint failure.
+	}
+	return c.response(partial{
+		model: wr.Model, content: content, finishReason: ch.FinishReason,
+		promptTokens: wr.Usage.PromptTokens, completionTokens: wr.Usage.CompletionTokens,
+	}), nil
+}
+
+// utf8BOM is the byte order mark some servers put before a UTF-8 body;
+// JSON parsers may ignore it (RFC 8259 §8.1), and the client does.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// jsonMediaType reports whether a response's Content-Type may hold a
+// chat completion: JSON (application/json, any +json type), or a type
+// that says nothing about the body — none, text/plain (what a server that
+// sets none sniffs) or application/octet-stream. An HTML page, an event
+// stream or XML is not one.
+func jsonMediaType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch mt = strings.ToLower(strings.TrimSpace(mt)); {
+	case mt == "", mt == "application/json", mt == "text/json", strings.HasSuffix(mt, "+json"),
+		mt == "text/plain", mt == "application/octet-stream":
+		return true
+	}
+	return false
 }
 
 // transportError classifies a failed round trip: the attempt's own deadline

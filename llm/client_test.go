@@ -118,12 +118,23 @@ func TestRetries(t *testing.T) {
 		{"401 not retried", 0, func(n int, w http.ResponseWriter) {
 			apiError(w, http.StatusUnauthorized, "bad key")
 		}, KindBadRequest, 1, 401},
-		{"malformed body", 0, func(n int, w http.ResponseWriter) {
+		// An HTTP 200 that is not a readable chat completion is the
+		// endpoint failing, retried like a 5xx (unreadable_test.go has
+		// every shape).
+		{"truncated body always", 2, func(n int, w http.ResponseWriter) {
 			w.Write([]byte(`{"choices": [ {"message": `))
-		}, KindMalformed, 1, 200},
-		{"no choices", 0, func(n int, w http.ResponseWriter) {
+		}, KindUnreadable, 3, 200},
+		{"no choices always", 2, func(n int, w http.ResponseWriter) {
 			w.Write([]byte(`{"choices": []}`))
-		}, KindMalformed, 1, 200},
+		}, KindUnreadable, 3, 200},
+		{"HTML page then success", 0, func(n int, w http.ResponseWriter) {
+			if n == 0 {
+				w.Header().Set("Content-Type", "text/html")
+				w.Write([]byte(`<html><body>Bad gateway</body></html>`))
+				return
+			}
+			reply(w, "ok", 1, 1)
+		}, KindUnknown, 2, 0},
 		{"endpoint context overflow", 0, func(n int, w http.ResponseWriter) {
 			apiError(w, http.StatusBadRequest, "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.")
 		}, KindContextOverflow, 1, 400},

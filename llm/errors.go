@@ -29,14 +29,27 @@ const (
 	// detected before the call from Config.ContextTokens (Status 0; see
 	// OverflowEstimated), or reported by the endpoint (its HTTP status).
 	KindContextOverflow
-	// KindMalformed: the endpoint's answer (or, from ParseJSON, the model's
-	// content) could not be parsed.
+	// KindMalformed: the model's content could not be parsed (ParseJSON):
+	// the model's own output, which the prompt — and so a policy's
+	// question — can influence. Chat never returns it: an endpoint's answer
+	// that is not a chat completion is KindUnreadable.
 	KindMalformed
 	// KindCanceled: the caller's context was canceled.
 	KindCanceled
 	// KindCache: the call succeeded but its response could not be written
 	// to the cache. Chat returns the response together with this error.
 	KindCache
+	// KindUnreadable: the endpoint answered, on every attempt, with
+	// something that is not a readable chat completion: a body that is
+	// not JSON (an HTML error page, a body cut short, one not in UTF-8),
+	// a media type that is not JSON, no choices, a choice without a
+	// message, a message without content where the API requires one, or
+	// a status that is neither a success nor an error (see
+	// Client.Chat). It is the endpoint failing, like a 5xx, and retried
+	// like one; Status is the last attempt's HTTP status. What the model
+	// wrote (a readable completion's content, however unusable) is never
+	// KindUnreadable.
+	KindUnreadable
 )
 
 var kindNames = [...]string{
@@ -49,6 +62,7 @@ var kindNames = [...]string{
 	KindMalformed:       "malformed",
 	KindCanceled:        "canceled",
 	KindCache:           "cache_error",
+	KindUnreadable:      "unreadable_response",
 }
 
 // String returns the kind's stable snake_case name, also used as the

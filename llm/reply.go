@@ -24,6 +24,9 @@ type partial struct {
 	completionTokens int
 	finishReason     string
 	contentCut       bool // the body ended inside the content string
+	// thinkingCut: the body ended inside choices[0].message's thinking
+	// (reasoning_content or reasoning), before any content.
+	thinkingCut bool
 }
 
 // response builds the Response of a decoded body, its content bounded.
@@ -76,7 +79,9 @@ func cutUTF8(s string, n int) (string, bool) {
 // model, the usage report and the beginning of choices[0].message.content
 // (at least maxContent bytes of it when there are that many). It reports
 // false when the body, as far as it goes, has no content string or is not
-// the beginning of a JSON object.
+// the beginning of a JSON object; then thinkingCut tells a body that ended
+// inside the message's thinking, before its content, from one that is not
+// a chat completion at all.
 func salvage(b []byte, maxContent int) (partial, bool) {
 	s := &scanner{b: b}
 	var p partial
@@ -97,6 +102,11 @@ func salvage(b []byte, maxContent int) (partial, bool) {
 						return s.skip()
 					}
 					return s.object(func(key string) error {
+						if (key == "reasoning_content" || key == "reasoning") && s.peek() == '"' {
+							_, complete, err := s.str(0)
+							p.thinkingCut = !complete && errors.Is(err, errCut)
+							return err
+						}
 						if key != "content" || s.peek() != '"' {
 							return s.skip()
 						}
@@ -128,6 +138,9 @@ func salvage(b []byte, maxContent int) (partial, bool) {
 	})
 	if err != nil && !errors.Is(err, errCut) {
 		return partial{}, false
+	}
+	if found {
+		p.thinkingCut = false
 	}
 	return p, found
 }

@@ -156,21 +156,34 @@ func TestSalvageEscapes(t *testing.T) {
 }
 
 // TestOversizedBodyWithoutContent: a body over the read limit whose
-// beginning holds no content is a malformed answer, not a hang or a crash.
+// beginning holds no content is not a hang or a crash. When it ends inside
+// the message's thinking it is the model's answer, empty and cut off (the
+// endpoint ignored max_tokens while the model thought); otherwise it is no
+// chat completion: the endpoint failing, retried, then KindUnreadable.
 func TestOversizedBodyWithoutContent(t *testing.T) {
+	think := strings.Repeat("think ", 100000)
 	for name, body := range map[string]string{
-		"reasoning first": `{"model":"m","choices":[{"message":{"reasoning_content":"` + strings.Repeat("think ", 100000) + `","content":"SELECT 1"}}]}`,
+		"reasoning first": `{"model":"m","choices":[{"message":{"reasoning_content":"` + think + `","content":"SELECT 1"}}]}`,
+		"reasoning":       `{"model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning":"` + think + `"}}]}`,
 		"not json":        strings.Repeat("<html>", 100000),
 		"deep nesting":    `{"a":` + strings.Repeat("[", 200000),
 		"null content":    `{"choices":[{"message":{"content":null,"x":"` + strings.Repeat("y", 300000) + `"}}]}`,
+		"broken thinking": `{"choices":[{"message":{"reasoning":"` + think[:1000] + `"` + `}` + strings.Repeat("x", 300000),
 	} {
 		f := newFake(t, rawReply([]byte(body)))
 		cfg := fastConfig(f.url())
 		cfg.MaxReplyBytes = 1000
+		cfg.MaxRetries = 2
 		c := newClient(t, cfg, nil)
-		_, err := c.Chat(context.Background(), Request{Messages: userMsg("x")})
-		if KindOf(err) != KindMalformed || !utf8.ValidString(err.Error()) {
-			t.Errorf("%s: err = %v, want a malformed answer", name, err)
+		resp, err := c.Chat(context.Background(), Request{Messages: userMsg("x")})
+		if strings.HasPrefix(name, "reasoning") {
+			if err != nil || resp.Content != "" || !resp.CutOff() || f.calls.Load() != 1 {
+				t.Errorf("%s: %+v, %v after %d calls; want an empty, cut-off answer at once", name, resp, err, f.calls.Load())
+			}
+			continue
+		}
+		if KindOf(err) != KindUnreadable || !utf8.ValidString(err.Error()) || f.calls.Load() != 3 {
+			t.Errorf("%s: err = %v after %d calls, want an unreadable answer after 3", name, err, f.calls.Load())
 		}
 	}
 }

@@ -51,8 +51,8 @@ func TestStripThinking(t *testing.T) {
 // the content, live and from the cache alike; a reply stopped at
 // max_tokens is CutOff, one whose message carries only reasoning_content
 // (vLLM's reasoning parser, cut off while thinking) is an empty, cut-off
-// answer rather than a malformed response; the Stats and the metrics count
-// both.
+// answer rather than an unreadable response (one with nothing at all in
+// its message is); the Stats and the metrics count both.
 func TestThinkingStrippedAndCutOff(t *testing.T) {
 	f := newFake(t, func(n int, req wireRequest, w http.ResponseWriter, _ *http.Request) {
 		switch last := req.Messages[len(req.Messages)-1].Content; last {
@@ -89,8 +89,8 @@ func TestThinkingStrippedAndCutOff(t *testing.T) {
 			t.Fatalf("%s: reasoning only: %+v, %v", round, r, err)
 		}
 	}
-	if _, err := c.Chat(ctx, Request{Messages: userMsg("no content")}); KindOf(err) != KindMalformed {
-		t.Fatalf("a message without content or finish_reason: %v", err)
+	if _, err := c.Chat(ctx, Request{Messages: userMsg("no content")}); KindOf(err) != KindUnreadable {
+		t.Fatalf("a message without content, thinking or finish_reason: %v, want the endpoint failing", err)
 	}
 	if got, want := c.Stats(), (Stats{Replies: 6, CutOff: 4, ThinkingStripped: 4}); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)

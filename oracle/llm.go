@@ -101,10 +101,13 @@ const DefaultMaxRegenerations = 2
 // so that with the client's cache the reply is determined by (oracle
 // version, model, record, history, question) and a run replays exactly.
 // Errors are returned only for environment failures (the endpoint failing
-// after the client's retries, a canceled context, a nil record, a record
-// whose own prompt does not fit the model's context); bad model output
-// never fails a call, and neither does a question or a dialogue too long
-// for the context (see Oracle).
+// after the client's retries — an error status, a timeout, or an answer
+// that is not a readable chat completion, llm.KindUnreadable — a canceled
+// context, a nil record, a record whose own prompt does not fit the
+// model's context); bad model output (a readable completion whose content
+// cannot be used, which a question can ask for) never fails a call, and
+// neither does a question or a dialogue too long for the context (see
+// Oracle).
 //
 // LLM is safe for concurrent use.
 type LLM struct {
