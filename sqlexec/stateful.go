@@ -110,7 +110,9 @@ type PyJob struct {
 	// statements and before the tests, inside the job's transaction, so
 	// that the tests read the database and not what the policy's session
 	// made to shadow it (the engine's: drop the session's temporary
-	// objects, pin the search path). Their failure is an error.
+	// objects, pin the search path). They run on the state the policy
+	// left, which can make them fail (DISCARD TEMP refuses while a temp
+	// table has pending trigger events): their failure is the policy's.
 	Isolate []string
 	// Guard, when set, is a query run after Isolate: each row it returns
 	// names an object the policy's statements made to shadow a built-in
@@ -128,7 +130,9 @@ type PyResult struct {
 	// failing test's assertion message or exception, as feedback.
 	Reason string
 	// Kind classifies a failure of the predicted statements (KindSyntax,
-	// KindTimeout, KindExecution, ...); 0 for a failed test.
+	// KindTimeout, KindExecution, ...), or a failed test's when a limit
+	// caused it (KindTimeout, KindTooManyRows, KindTooManyBytes,
+	// KindTooMuchMemory); 0 for a failed assertion or exception.
 	Kind ErrorKind
 	// Broken, when set, says that a test itself is broken, whatever the
 	// policy did (its source does not compile, it uses a name that is
@@ -138,10 +142,10 @@ type PyResult struct {
 	// raises at run time (the policy's data provoked it) is a failed test.
 	Broken string
 	// Lost, when set, says that the worker's connection to the database
-	// broke while it ran the policy's statements or a test (Reason says
-	// how). Whose fault that is the engine decides by what it can observe
-	// of the server (a policy may end its own session; a server that is
-	// down or in recovery is the environment's).
+	// broke once the policy's statements had begun (Reason says how): the
+	// environment's failure, since every way a policy could end its own
+	// session is refused before its SQL runs (the engine's statement
+	// checks) and revoked in the catalog.
 	Lost bool
 }
 

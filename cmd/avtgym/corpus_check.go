@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"avtgym/audit"
+	"avtgym/corpus"
 	"avtgym/llm"
 )
 
@@ -49,6 +50,14 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 			code = 1
 			continue
 		}
+		// A broken Python test is a corpus problem, found before any
+		// episode meets it (every job makes the same check).
+		if n, err := lintPythonTests(ctx, c, py, stderr); err != nil || n > 0 {
+			if err != nil {
+				fmt.Fprintf(stderr, "%s: checking the Python tests: %v\n", dir, err)
+			}
+			code = 1
+		}
 		opt := audit.Options{Workers: *workers, MinResolutionLen: *minRes,
 			OracleContextTokens: *oracleCtx, SolverContextTokens: *solverCtx, SolverMaxTokens: *solverMax}
 		if *progress {
@@ -77,4 +86,43 @@ func runCorpusCheck(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return code
+}
+
+// pyLinter is the static check of Python tests (pytests.Pool.Lint).
+type pyLinter interface {
+	Lint(ctx context.Context, tests []string) ([]string, error)
+}
+
+// lintPythonTests checks every Python test of c's tasks and follow-ups
+// (pytests.Pool.Lint) and prints each broken one as
+// "file:line: tests: task ID, reference.tests[i]: problem"; it returns how
+// many are broken.
+func lintPythonTests(ctx context.Context, c *corpus.Corpus, py pyLinter, stderr io.Writer) (int, error) {
+	type phase struct {
+		field string
+		tests []string
+	}
+	n := 0
+	for _, t := range c.Tasks {
+		phases := []phase{{"reference.tests", t.Reference.Tests}}
+		if t.FollowUp != nil {
+			phases = append(phases, phase{"follow_up.reference.tests", t.FollowUp.Reference.Tests})
+		}
+		for _, ph := range phases {
+			if len(ph.tests) == 0 {
+				continue
+			}
+			problems, err := py.Lint(ctx, ph.tests)
+			if err != nil {
+				return n, fmt.Errorf("task %s: %w", t.ID, err)
+			}
+			for i, p := range problems {
+				if p != "" {
+					fmt.Fprintf(stderr, "%s:%d: tests: task %s, %s[%d]: %s\n", t.File, t.Line, t.ID, ph.field, i, p)
+					n++
+				}
+			}
+		}
+	}
+	return n, nil
 }

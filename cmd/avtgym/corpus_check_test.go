@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"avtgym/corpus"
 	"avtgym/internal/testutil"
+	"avtgym/sqlexec/pytests"
 )
 
 // TestCorpusCheckContexts: with model context lengths, `corpus check`
@@ -36,5 +41,45 @@ func TestCorpusCheckContexts(t *testing.T) {
 	}
 	if code, _, _ := runCmd(t, "corpus", "check", "--oracle-context-tokens", "-1", dir); code != 2 {
 		t.Errorf("a negative context: exit %d, want 2", code)
+	}
+}
+
+// TestCorpusCheckBrokenPythonTests: corpus check's static check of the
+// Python tests (the test worker's, without a database) reports each broken
+// test of a task or its follow-up as "file:line: tests: task ID,
+// field[i]: problem", and nothing for the well-formed ones.
+func TestCorpusCheckBrokenPythonTests(t *testing.T) {
+	py, stop := pythonTests()
+	defer stop()
+	if err := py.Check(context.Background()); err != nil {
+		if errors.Is(err, pytests.ErrNoPython) && os.Getenv("CI") == "" {
+			t.Skipf("no Python test worker here (%v)", err)
+		}
+		t.Fatal(err)
+	}
+	good := "def test_case(pred_sqls, sol_sqls, db_name, conn):\n    res, err, _ = execute_queries(pred_sqls, db_name, conn)\n    assert not err\n"
+	c := &corpus.Corpus{Tasks: []*corpus.Task{
+		{Record: &corpus.Record{ID: "fine", Reference: corpus.Reference{Tests: []string{good}},
+			FollowUp: &corpus.FollowUp{Reference: corpus.Reference{Tests: []string{good}}}}, File: "records.jsonl", Line: 1},
+		{Record: &corpus.Record{ID: "no_tests"}, File: "records.jsonl", Line: 2},
+		{Record: &corpus.Record{ID: "broken", Reference: corpus.Reference{Tests: []string{good, "def test_case(pred_sqls, sol_sqls, db_name, conn):\n    json.loads('1')\n"}},
+			FollowUp: &corpus.FollowUp{Reference: corpus.Reference{Tests: []string{"def test_case(:\n"}}}}, File: "records.jsonl", Line: 3},
+	}}
+	var stderr strings.Builder
+	n, err := lintPythonTests(context.Background(), c, py, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stderr.String()
+	for _, want := range []string{
+		"records.jsonl:3: tests: task broken, reference.tests[1]: test 2 uses a name that is neither defined by the test nor a helper nor a builtin: json (line 2)\n",
+		"records.jsonl:3: tests: task broken, follow_up.reference.tests[0]: test 1 does not compile",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if n != 2 || strings.Count(out, "\n") != 2 {
+		t.Errorf("%d broken tests reported; want 2:\n%s", n, out)
 	}
 }

@@ -16,16 +16,15 @@
 //
 // A job runs on one connection to PyJob.DSN, inside one transaction that
 // always ends in ROLLBACK: BEGIN READ WRITE (the policy role's default
-// transaction is read-only), Setup, Prior, the predicted statements, each
-// test, Cleanup. Every statement runs under SET LOCAL statement_timeout: the
-// job's StatementTimeout, or what is left of its Deadline when that is less,
-// so that SQL which runs too long is the policy's timeout, never a hung
-// worker. SET is a command, not a call of set_config, so it works for a
-// policy role whose EXECUTE on set_config is revoked (a test checks it).
-// The predicted statements run one each with the extended protocol (a
-// string holding two statements is refused by the server, KindSyntax), and
-// their rows are streamed, so that no statement's result is held beyond
-// MaxRows + 1 rows. They cannot end the job's transaction: BEGIN, START
+// transaction is read-only), Setup, Prior, the predicted statements,
+// Isolate, Guard, each test, Cleanup. Every statement runs under SET LOCAL
+// statement_timeout: the job's StatementTimeout, or what is left of its
+// Deadline when that is less, so that SQL which runs too long is the
+// policy's timeout, never a hung worker. SET is a command, not a call of
+// set_config, so it works for a policy role whose EXECUTE on set_config is
+// revoked (a test checks it). The predicted statements run one each with
+// the extended protocol (a string holding two statements is refused by the
+// server, KindSyntax). They cannot end the job's transaction: BEGIN, START
 // TRANSACTION, COMMIT, END, ROLLBACK and ABORT are skipped, as they find
 // nothing to do in BIRD-Interact's harness, which commits each statement on
 // its own; two-phase commit (PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED)
@@ -34,6 +33,43 @@
 // otherwise). Sequences are not transactional: a job that calls nextval
 // leaves them advanced, and restoring them is the caller's (the engine
 // resets or re-clones its private copies).
+//
+// After the predicted statements, PyJob.Isolate runs (the engine's DISCARD
+// TEMP and a pinned search path), so that the tests read the database and
+// not, say, a temporary view named pg_indexes that the policy made; then
+// PyJob.Guard, whose first row, if any, fails the job (KindDenied, that
+// row's first column as the reason) and the tests do not run. Both run on
+// the state the policy's statements left, which can make them fail (a
+// deferred trigger event on a temporary table makes DISCARD TEMP fail): so
+// their failure on an open connection is the policy's failure too, Kind
+// from the SQLSTATE, not an error (the Go engine counts its isolation and
+// guard phases the same way).
+//
+// # Limits
+//
+// Every statement's rows arrive one at a time (libpq's single-row mode),
+// for the predicted statements, the tests' (helpers and cursor alike),
+// and the environment's steps, whose rows are read and dropped. A
+// statement of the policy's or a test's returns at most PyJob.MaxRows rows
+// and PyJob.MaxBytes bytes (cells counted as sqlexec.CellBytes counts
+// them: 16 a cell, 8 more for a number, a text's UTF-8 bytes, the elements
+// of a JSON value or an array so, other values their text; 0: no cap); past
+// either the statement is canceled and fails (KindTooManyRows,
+// KindTooManyBytes), so that the worker holds at most the cap and one row.
+// A row is counted once it is loaded: one too large to be held at all
+// reaches the memory limit instead.
+//
+// Each worker has a memory limit (Config.MaxWorkerMemory, default 512 MiB
+// of growth): at start, once psycopg is imported, it sets RLIMIT_DATA
+// (Linux 4.7 and later count mmap in it) to its data then, plus the growth,
+// less a reserve for what RLIMIT_DATA does not count, so that its resident
+// memory grows by less than MaxWorkerMemory. A job that reaches it (Python's
+// MemoryError, or libpq's "out of memory for query result" and "cannot
+// allocate memory for input buffer", which closes the connection) is the
+// policy's failure, KindTooMuchMemory with a reason that says the limit was
+// reached; the worker answers, and the pool replaces it (Stats.Retired),
+// as it does a worker that keeps more than a quarter of its growth after a
+// job. Elsewhere than on Linux there is no limit (a warning is logged).
 //
 // The tests run as BIRD-Interact's harness runs them (its
 // evaluation/src single_instance_eval and wrapper scripts, and
@@ -63,45 +99,80 @@
 // aborts the job's transaction. conn is a psycopg2-style connection over
 // that transaction: cursor(), execute(), commit() (a new savepoint),
 // rollback() (back to it), close() (nothing): a test cannot end the
-// transaction. Values come back as psycopg2 returns them (uuid and inet as
-// text; bytea as bytes rather than memoryview). A statement of a test
-// returns at most PyJob.MaxRows rows (more is the policy's failure, "too
-// many rows"), and one that times out fails the job whatever the test
-// makes of it.
+// transaction. The tests' statements run with the simple protocol, as
+// psycopg2 runs them (a string may hold several; the last one's rows are
+// the result). Values come back as psycopg2 returns them (uuid and inet as
+// text; bytea as bytes rather than memoryview). A statement of a test that
+// passes a limit, or times out, fails the job whatever the test makes of
+// it, and so does a test whose Python runs on past the job's deadline: the
+// worker raises a BaseException in the test's own code then (never inside
+// its own bookkeeping), and the test fails, KindTimeout.
 //
-// Outcomes: an assertion or exception in a test, a timeout inside a test, a
-// predicted statement that fails: PyResult.Passed false with the reason (and
-// for a predicted statement the Kind, from its SQLSTATE). A test that does
-// not compile, defines no test_case, cannot be called with four arguments,
-// uses a name that is neither a helper nor a builtin, imports what the
-// worker lacks or calls exit: PyResult.Broken, a corpus problem. A Cleanup
-// statement that fails is the policy's failure too, unless a test failed
-// first (the policy's SQL may break what cleanup expects; the contract of
-// sqlexec.Job.Cleanup). Setup or Prior failing, the database unreachable: a
-// *JobError. A worker
-// that crashes, writes what is not the protocol, or is still busy when the
-// job's deadline has passed by Config.KillGrace (a test hung in Python) is
-// killed and replaced and the job's error wraps ErrWorker; it is never a
-// verdict.
+// # Outcomes
+//
+// The rule: ERROR is decided only by facts the policy cannot forge;
+// whatever the policy's SQL, its data or its text causes is its scored
+// outcome.
+//
+//   - Broken (PyResult.Broken, a corpus problem) is decided before the job
+//     runs, from the test's source alone (the lint; Pool.Lint runs it on
+//     its own, for corpus check): the source does not compile; it binds no
+//     test_case at its top level; its top-level def test_case cannot be
+//     called with four positional arguments, or is async; it loads a
+//     global name (LOAD_GLOBAL or LOAD_NAME in any of its code objects)
+//     that nothing defines: not its top level (an assignment, def, class
+//     or import, on any branch), a global statement, a helper,
+//     pred_query_result, nor a builtin (a test that calls globals, exec,
+//     eval, vars or locals, or imports *, is not judged on names); or it
+//     imports a module, or a name from one, that the worker lacks (tried
+//     at lint time, unless a try statement catching ImportError guards the
+//     import), or imports relatively.
+//   - Failed (Passed false, Reason, and Kind where one fits): everything a
+//     well-formed test does at run time, since the policy's data led there:
+//     an assertion, any exception (a NameError or UnboundLocalError the
+//     lint did not predict, a RecursionError, an ImportError of a computed
+//     name, SystemExit), a limit; a predicted statement that fails (Kind
+//     from its SQLSTATE), or whose rows cannot be loaded (a jsonb value
+//     nested past Python's recursion limit, a date Python cannot hold:
+//     KindExecution); a Cleanup statement that fails, unless a test failed
+//     first (the policy's SQL may break what cleanup expects; the contract
+//     of sqlexec.Job.Cleanup). An error the server returns on a connection
+//     that is still open is the policy's whatever its SQLSTATE: a policy
+//     can raise 57P01, 08006, 3D000 or 53300 itself; such codes are never
+//     KindUnavailable or KindBusy here.
+//   - Lost (PyResult.Lost): the connection actually broke (psycopg's
+//     conn.closed) once the predicted statements had begun, other than by
+//     the memory limit; whose fault that is the engine decides by probing
+//     the server.
+//   - An error (*JobError, or ErrWorker): the environment's own steps
+//     failed: connecting, BEGIN, Setup or Prior (or the connection lost
+//     before the predicted statements), the job's savepoints, the ROLLBACK,
+//     the transaction ended early (ErrDirty). A worker that crashes, writes
+//     what is not the protocol, or is still busy when the job's deadline
+//     has passed by Config.KillGrace (Python that swallows even the
+//     deadline's BaseException) is killed and replaced and the job's error
+//     wraps ErrWorker; it is never a verdict.
 //
 // # Trust
 //
 // Test code is corpus content and trusted like the corpus: it runs in the
 // worker with the worker's privileges (the server's user, its files, its
 // network), without a sandbox; what limits it on the database is only the
-// role of PyJob.DSN. Load Python tests only from corpora you trust. The
-// policy's SQL, on the other hand, is hostile and runs only as statements
-// on that connection.
+// role of PyJob.DSN. Load Python tests only from corpora you trust; the
+// lint imports the modules they import. The policy's SQL, on the other
+// hand, is hostile and runs only as statements on that connection.
 //
 // # Protocol
 //
-// JSON lines on the worker's stdin and on a private copy of its stdout (fd
-// 1 itself is pointed at stderr, so that what a test prints cannot reach
-// the protocol; print() output is discarded). The worker first writes
-// {"hello":1,"python":..,"psycopg":..} or, when it cannot work,
-// {"hello":1,"missing":"psycopg"|"python","detail":..}. Then, for each
-// request line (see request), one response line (see response) with the
-// same id. The worker's stderr is logged.
+// The worker is started as `python3 -c <script> --max-memory=N`. JSON
+// lines on its stdin and on a private copy of its stdout (fd 1 itself is
+// pointed at stderr, so that what a test prints cannot reach the protocol;
+// print() output is discarded). The worker first writes
+// {"hello":1,"python":..,"psycopg":..,"memory_limit":..} or, when it cannot
+// work, {"hello":1,"missing":"psycopg"|"python","detail":..}. Then, for
+// each request line (a job, see request, or a lint, see lintRequest), one
+// response line (see response) with the same id. The worker's stderr is
+// logged.
 //
 // # The pool
 //
@@ -164,6 +235,10 @@ const (
 	DefaultDeadline         = 5 * time.Minute
 	DefaultMaxRows          = 10000
 	DefaultMaxJobsPerWorker = 1000
+	// DefaultMaxWorkerMemory is the memory a worker may grow by.
+	DefaultMaxWorkerMemory = 512 << 20
+	// lintDeadline bounds a Lint (imports included).
+	lintDeadline = time.Minute
 )
 
 // Config configures a Pool. Zero values mean the defaults.
@@ -193,6 +268,15 @@ type Config struct {
 	// may leave state behind in the interpreter); default
 	// DefaultMaxJobsPerWorker, negative for never.
 	MaxJobsPerWorker int
+	// MaxWorkerMemory bounds each worker's memory, in bytes over what it
+	// uses once started (the interpreter and psycopg loaded): on Linux the
+	// worker sets RLIMIT_DATA (private writable memory, heap and mmap) to
+	// that baseline plus MaxWorkerMemory. A job that reaches it is the
+	// policy's failure (KindTooMuchMemory), and the worker is replaced.
+	// Default DefaultMaxWorkerMemory (512 MiB); negative for no limit.
+	// Each worker has its own: Workers × MaxWorkerMemory is the bound of
+	// them all. Elsewhere than on Linux there is no limit (logged).
+	MaxWorkerMemory int64
 	// Logger receives the workers' stderr and their starts and kills; nil
 	// means none.
 	Logger *zap.Logger
@@ -237,6 +321,9 @@ func (c *Config) defaults() {
 	if c.MaxJobsPerWorker == 0 {
 		c.MaxJobsPerWorker = DefaultMaxJobsPerWorker
 	}
+	if c.MaxWorkerMemory == 0 {
+		c.MaxWorkerMemory = DefaultMaxWorkerMemory
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -255,8 +342,8 @@ type Pool struct {
 	closing chan struct{}
 	running sync.WaitGroup // Runs and Checks in flight
 
-	started, killed atomic.Int64
-	nextID          atomic.Int64
+	started, killed, retired atomic.Int64
+	nextID                   atomic.Int64
 }
 
 var _ sqlexec.PyRunner = (*Pool)(nil)
@@ -278,8 +365,9 @@ func New(cfg Config) (*Pool, error) {
 
 // Stats counts the pool's workers.
 type Stats struct {
-	// Started and Killed count the workers started and killed so far.
-	Started, Killed int64
+	// Started and Killed count the workers started and killed so far;
+	// Retired those replaced after a job for their memory.
+	Started, Killed, Retired int64
 	// Live is the number of worker processes now, Idle those waiting for a
 	// job.
 	Live, Idle int
@@ -289,7 +377,7 @@ type Stats struct {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Stats{Started: p.started.Load(), Killed: p.killed.Load(), Live: len(p.all), Idle: len(p.idle)}
+	return Stats{Started: p.started.Load(), Killed: p.killed.Load(), Retired: p.retired.Load(), Live: len(p.all), Idle: len(p.idle)}
 }
 
 // Check makes sure a worker can run: it starts one (if none is idle) and
@@ -350,6 +438,18 @@ func (p *Pool) Run(ctx context.Context, j sqlexec.PyJob) (sqlexec.PyResult, erro
 	if err != nil {
 		return sqlexec.PyResult{}, err
 	}
+	req := p.requestFor(j, end)
+	resp, err := w.do(ctx, req.ID, req, end.Add(p.cfg.KillGrace))
+	if err != nil {
+		p.discard(w)
+		return sqlexec.PyResult{}, err
+	}
+	p.after(w, resp)
+	return resp.result()
+}
+
+// requestFor is j as the worker reads it, with end as its deadline.
+func (p *Pool) requestFor(j sqlexec.PyJob, end time.Time) request {
 	maxRows := j.MaxRows
 	if maxRows <= 0 {
 		maxRows = p.cfg.MaxRows
@@ -364,26 +464,71 @@ func (p *Pool) Run(ctx context.Context, j sqlexec.PyJob) (sqlexec.PyResult, erro
 		Reference:          j.Reference,
 		Tests:              j.Tests,
 		Cleanup:            j.Cleanup,
+		Isolate:            j.Isolate,
+		Guard:              j.Guard,
 		StatementTimeoutMS: ceilMS(j.StatementTimeout),
 		DeadlineMS:         ceilMS(time.Until(end)),
 		MaxRows:            maxRows,
+		MaxBytes:           max(j.MaxBytes, 0),
 	}
-	resp, err := w.do(ctx, req, end.Add(p.cfg.KillGrace))
-	if err != nil {
-		p.discard(w)
-		return sqlexec.PyResult{}, err
-	}
+	return req
+}
+
+// after puts a worker that answered back in the pool, or replaces it.
+func (p *Pool) after(w *worker, resp response) {
 	w.jobs++
-	if resp.Outcome == "error" && resp.Step == "worker" {
+	switch {
+	case resp.Outcome == "error" && resp.Step == "worker":
 		// The worker's own code failed: it may not be fit for another job.
 		w.kill()
 		p.discard(w)
-	} else if p.cfg.MaxJobsPerWorker > 0 && w.jobs >= p.cfg.MaxJobsPerWorker {
+	case resp.Retire:
+		// It reached its memory limit, or holds too much of it: its
+		// answer stands, and a fresh worker takes the next job.
+		p.log.Info("python test worker retired for its memory", zap.Int("pid", w.pid), zap.Int64("memory_limit", w.memLimit))
+		p.retired.Add(1)
 		p.retire(w)
-	} else {
+	case p.cfg.MaxJobsPerWorker > 0 && w.jobs >= p.cfg.MaxJobsPerWorker:
+		p.retire(w)
+	default:
 		p.put(w)
 	}
-	return resp.result()
+}
+
+// Lint runs the static check of a task's tests in a worker, without a
+// database: problems[i] says why tests[i] is broken (it does not compile,
+// defines no test_case(pred_sqls, sol_sqls, db_name, conn), loads a name
+// nothing defines, imports what the worker lacks), "" when it is fine.
+// It is the check every job makes before it runs (PyResult.Broken); corpus
+// check runs it so that a broken test is a corpus problem before any
+// episode. The error is the environment's (no worker, ErrNoPython).
+func (p *Pool) Lint(ctx context.Context, tests []string) ([]string, error) {
+	if len(tests) == 0 {
+		return nil, nil
+	}
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.running.Done()
+	if err := p.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer p.release()
+	w, err := p.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := lintRequest{ID: p.nextID.Add(1), Lint: tests}
+	resp, err := w.do(ctx, req.ID, req, time.Now().Add(lintDeadline))
+	if err != nil {
+		p.discard(w)
+		return nil, err
+	}
+	p.after(w, resp)
+	if resp.Outcome != "linted" || len(resp.Problems) != len(tests) {
+		return nil, fmt.Errorf("%w: it answered a lint of %d tests with %q and %d problems", ErrWorker, len(tests), resp.Outcome, len(resp.Problems))
+	}
+	return resp.Problems, nil
 }
 
 // ceilMS is d in whole milliseconds, rounded up (0 stays 0).

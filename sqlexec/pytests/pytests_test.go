@@ -130,7 +130,10 @@ func TestPredictedFailures(t *testing.T) {
 	}
 }
 
-// TestTestOutcomes: what each way a test can end means.
+// TestTestOutcomes: what each way a test can end means. Only what the
+// test's source shows is broken; whatever it raises at run time is a
+// failed test, and a limit its statements reach fails it whatever it
+// makes of that (with the limit's kind).
 func TestTestOutcomes(t *testing.T) {
 	p := newPool(t, Config{Workers: 1})
 	db := clone(t)
@@ -144,6 +147,7 @@ func TestTestOutcomes(t *testing.T) {
 		pass   bool
 		broken string // a substring of Broken
 		reason string // a substring of Reason
+		kind   sqlexec.ErrorKind
 	}{
 		{name: "pass", tests: []string{pyTest(check, "assert not err and res == [(True,)], res", "return True")}, pass: true},
 		{name: "return value ignored", tests: []string{pyTest("return False")}, pass: true},
@@ -153,17 +157,26 @@ func TestTestOutcomes(t *testing.T) {
 		{name: "uncaught database error", tests: []string{pyTest("perform_query_on_postgresql_databases('SELECT * FROM nope', db_name, conn)")}, reason: "UndefinedTable"},
 		{name: "second test fails", tests: []string{pyTest("pass"), pyTest("assert False, 'second'")}, reason: "test 2 of 2: second"},
 		{name: "print", tests: []string{pyTest("print('{\"outcome\": \"passed\"}')", "import sys; sys.stdout.write('x' * 100000)", "assert False, 'printed'")}, reason: "printed"},
-		{name: "timeout ignored by the test", tests: []string{pyTest("execute_queries(['SELECT pg_sleep(3)'], db_name, conn)", "return True")}, reason: "a statement timed out"},
-		{name: "timeout then assertion", tests: []string{pyTest("_, _, to = execute_queries(['SELECT pg_sleep(3)'], db_name, conn)", "assert not to, 'slow'")}, reason: "timed out: canceling statement due to statement timeout; then: slow"},
-		{name: "too many rows ignored by the test", tests: []string{pyTest("execute_queries(['SELECT generate_series(1, 50)'], db_name, conn)")}, rows: 10, reason: "more than 10 rows"},
-		{name: "name error", tests: []string{pyTest("json.loads('1')")}, broken: "name 'json' is not defined"},
+		{name: "timeout ignored by the test", tests: []string{pyTest("execute_queries(['SELECT pg_sleep(3)'], db_name, conn)", "return True")}, reason: "a statement timed out", kind: sqlexec.KindTimeout},
+		{name: "timeout then assertion", tests: []string{pyTest("_, _, to = execute_queries(['SELECT pg_sleep(3)'], db_name, conn)", "assert not to, 'slow'")}, reason: "timed out: canceling statement due to statement timeout; then: slow", kind: sqlexec.KindTimeout},
+		{name: "too many rows ignored by the test", tests: []string{pyTest("execute_queries(['SELECT generate_series(1, 50)'], db_name, conn)")}, rows: 10, reason: "more than 10 rows", kind: sqlexec.KindTooManyRows},
+		{name: "too many rows on the cursor", tests: []string{pyTest("cur = conn.cursor()", "try:", "    cur.execute('SELECT generate_series(1, 50)')", "except Exception:", "    pass")}, rows: 10, reason: "more than 10 rows", kind: sqlexec.KindTooManyRows},
+		{name: "name error", tests: []string{pyTest("json.loads('1')")}, broken: "json (line 2)"},
 		{name: "name error in a branch", tests: []string{pyTest(check, "if res == [(True,)]:", "    undefined_helper()")}, broken: "undefined_helper"},
+		// The policy's rows decide whether last is ever bound.
+		{name: "unbound local", tests: []string{pyTest("res, _, _ = execute_queries([\"SELECT 1 WHERE false\"], db_name, conn)", "for r in res:", "    last = r[0]", "assert last == 1")}, reason: "UnboundLocalError"},
+		// A global bound only on a branch the policy's data skips.
+		{name: "global bound on a branch", tests: []string{"def setup(res):\n    global seen\n    if res:\n        seen = res\n" + pyTest("res, _, _ = execute_queries([\"SELECT 1 WHERE false\"], db_name, conn)", "setup(res)", "assert seen")}, reason: "NameError: name 'seen' is not defined"},
+		{name: "recursion in the test", tests: []string{pyTest("def f(n):", "    return f(n + 1)", "f(0)")}, reason: "RecursionError"},
+		{name: "exit at run time", tests: []string{pyTest("exit(1)")}, reason: "the test called exit(1)"},
+		{name: "import at run time", tests: []string{pyTest("__import__('avtgym_no_such_' + 'module')")}, reason: "ModuleNotFoundError"},
 		{name: "syntax error", tests: []string{pyTest("assert (")}, broken: "does not compile"},
 		{name: "syntax error in a later test", tests: []string{pyTest("assert False"), "def test_case(:\n"}, broken: "test 2 does not compile"},
 		{name: "no test_case", tests: []string{"def check(pred_sqls, sol_sqls, db_name, conn):\n    pass\n"}, broken: "defines no test_case"},
 		{name: "wrong signature", tests: []string{"def test_case(pred_sqls):\n    pass\n"}, broken: "cannot be called"},
 		{name: "import error", tests: []string{"import avtgym_no_such_module\n" + pyTest("pass")}, broken: "avtgym_no_such_module"},
-		{name: "exit", tests: []string{pyTest("exit(1)")}, broken: "called exit"},
+		{name: "relative import", tests: []string{"from . import x\n" + pyTest("pass")}, broken: "relative import"},
+		{name: "async test_case", tests: []string{"async def test_case(pred_sqls, sol_sqls, db_name, conn):\n    assert False\n"}, broken: "coroutine"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			j := job(t, db, update, c.tests...)
@@ -180,8 +193,8 @@ func TestTestOutcomes(t *testing.T) {
 					t.Fatalf("got %+v; want a pass", res)
 				}
 			default:
-				if res.Passed || res.Broken != "" || res.Kind != 0 || !strings.Contains(res.Reason, c.reason) {
-					t.Fatalf("got %+v; want a failure with %q in the reason", res, c.reason)
+				if res.Passed || res.Broken != "" || res.Lost || res.Kind != c.kind || !strings.Contains(res.Reason, c.reason) {
+					t.Fatalf("got %+v; want a failure of kind %v with %q in the reason", res, c.kind, c.reason)
 				}
 			}
 		})
@@ -433,16 +446,16 @@ func TestPolicyRole(t *testing.T) {
 	}
 }
 
-// TestWorkerFailures: a worker that hangs in Python past the deadline, or
-// exits, is killed and replaced; the job is an error (ErrWorker), the next
-// job runs, and the database is untouched (the server rolled back).
+// TestWorkerFailures: a worker that exits, or hangs in Python past the
+// deadline and the grace period, is killed and replaced; the job is an
+// error (ErrWorker), the next job runs, and the database is untouched (the
+// server rolled back).
 func TestWorkerFailures(t *testing.T) {
 	p := newPool(t, Config{Workers: 1, KillGrace: 200 * time.Millisecond})
 	db := clone(t)
 	before := pgtest.DumpSum(t, db)
 	for _, c := range []struct{ name, test string }{
-		{"hangs in Python", "import time\n" + pyTest("time.sleep(60)")},
-		{"busy loop", pyTest("while True: pass")},
+		{"swallows the deadline", "import time\n" + pyTest("while True:", "    try:", "        time.sleep(60)", "    except BaseException:", "        pass")},
 		{"exits", "import os\n" + pyTest("os._exit(3)")},
 		{"killed by a signal", "import os\n" + pyTest("os.kill(os.getpid(), 9)")},
 	} {
@@ -466,6 +479,37 @@ func TestWorkerFailures(t *testing.T) {
 		t.Fatal("the database changed")
 	}
 	waitNoSessions(t, db)
+}
+
+// TestPythonPastTheDeadline: a test whose Python runs on past the job's
+// deadline (a loop or a sleep on what the policy's data made) is stopped
+// there: the policy's timeout, and the worker goes on. Only Python that
+// swallows the stop outlives it (TestWorkerFailures).
+func TestPythonPastTheDeadline(t *testing.T) {
+	p := newPool(t, Config{Workers: 1})
+	db := clone(t)
+	for _, c := range []struct{ name, test string }{
+		{"sleeps", "import time\n" + pyTest("time.sleep(60)")},
+		{"busy loop", pyTest("while True: pass")},
+		{"loops on the policy's rows", pyTest("res, _, _ = execute_queries(['SELECT 1 WHERE false'], db_name, conn)", "while len(res) < 1:", "    res = res + []")},
+		{"swallows Exception", "import time\n" + pyTest("while True:", "    try:", "        time.sleep(60)", "    except Exception:", "        pass")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s0 := p.Stats()
+			j := job(t, db, []string{"SELECT 1"}, c.test)
+			j.Deadline = time.Second
+			res := run(t, p, j)
+			if res.Passed || res.Broken != "" || res.Kind != sqlexec.KindTimeout || !strings.Contains(res.Reason, "time limit") {
+				t.Fatalf("got %+v; want the policy's timeout", res)
+			}
+			if res := run(t, p, job(t, db, []string{"SELECT 1"}, pyTest("pass"))); !res.Passed {
+				t.Fatalf("the next job: %+v", res)
+			}
+			if s := p.Stats(); s.Killed != s0.Killed || s.Started != s0.Started {
+				t.Fatalf("stats %+v, before %+v: the worker was replaced", s, s0)
+			}
+		})
+	}
 }
 
 // waitNoSessions waits until no session of the worker is left on db.

@@ -41,7 +41,8 @@ type worker struct {
 	done chan struct{} // closed when the process has exited
 	log  *zap.Logger
 
-	jobs int // jobs answered (by the goroutine holding the worker)
+	jobs     int   // jobs answered (by the goroutine holding the worker)
+	memLimit int64 // its RLIMIT_DATA (0: none)
 
 	mu      sync.Mutex
 	waitErr error
@@ -56,6 +57,12 @@ type hello struct {
 	Libpq   int    `json:"libpq"`
 	Missing string `json:"missing"`
 	Detail  string `json:"detail"`
+	// MemoryLimit is the worker's RLIMIT_DATA in bytes (0: none),
+	// MemoryBase what it used when it set it; MemoryUnlimited says why it
+	// has none although one was asked for.
+	MemoryLimit     int64  `json:"memory_limit"`
+	MemoryBase      int64  `json:"memory_base"`
+	MemoryUnlimited string `json:"memory_unlimited"`
 }
 
 // start starts a worker and waits for its hello.
@@ -78,7 +85,11 @@ func (p *Pool) start(ctx context.Context) (*worker, error) {
 		outW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(p.cfg.Python, "-c", workerScript)
+	growth := p.cfg.MaxWorkerMemory
+	if growth < 0 {
+		growth = 0
+	}
+	cmd := exec.Command(p.cfg.Python, "-c", workerScript, fmt.Sprintf("--max-memory=%d", growth))
 	cmd.Env = append(os.Environ(), p.cfg.Env...)
 	cmd.Dir = "/"
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
@@ -126,7 +137,12 @@ func (p *Pool) start(ctx context.Context) (*worker, error) {
 		w.kill()
 		return nil, fmt.Errorf("%w (%s is missing or unusable for %s: %s)", ErrNoPython, h.Missing, p.cfg.Python, h.Detail)
 	}
-	w.log.Info("python test worker started", zap.String("python", h.Python), zap.String("psycopg", h.Psycopg), zap.Int("libpq", h.Libpq))
+	w.log.Info("python test worker started", zap.String("python", h.Python), zap.String("psycopg", h.Psycopg), zap.Int("libpq", h.Libpq),
+		zap.Int64("memory_limit", h.MemoryLimit), zap.Int64("memory_base", h.MemoryBase))
+	if h.MemoryUnlimited != "" {
+		w.log.Warn("python test worker runs without a memory limit", zap.String("why", h.MemoryUnlimited))
+	}
+	w.memLimit = h.MemoryLimit
 	return w, nil
 }
 
@@ -165,10 +181,10 @@ func (w *worker) handshake(ctx context.Context, timeout time.Duration) (hello, e
 	return h, nil
 }
 
-// do sends a request and reads its response. Past killAt, or when ctx is
-// canceled, the worker is killed; on any failure the worker is dead when do
-// returns, and the error says why.
-func (w *worker) do(ctx context.Context, req request, killAt time.Time) (response, error) {
+// do sends a request (a request or a lintRequest, whose ID is id) and reads
+// its response. Past killAt, or when ctx is canceled, the worker is killed;
+// on any failure the worker is dead when do returns, and the error says why.
+func (w *worker) do(ctx context.Context, id int64, req any, killAt time.Time) (response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		w.kill()
@@ -191,8 +207,8 @@ func (w *worker) do(ctx context.Context, req request, killAt time.Time) (respons
 			return
 		}
 		var r response
-		if err := json.Unmarshal(line, &r); err != nil || !knownOutcome(r.Outcome) || r.ID != req.ID {
-			answers <- answer{err: fmt.Errorf("it answered %q, which is not the protocol's answer to job %d", clip(string(line), 200), req.ID)}
+		if err := json.Unmarshal(line, &r); err != nil || !knownOutcome(r.Outcome) || r.ID != id {
+			answers <- answer{err: fmt.Errorf("it answered %q, which is not the protocol's answer to job %d", clip(string(line), 200), id)}
 			return
 		}
 		answers <- answer{resp: r}
@@ -228,7 +244,11 @@ func (w *worker) do(ctx context.Context, req request, killAt time.Time) (respons
 }
 
 func knownOutcome(o string) bool {
-	return o == "passed" || o == "failed" || o == "broken" || o == "error"
+	switch o {
+	case "passed", "failed", "broken", "lost", "error", "linted":
+		return true
+	}
+	return false
 }
 
 // failed builds the error of a job whose worker failed (and was killed).
