@@ -2,6 +2,7 @@ package hostile
 
 import (
 	"context"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -122,5 +123,44 @@ func BenchmarkQuickStepsUnderSlowQueries(b *testing.B) {
 		b.ReportMetric(pct(loaded, 0.99), "loaded-p99-ms")
 		b.ReportMetric(float64(len(loaded)), "loaded-steps")
 		s.stop(b)
+	}
+}
+
+// pgMemoryAttacks are issue 25's memory attacks on the PostgreSQL paths:
+// one Query SQL that took a backend to 1.78 GB, and one on the Python-test
+// path that took the test worker from 37 MB to 1.03 GB.
+var pgMemoryAttacks = []struct{ name, task, sql string }{
+	{"query-string_agg", "q-0", "SELECT length(string_agg(repeat('a', 1000000), '')), length(string_agg(repeat('b', 1000000), '')), " +
+		"length(string_agg(repeat('c', 1000000), '')) FROM generate_series(1, 300)"},
+	{"python-repeat", "mt-0", "SELECT repeat('x', 200000000) FROM generate_series(1, 4)"},
+	{"python-jsonb", "mt-0", "SELECT (repeat('[', 5000) || repeat(']', 5000))::jsonb"},
+}
+
+// BenchmarkPostgresAttackMemory: each memory attack, three times, against
+// a real server and PostgreSQL. Reports, per attack, the most a backend of
+// the policy role and the most a Python test worker grew over their
+// resident memory when first seen (goals: 256 MiB and 512 MiB). With
+// AVTGYM_BIN (an older build, to measure "before") the default policy role
+// is used.
+func BenchmarkPostgresAttackMemory(b *testing.B) {
+	role, watch := "avtgym_bench", "avtgym_bench"
+	if os.Getenv("AVTGYM_BIN") != "" {
+		role, watch = "", "avtgym_policy"
+	}
+	for range b.N {
+		for _, a := range pgMemoryAttacks {
+			// A server of its own per attack, so that no peak carries over
+			// in a backend or worker that lives on.
+			s := startPG(b, role, 1, nil, "--statement-timeout", "30s")
+			s.pgAlive(b, 0) // the workers and the backends exist
+			w := watchPeaks(b, s, watch)
+			for range 3 {
+				s.play(b, a.task, 0, a.sql)
+			}
+			backend, worker := w.stop()
+			b.ReportMetric(float64(backend)/(1<<20), a.name+"-backend-MiB")
+			b.ReportMetric(float64(worker)/(1<<20), a.name+"-worker-MiB")
+			s.stop(b)
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"avtgym/client"
 	"avtgym/internal/filetree"
+	"avtgym/internal/pgtest"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec/sqlite"
 )
@@ -49,7 +50,7 @@ func run(m *testing.M) int {
 	if b := os.Getenv("AVTGYM_BIN"); b != "" {
 		// Another build (say, an older commit's) to measure the same way.
 		bin = b
-		return m.Run()
+		return pgtest.Main(m)
 	}
 	dir, err := os.MkdirTemp("", "avtgym-hostile-bin-*")
 	if err != nil {
@@ -66,7 +67,9 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "building avtgym: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	// The PostgreSQL attacks need a server: make test's, or a private one
+	// pgtest starts (and Main stops).
+	return pgtest.Main(m)
 }
 
 // corpusScript builds the suite's database: 50,000 sales rows, enough for
@@ -94,6 +97,8 @@ type server struct {
 	log    *syncBuffer
 	c      *client.Client
 	done   chan error
+	// pgCorpus is the PostgreSQL corpus's name, for play (postgres_test.go).
+	pgCorpus string
 }
 
 type syncBuffer struct {
@@ -135,6 +140,12 @@ var listening = regexp.MustCompile(`\bserving\s+\{"addr": "([^"]+)"\}`)
 // the memory limits, in an empty working directory, with its own TMPDIR.
 func start(t testing.TB, args ...string) *server {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with env added to the process's environment.
+func startEnv(t testing.TB, env []string, args ...string) *server {
+	t.Helper()
 	root := t.TempDir()
 	s := &server{root: root, tmp: filepath.Join(root, "tmp"), corpus: filepath.Join(root, "corpus"), log: &syncBuffer{}, done: make(chan error, 1)}
 	cwd := filepath.Join(root, "cwd")
@@ -148,7 +159,7 @@ func start(t testing.TB, args ...string) *server {
 		"--listen", "127.0.0.1:0", "--metrics-listen", "", "--corpus", s.corpus}, args...)
 	s.cmd = exec.Command("prlimit", full...)
 	s.cmd.Dir = cwd
-	s.cmd.Env = append(os.Environ(), "TMPDIR="+s.tmp, "SQLITE_TMPDIR="+s.tmp, "GOMEMLIMIT="+goMemLimit, "AVTGYM_TOKEN_KEY_FILE=")
+	s.cmd.Env = append(append(os.Environ(), "TMPDIR="+s.tmp, "SQLITE_TMPDIR="+s.tmp, "GOMEMLIMIT="+goMemLimit, "AVTGYM_TOKEN_KEY_FILE="), env...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
