@@ -275,6 +275,31 @@ type unitOptions struct {
 	empty bool
 }
 
+// dropTemp drops the temporary tables, views and triggers of the copy's
+// session before the checks run: SQLite resolves an unqualified name in
+// temp before main, so a temporary view or table named like a checked one
+// would answer the check, and a temporary trigger on a main table would
+// fire during it. The checks read the database, not the session (the
+// trust model: sqlexec/postgres's isolation.go). Triggers and views go
+// first, then tables (their indexes and triggers with them).
+func (cp *dbCopy) dropTemp(ctx context.Context, lim sqlexec.Limits) error {
+	r, err := cp.exec(ctx, `SELECT type, name FROM temp.sqlite_schema
+		WHERE type IN ('table', 'view', 'trigger') AND name NOT LIKE 'sqlite\_%' ESCAPE '\'
+		ORDER BY type = 'table', name`, lim, unitOptions{keep: true, readOnly: true})
+	if err != nil {
+		return err
+	}
+	for _, row := range r.Rows {
+		kind, _ := row[0].(string)
+		name, _ := row[1].(string)
+		drop := fmt.Sprintf("DROP %s IF EXISTS temp.\"%s\"", strings.ToUpper(kind), strings.ReplaceAll(name, `"`, `""`))
+		if _, err := cp.exec(ctx, drop, lim, unitOptions{empty: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // exec runs text (one or more statements) on the copy: each statement is
 // prepared, checked and run to its end before the next is prepared, since an
 // earlier one may create what a later one uses. With o.keep the last

@@ -267,6 +267,11 @@ func (s *Stateful) reference(ctx context.Context, img *pristine, j sqlexec.Job, 
 			out = append(out, r)
 		}
 	}
+	if len(pl.checks) > 0 {
+		if err := cp.dropTemp(jctx, j.Limits); err != nil {
+			return nil, fmt.Errorf("sqlite: job %q: the reference side failed: dropping its temporary objects: %w", j.Key, err)
+		}
+	}
 	for i, q := range pl.checks {
 		r, err := cp.exec(jctx, q, j.Limits, unitOptions{keep: true, readOnly: true})
 		if err != nil {
@@ -330,6 +335,14 @@ func (s *Stateful) predicted(ctx context.Context, img *pristine, j sqlexec.Job, 
 	if noChecks {
 		if ok, reason := sqlexec.Compare(pl.policies[0], got, want[0]); !ok {
 			return sqlexec.Verdict{Reason: reason}, nil
+		}
+	}
+	if len(pl.checks) > 0 {
+		if err := cp.dropTemp(jctx, j.Limits); err != nil {
+			if env := policyErr("dropping the temporary objects", err); env != nil {
+				return sqlexec.Verdict{}, env
+			}
+			return sqlexec.Verdict{Reason: fmt.Sprintf("the temporary objects the prediction made could not be dropped before the checks: %v", err)}, nil
 		}
 	}
 	for i, q := range pl.checks {

@@ -157,6 +157,17 @@ func TestStatefulChecks(t *testing.T) {
 		{"no checks: last results differ", "DELETE FROM orders WHERE id = 1; SELECT count(*) FROM orders", []string{"SELECT 4"}, nil, nil, false, "row", 0},
 		{"no checks: reference in several strings", "INSERT INTO log(msg) VALUES ('x'); SELECT id FROM log WHERE msg = 'x'",
 			[]string{"INSERT INTO log(msg) VALUES ('y')", "SELECT id FROM log WHERE msg = 'y'"}, nil, nil, true, "", 0},
+		// Issue 25: the checks read the database, not the session's
+		// temporary objects, which SQLite resolves before main's.
+		{"a temporary copy of the checked table, updated", "CREATE TEMP TABLE orders AS SELECT * FROM main.orders; " + ref[0],
+			ref, checks, nil, false, "check 1 of 2", 0},
+		{"a temporary view named like the checked table", "CREATE TEMP VIEW orders AS SELECT id, CASE WHEN customer_id = 1 THEN amount * 1.1 ELSE amount END AS amount FROM main.orders",
+			ref, checks, nil, false, "check 1 of 2", 0},
+		{"a temporary trigger on a checked table", "CREATE TEMP TRIGGER zz AFTER DELETE ON main.orders BEGIN SELECT 1; END; " + ref[0],
+			ref, checks, nil, true, "", 0},
+		{"a temporary table as scratch space", "CREATE TEMP TABLE ids AS SELECT id FROM orders WHERE customer_id = 1; " +
+			"UPDATE orders SET amount = amount * 1.1 WHERE id IN (SELECT id FROM temp.ids)", ref, checks, nil, true, "", 0},
+		{"a temporary object with a quote in its name", `CREATE TEMP TABLE "o""rders" (x); ` + ref[0], ref, checks, nil, true, "", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
