@@ -74,6 +74,10 @@ type Config struct {
 	// password, else random (with a warning: a second replica would lock
 	// this one out).
 	PostgresPasswordKeyFile string
+	// PythonWorkerMemory bounds each Python test worker's growth, in
+	// bytes (pytests.Config.MaxWorkerMemory; serve --python-worker-memory);
+	// 0: 512 MiB; negative: no limit.
+	PythonWorkerMemory int64
 	// PostgresMaxBackendMemory bounds how far one policy statement may
 	// grow its backend (postgres.Config.MaxBackendMemory; serve
 	// --postgres-max-backend-memory); 0: the default; negative: off.
@@ -318,7 +322,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// The Python test workers of Management tasks start on first use (a
 	// corpus without Python tests runs no Python) and stop on drain.
 	pyWorkers := runtime.GOMAXPROCS(0)
-	a.py, err = pytests.New(pytests.Config{Logger: log, Workers: pyWorkers})
+	a.py, err = pytests.New(pytests.Config{Logger: log, Workers: pyWorkers, MaxWorkerMemory: cfg.PythonWorkerMemory})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ const usage = `avtgym: an environment server for training and evaluating asking 
 
 Usage:
   avtgym serve    [--listen ADDR] [--corpus DIR]... [--postgres URL] [--postgres-role NAME] [--postgres-connections N] [--postgres-role-connections N]
-                  [--postgres-password-key-file F] [--postgres-max-backend-memory BYTES] [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
+                  [--postgres-password-key-file F] [--postgres-max-backend-memory BYTES] [--python-worker-memory BYTES] [--metrics-listen ADDR] [--token-key-file F] [--token-ttl D]
                   [--statement-timeout D] [--max-rows N] [--max-bytes N] [--max-memory N]
                   [--sql-fast-slots N] [--sql-slow-slots N] [--sql-slice D] [--sql-wait D]
                   [--oracle-url URL --oracle-model M [--oracle-...]] [--oracle-reject-leaks] [--test-oracles]
