@@ -9,9 +9,13 @@ package postgres
 // general. What can be enforced is a watch: while a policy statement runs,
 // its backend's private memory (resident anonymous pages, /proc/PID/statm's
 // resident minus shared) is read every few milliseconds, and a backend that
-// grows past Config.MaxBackendMemory over what it held when the statement
-// began gets a cancel request: the statement fails with SQLSTATE 57014,
-// and the caller reports KindTooMuchMemory, the policy's failure.
+// grows past Config.MaxBackendMemory over what it held at the first read
+// gets a cancel request: the statement fails with SQLSTATE 57014, and the
+// caller reports KindTooMuchMemory, the policy's failure. The first read
+// comes one interval (2 ms) after the statement began, so that the many
+// statements shorter than that cost a map entry and nothing else
+// (BenchmarkMemWatchOverhead); a backend fills at most some tens of MiB in
+// that time, which the bound leaves room for.
 //
 // The watch needs the backends on this machine (a server on loopback or a
 // Unix socket whose backend processes this process can read in /proc, each
@@ -120,24 +124,22 @@ func (w *memWatch) isBackend(pid int, role, db string) bool {
 		bytes.Contains([]byte(title), []byte(" "+role+" ")) && bytes.Contains([]byte(title), []byte(" "+db+" "))
 }
 
-// watch starts watching backend pid (nil when w is nil or the backend
-// cannot be read); cancel is called once if it passes the limit. The caller
-// ends the watch with done.
+// watch starts watching backend pid (nil when w is nil); cancel is called
+// once if it passes the limit. The caller ends the watch with done.
 func (w *memWatch) watch(pid int, cancel func()) *watched {
 	if w == nil {
 		return nil
 	}
-	base, ok := w.anon(pid)
-	if !ok {
-		return nil
-	}
-	x := &watched{pid: pid, base: base, cancel: cancel}
+	x := &watched{pid: pid, base: -1, cancel: cancel}
 	w.mu.Lock()
 	w.active[x] = struct{}{}
+	first := len(w.active) == 1
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if first {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	return x
 }
@@ -153,41 +155,51 @@ func (w *memWatch) done(x *watched) bool {
 	return x.over.Load()
 }
 
-// loop reads the watched backends every interval while there are any.
+// loop reads the watched backends every interval while there are any: a
+// backend's first read is its base, the later ones are checked against it.
 func (w *memWatch) loop() {
-	t := time.NewTicker(w.interval)
+	t := time.NewTimer(w.interval)
 	defer t.Stop()
 	var batch []*watched
 	for {
+		w.mu.Lock()
+		n := len(w.active)
+		w.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-w.wake:
+			case <-w.quit:
+				return
+			}
+		}
+		t.Reset(w.interval)
+		select {
+		case <-t.C:
+		case <-w.quit:
+			return
+		}
 		w.mu.Lock()
 		batch = batch[:0]
 		for x := range w.active {
 			batch = append(batch, x)
 		}
 		w.mu.Unlock()
-		if len(batch) == 0 {
-			select {
-			case <-w.wake:
-			case <-w.quit:
-				return
-			}
-			continue
-		}
 		for _, x := range batch {
 			w.check(x)
-		}
-		select {
-		case <-t.C:
-		case <-w.quit:
-			return
 		}
 	}
 }
 
-// check reads one backend and cancels its statement past the limit.
+// check reads one backend: its base on the first read, else its growth,
+// canceling its statement past the limit. Only the loop calls it (and
+// tests).
 func (w *memWatch) check(x *watched) {
 	now, ok := w.anon(x.pid)
 	if !ok {
+		return
+	}
+	if x.base < 0 {
+		x.base = now
 		return
 	}
 	grown := now - x.base

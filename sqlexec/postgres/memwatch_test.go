@@ -182,3 +182,34 @@ func TestMemWatchNeedsALocalBackend(t *testing.T) {
 		t.Errorf("over %v, canceled %d times, fired %d: want one cancel", x.over.Load(), canceled.Load(), w.fired.Load())
 	}
 }
+
+// BenchmarkMemWatchOverhead runs benchSQL through the engine with the
+// memory watch and without it, alternately (so that a busy machine slows
+// both alike), and reports each one's time per query and their ratio.
+func BenchmarkMemWatchOverhead(b *testing.B) {
+	s, db := harbor(b)
+	if s.mw == nil {
+		b.Skip("the memory watch is off (the server's backends are not on this machine)")
+	}
+	off := *db
+	off.mw = nil
+	ctx := context.Background()
+	lim := sqlexec.DefaultLimits()
+	var on, without time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := db.Query(ctx, benchSQL, lim); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := off.Query(ctx, benchSQL, lim); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		on += t1.Sub(t0)
+		without += t2.Sub(t1)
+	}
+	b.ReportMetric(float64(on.Nanoseconds())/float64(b.N), "watched-ns/op")
+	b.ReportMetric(float64(without.Nanoseconds())/float64(b.N), "unwatched-ns/op")
+	b.ReportMetric(float64(on)/float64(without), "watched/unwatched")
+}
