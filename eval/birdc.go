@@ -221,19 +221,7 @@ func analyzeBirdC(d *dataset, opt *AnalyzeOptions, protocol string) *BirdCReport
 	}
 	coins := protocol == BirdA
 	if coins {
-		seen := map[string]bool{}
-		for _, e := range d.byKey {
-			for a := range e.CoinsSpent {
-				seen[a] = true
-			}
-		}
-		for _, a := range driver.ActionNames {
-			if seen[a] {
-				b.Actions = append(b.Actions, a)
-				delete(seen, a)
-			}
-		}
-		b.Actions = append(b.Actions, slices.Sorted(maps.Keys(seen))...)
+		b.Actions = spentActions(d)
 	}
 	perRow := birdCMetrics
 	if coins {
@@ -244,65 +232,99 @@ func analyzeBirdC(d *dataset, opt *AnalyzeOptions, protocol string) *BirdCReport
 		tasks[k.task] = true
 	}
 	b.Tasks = len(tasks)
-	type rc struct {
-		o    string
-		cond Condition
-	}
-	var rows []rc
-	for _, o := range d.oracles {
-		for _, cond := range AllConditions {
-			if d.ran(cond, o) {
-				rows = append(rows, rc{o, cond})
-			}
-		}
-	}
+	rows := d.rowKeys()
 	var ms []*metric
 	for _, r := range rows {
-		reward := d.cellStat(r.cond, r.o, birdRewardOf, false)
-		noEp := "no scored episode"
-		noPair := "no (task, seed) pair that every oracle completed"
-		ms = append(ms,
-			&metric{terms: []term{{d.cellStat(r.cond, r.o, phase1Of, false), 1}}, empty: noEp},
-			&metric{terms: []term{{d.cellStat(r.cond, r.o, phase2Of, false), 1}}, empty: noEp},
-			&metric{terms: []term{{reward, 1}}, empty: noEp},
-			&metric{terms: []term{{reward, 100}}, empty: noEp},
-			&metric{terms: []term{{d.completedStat(r.cond, r.o, phase1Of), 1}}, empty: noPair},
-			&metric{terms: []term{{d.completedStat(r.cond, r.o, phase2Of), 1}}, empty: noPair},
-			&metric{terms: []term{{d.completedStat(r.cond, r.o, birdRewardOf), 1}}, empty: noPair},
-		)
-		if coins {
-			ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(""), false), 1}}, empty: noEp})
-			for _, a := range b.Actions {
-				ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(a), false), 1}}, empty: noEp})
-			}
-		}
+		ms = append(ms, d.birdCRowMetrics(r, coins, b.Actions)...)
 	}
 	s := summarize(ms, d, opt.Resamples, opt.BootstrapSeed)
 	for i, r := range rows {
-		x := s[i*perRow : (i+1)*perRow]
-		row := BirdCRow{Oracle: r.o, Condition: r.cond,
-			Phase1SR: x[0], Phase2SR: x[1], Reward: x[2], NormalizedReward: x[3],
-			Phase1Completed: x[4], Phase2Completed: x[5], RewardCompleted: x[6]}
-		if coins {
-			c := x[birdCMetrics]
-			row.Coins, row.CoinsByAction = &c, map[string]Summary{}
-			for j, a := range b.Actions {
-				row.CoinsByAction[a] = x[birdCMetrics+1+j]
-			}
-		}
-		for _, es := range d.cells[r.cond][r.o] {
-			for _, e := range es {
-				row.Episodes++
-				if errored(e) {
-					row.Errors++
-				}
-				if e.Phase2 != nil {
-					row.Released++
-				}
-			}
-		}
+		row := newBirdCRow(r, s[i*perRow:(i+1)*perRow], coins, b.Actions)
+		row.countEpisodes(d.cells[r.cond][r.o])
 		b.Rows = append(b.Rows, row)
 	}
+	b.Cells = d.birdCCells(rows)
+	return b
+}
+
+// spentActions returns the BIRD_A actions the episodes spent coins on:
+// the driver's actions in their order, then any other, sorted.
+func spentActions(d *dataset) []string {
+	seen := map[string]bool{}
+	for _, e := range d.byKey {
+		for a := range e.CoinsSpent {
+			seen[a] = true
+		}
+	}
+	var actions []string
+	for _, a := range driver.ActionNames {
+		if seen[a] {
+			actions = append(actions, a)
+			delete(seen, a)
+		}
+	}
+	return append(actions, slices.Sorted(maps.Keys(seen))...)
+}
+
+// birdCRowMetrics returns the metrics of one row, in newBirdCRow's order: the
+// birdCMetrics success rates and rewards, then (coins) the coins spent in
+// all and on each action.
+func (d *dataset) birdCRowMetrics(r rowKey, coins bool, actions []string) []*metric {
+	reward := d.cellStat(r.cond, r.o, birdRewardOf, false)
+	noEp := "no scored episode"
+	noPair := "no (task, seed) pair that every oracle completed"
+	ms := []*metric{
+		{terms: []term{{d.cellStat(r.cond, r.o, phase1Of, false), 1}}, empty: noEp},
+		{terms: []term{{d.cellStat(r.cond, r.o, phase2Of, false), 1}}, empty: noEp},
+		{terms: []term{{reward, 1}}, empty: noEp},
+		{terms: []term{{reward, 100}}, empty: noEp},
+		{terms: []term{{d.completedStat(r.cond, r.o, phase1Of), 1}}, empty: noPair},
+		{terms: []term{{d.completedStat(r.cond, r.o, phase2Of), 1}}, empty: noPair},
+		{terms: []term{{d.completedStat(r.cond, r.o, birdRewardOf), 1}}, empty: noPair},
+	}
+	if coins {
+		ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(""), false), 1}}, empty: noEp})
+		for _, a := range actions {
+			ms = append(ms, &metric{terms: []term{{d.cellStat(r.cond, r.o, coinsOf(a), false), 1}}, empty: noEp})
+		}
+	}
+	return ms
+}
+
+// newBirdCRow is the row of r from its summaries x, in birdCRowMetrics' order.
+func newBirdCRow(r rowKey, x []Summary, coins bool, actions []string) BirdCRow {
+	row := BirdCRow{Oracle: r.o, Condition: r.cond,
+		Phase1SR: x[0], Phase2SR: x[1], Reward: x[2], NormalizedReward: x[3],
+		Phase1Completed: x[4], Phase2Completed: x[5], RewardCompleted: x[6]}
+	if coins {
+		c := x[birdCMetrics]
+		row.Coins, row.CoinsByAction = &c, map[string]Summary{}
+		for j, a := range actions {
+			row.CoinsByAction[a] = x[birdCMetrics+1+j]
+		}
+	}
+	return row
+}
+
+// countEpisodes counts the row's episodes, errors and phase-2 releases.
+func (row *BirdCRow) countEpisodes(cell map[uint64][]*Episode) {
+	for _, es := range cell {
+		for _, e := range es {
+			row.Episodes++
+			if errored(e) {
+				row.Errors++
+			}
+			if e.Phase2 != nil {
+				row.Released++
+			}
+		}
+	}
+}
+
+// birdCCells returns the per-seed cells of the rows (the plain means of
+// the success rates and the reward), by oracle, condition and seed.
+func (d *dataset) birdCCells(rows []rowKey) []BirdCCell {
+	var cells []BirdCCell
 	for _, r := range rows {
 		for seed, es := range d.cells[r.cond][r.o] {
 			c := BirdCCell{Oracle: r.o, Condition: r.cond, Seed: seed, Episodes: len(es)}
@@ -322,11 +344,11 @@ func analyzeBirdC(d *dataset, opt *AnalyzeOptions, protocol string) *BirdCReport
 				}
 			}
 			c.Phase1SR, c.Phase2SR, c.Reward = p1.mean(), p2.mean(), rw.mean()
-			b.Cells = append(b.Cells, c)
+			cells = append(cells, c)
 		}
 	}
-	sort.Slice(b.Cells, func(i, j int) bool {
-		x, y := b.Cells[i], b.Cells[j]
+	sort.Slice(cells, func(i, j int) bool {
+		x, y := cells[i], cells[j]
 		if x.Oracle != y.Oracle {
 			return oracleLess(x.Oracle, y.Oracle)
 		}
@@ -335,7 +357,7 @@ func analyzeBirdC(d *dataset, opt *AnalyzeOptions, protocol string) *BirdCReport
 		}
 		return x.Seed < y.Seed
 	})
-	return b
+	return cells
 }
 
 // formatScaled formats a summary as FormatSummary does, its values

@@ -329,6 +329,28 @@ func analyzeTide(d *dataset, opt *AnalyzeOptions, protocol string) (*TideReport,
 			tr.Skipped = &ri.Skipped
 		}
 	}
+	eps := clusterEpisodes(d)
+	dc, err := index(eps)
+	if err != nil {
+		return nil, fmt.Errorf("eval: TIDE clusters: %w", err)
+	}
+	tr.Clusters = len(dc.avts)
+	subtypes := tr.countTasks(eps)
+	rows := dc.rowKeys()
+	ms, stats := dc.tideMetrics(protocol, rows, subtypes)
+	take := &summaryTaker{sums: summarize(ms, dc, opt.Resamples, opt.BootstrapSeed), stats: stats}
+	for _, r := range rows {
+		row := TideRow{Oracle: r.o, Condition: r.cond}
+		row.fillSummaries(take, subtypes)
+		row.countEpisodes(dc.cells[r.cond][r.o])
+		tr.Rows = append(tr.Rows, row)
+	}
+	return tr, nil
+}
+
+// clusterEpisodes returns d's episodes in key order, each one's AVT set to
+// its anchor cluster (when it has one): the unit the bootstrap resamples.
+func clusterEpisodes(d *dataset) []Episode {
 	eps := make([]Episode, 0, len(d.byKey))
 	for _, e := range d.byKey {
 		c := *e
@@ -338,11 +360,13 @@ func analyzeTide(d *dataset, opt *AnalyzeOptions, protocol string) (*TideReport,
 		eps = append(eps, c)
 	}
 	slices.SortFunc(eps, func(a, b Episode) int { return strings.Compare(Key(&a), Key(&b)) })
-	dc, err := index(eps)
-	if err != nil {
-		return nil, fmt.Errorf("eval: TIDE clusters: %w", err)
-	}
-	tr.Clusters = len(dc.avts)
+	return eps
+}
+
+// countTasks fills the report's task counts (all, and by sample type) and
+// returns the drift subtypes to report: the known ones, then any other the
+// episodes name.
+func (tr *TideReport) countTasks(eps []Episode) []string {
 	typeOf := map[string]string{}
 	subtypes := slices.Clone(TideDriftSubtypes)
 	for i := range eps {
@@ -359,94 +383,125 @@ func analyzeTide(d *dataset, opt *AnalyzeOptions, protocol string) (*TideReport,
 		}
 		tr.SampleTasks[t]++
 	}
-	type rc struct {
-		o    string
-		cond Condition
-	}
-	var rows []rc
-	for _, o := range dc.oracles {
+	return subtypes
+}
+
+// rowKey names one row of a report table: an oracle under a condition.
+type rowKey struct {
+	o    string
+	cond Condition
+}
+
+// rowKeys returns the (oracle, condition) pairs that ran, in report order.
+func (d *dataset) rowKeys() []rowKey {
+	var rows []rowKey
+	for _, o := range d.oracles {
 		for _, cond := range AllConditions {
-			if dc.ran(cond, o) {
-				rows = append(rows, rc{o, cond})
+			if d.ran(cond, o) {
+				rows = append(rows, rowKey{o, cond})
 			}
 		}
 	}
+	return rows
+}
+
+// tideGroups are the sample types of a TideRow's groups, in field order:
+// all, chain-only, drift-only, joint.
+var tideGroups = [][]string{TideSampleTypes, {ChainOnly}, {DriftOnly}, {Joint}}
+
+// tideScopes are the sample types of a TideSubtype's drifts, in field
+// order: drift-only, joint, both.
+var tideScopes = [][]string{{DriftOnly}, {Joint}, {DriftOnly, Joint}}
+
+// tideMetrics returns every metric of the rows, in the order fillSummaries
+// takes them, with the ratio of each (to count its eligible episodes).
+func (d *dataset) tideMetrics(protocol string, rows []rowKey, subtypes []string) ([]*metric, []*ratioStat) {
 	var ms []*metric
 	var stats []*ratioStat
 	add := func(m *metric, s *ratioStat) {
 		ms = append(ms, m)
 		stats = append(stats, s)
 	}
-	groups := [][]string{TideSampleTypes, {ChainOnly}, {DriftOnly}, {Joint}}
-	scopes := [][]string{{DriftOnly}, {Joint}, {DriftOnly, Joint}}
 	for _, r := range rows {
-		for _, g := range groups {
+		for _, g := range tideGroups {
 			for _, m := range groupMetrics {
-				add(dc.tideSpec(protocol, r.cond, r.o, m, g, ""))
+				add(d.tideSpec(protocol, r.cond, r.o, m, g, ""))
 			}
 		}
 		for _, st := range subtypes {
-			for _, sc := range scopes {
-				add(dc.tideSpec(protocol, r.cond, r.o, tideDRR, sc, st))
-				add(dc.tideSpec(protocol, r.cond, r.o, tideDRA, sc, st))
+			for _, sc := range tideScopes {
+				add(d.tideSpec(protocol, r.cond, r.o, tideDRR, sc, st))
+				add(d.tideSpec(protocol, r.cond, r.o, tideDRA, sc, st))
 			}
 		}
 	}
-	sums := summarize(ms, dc, opt.Resamples, opt.BootstrapSeed)
-	next := 0
-	take := func() TideSummary {
-		s := TideSummary{Summary: sums[next]}
-		for _, den := range stats[next].den {
-			for _, n := range den {
-				s.N += int(n)
-			}
+	return ms, stats
+}
+
+// summaryTaker hands out the bootstrap summaries of tideMetrics in order,
+// each with its count of eligible episodes.
+type summaryTaker struct {
+	sums  []Summary
+	stats []*ratioStat
+	next  int
+}
+
+func (t *summaryTaker) take() TideSummary {
+	s := TideSummary{Summary: t.sums[t.next]}
+	for _, den := range t.stats[t.next].den {
+		for _, n := range den {
+			s.N += int(n)
 		}
-		if s.Warning != "" {
-			s.Warning = tideWarning(s.Summary)
-		}
-		next++
-		return s
 	}
-	for _, r := range rows {
-		row := TideRow{Oracle: r.o, Condition: r.cond}
-		for gi, g := range []*TideGroup{&row.Overall, &row.ChainOnly, &row.DriftOnly, &row.Joint} {
-			g.SampleType = "all"
-			if gi > 0 {
-				g.SampleType = groups[gi][0]
-			}
-			g.DEA, g.AR, g.L1IR, g.JIR = take(), take(), take(), take()
-			g.L2IRp, g.L2IRf, g.DRR, g.DRA = take(), take(), take(), take()
+	if s.Warning != "" {
+		s.Warning = tideWarning(s.Summary)
+	}
+	t.next++
+	return s
+}
+
+// fillSummaries fills the row's metrics from take, in tideMetrics' order.
+func (row *TideRow) fillSummaries(t *summaryTaker, subtypes []string) {
+	for gi, g := range []*TideGroup{&row.Overall, &row.ChainOnly, &row.DriftOnly, &row.Joint} {
+		g.SampleType = "all"
+		if gi > 0 {
+			g.SampleType = tideGroups[gi][0]
 		}
-		for _, st := range subtypes {
-			s := TideSubtype{Subtype: st}
-			for _, dr := range []*TideDrift{&s.DriftOnly, &s.Joint, &s.All} {
-				dr.DRR, dr.DRA = take(), take()
-			}
-			row.Subtypes = append(row.Subtypes, s)
+		g.DEA, g.AR, g.L1IR, g.JIR = t.take(), t.take(), t.take(), t.take()
+		g.L2IRp, g.L2IRf, g.DRR, g.DRA = t.take(), t.take(), t.take(), t.take()
+	}
+	for _, st := range subtypes {
+		s := TideSubtype{Subtype: st}
+		for _, dr := range []*TideDrift{&s.DriftOnly, &s.Joint, &s.All} {
+			dr.DRR, dr.DRA = t.take(), t.take()
 		}
-		for _, es := range dc.cells[r.cond][r.o] {
-			for _, e := range es {
-				row.Episodes++
-				row.Overall.Episodes++
-				if errored(e) {
-					row.Errors++
-					row.Overall.Errors++
-				} else if !e.Scored() {
-					row.Unplayed++
-				}
-				for _, g := range []*TideGroup{&row.ChainOnly, &row.DriftOnly, &row.Joint} {
-					if g.SampleType == e.SampleType {
-						g.Episodes++
-						if errored(e) {
-							g.Errors++
-						}
+		row.Subtypes = append(row.Subtypes, s)
+	}
+}
+
+// countEpisodes counts the row's episodes, errors and unplayed episodes,
+// overall and by sample type (fillSummaries has set the groups' types).
+func (row *TideRow) countEpisodes(cell map[uint64][]*Episode) {
+	for _, es := range cell {
+		for _, e := range es {
+			row.Episodes++
+			row.Overall.Episodes++
+			if errored(e) {
+				row.Errors++
+				row.Overall.Errors++
+			} else if !e.Scored() {
+				row.Unplayed++
+			}
+			for _, g := range []*TideGroup{&row.ChainOnly, &row.DriftOnly, &row.Joint} {
+				if g.SampleType == e.SampleType {
+					g.Episodes++
+					if errored(e) {
+						g.Errors++
 					}
 				}
 			}
 		}
-		tr.Rows = append(tr.Rows, row)
 	}
-	return tr, nil
 }
 
 // tideWarning is intervalWarning's text for anchor clusters.

@@ -106,22 +106,7 @@ func (p *printer) node(n *pg.Node) {
 	case *pg.Node_AExpr:
 		p.aexpr(v.AExpr)
 	case *pg.Node_BoolExpr:
-		b := v.BoolExpr
-		if b.GetBoolop() == pg.BoolExprType_NOT_EXPR {
-			p.both("NOT ")
-			p.operand(b.GetArgs()[0])
-			return
-		}
-		sep := " AND "
-		if b.GetBoolop() == pg.BoolExprType_OR_EXPR {
-			sep = " OR "
-		}
-		for i, a := range b.GetArgs() {
-			if i > 0 {
-				p.both(sep)
-			}
-			p.operand(a)
-		}
+		p.boolExpr(v.BoolExpr)
 	case *pg.Node_FuncCall:
 		p.funcCall(v.FuncCall)
 	case *pg.Node_TypeCast:
@@ -131,61 +116,23 @@ func (p *printer) node(n *pg.Node) {
 	case *pg.Node_SubLink:
 		p.subLink(v.SubLink)
 	case *pg.Node_NullTest:
-		p.operand(v.NullTest.GetArg())
-		if v.NullTest.GetNulltesttype() == pg.NullTestType_IS_NOT_NULL {
-			p.both(" IS NOT NULL")
-		} else {
-			p.both(" IS NULL")
-		}
+		p.nullTest(v.NullTest)
 	case *pg.Node_BooleanTest:
 		p.operand(v.BooleanTest.GetArg())
-		p.both(map[pg.BoolTestType]string{
-			pg.BoolTestType_IS_TRUE: " IS TRUE", pg.BoolTestType_IS_NOT_TRUE: " IS NOT TRUE",
-			pg.BoolTestType_IS_FALSE: " IS FALSE", pg.BoolTestType_IS_NOT_FALSE: " IS NOT FALSE",
-			pg.BoolTestType_IS_UNKNOWN: " IS UNKNOWN", pg.BoolTestType_IS_NOT_UNKNOWN: " IS NOT UNKNOWN",
-		}[v.BooleanTest.GetBooltesttype()])
+		p.both(boolTests[v.BooleanTest.GetBooltesttype()])
 	case *pg.Node_CaseExpr:
-		c := v.CaseExpr
-		p.both("CASE")
-		if c.GetArg() != nil {
-			p.both(" ")
-			p.operand(c.GetArg())
-		}
-		for _, w := range c.GetArgs() {
-			cw := w.GetCaseWhen()
-			p.both(" WHEN ")
-			p.node(cw.GetExpr())
-			p.both(" THEN ")
-			p.node(cw.GetResult())
-		}
-		if c.GetDefresult() != nil {
-			p.both(" ELSE ")
-			p.node(c.GetDefresult())
-		}
-		p.both(" END")
+		p.caseExpr(v.CaseExpr)
 	case *pg.Node_CoalesceExpr:
-		p.both("coalesce(")
-		p.list(v.CoalesceExpr.GetArgs())
-		p.both(")")
+		p.call("coalesce", v.CoalesceExpr.GetArgs())
 	case *pg.Node_MinMaxExpr:
-		if v.MinMaxExpr.GetOp() == pg.MinMaxOp_IS_LEAST {
-			p.both("least(")
-		} else {
-			p.both("greatest(")
-		}
-		p.list(v.MinMaxExpr.GetArgs())
-		p.both(")")
+		p.minMax(v.MinMaxExpr)
 	case *pg.Node_CollateClause:
 		p.operand(v.CollateClause.GetArg())
 		p.both(" COLLATE " + strings.ToLower(names(v.CollateClause.GetCollname())))
 	case *pg.Node_RowExpr:
-		p.both("(")
-		p.list(v.RowExpr.GetArgs())
-		p.both(")")
+		p.call("", v.RowExpr.GetArgs())
 	case *pg.Node_List:
-		p.both("(")
-		p.list(v.List.GetItems())
-		p.both(")")
+		p.call("", v.List.GetItems())
 	case *pg.Node_SqlvalueFunction:
 		p.both(strings.TrimPrefix(v.SqlvalueFunction.GetOp().String(), "SVFOP_"))
 	case *pg.Node_SelectStmt:
@@ -194,14 +141,90 @@ func (p *printer) node(n *pg.Node) {
 	case *pg.Node_AStar:
 		p.both("*")
 	default:
-		// The oneof's message, not the Node wrapper (which generic would
-		// hand back here).
-		m := n.ProtoReflect()
-		if fd := m.WhichOneof(m.Descriptor().Oneofs().Get(0)); fd != nil && fd.Message() != nil {
-			p.generic(m.Get(fd).Message())
-		} else {
-			p.both("?node")
+		p.otherNode(n)
+	}
+}
+
+// call renders name(args...); an empty name renders a parenthesised list.
+func (p *printer) call(name string, args []*pg.Node) {
+	p.both(name + "(")
+	p.list(args)
+	p.both(")")
+}
+
+// boolExpr renders NOT x, or the AND / OR of its operands.
+func (p *printer) boolExpr(b *pg.BoolExpr) {
+	if b.GetBoolop() == pg.BoolExprType_NOT_EXPR {
+		p.both("NOT ")
+		p.operand(b.GetArgs()[0])
+		return
+	}
+	sep := " AND "
+	if b.GetBoolop() == pg.BoolExprType_OR_EXPR {
+		sep = " OR "
+	}
+	for i, a := range b.GetArgs() {
+		if i > 0 {
+			p.both(sep)
 		}
+		p.operand(a)
+	}
+}
+
+func (p *printer) nullTest(t *pg.NullTest) {
+	p.operand(t.GetArg())
+	if t.GetNulltesttype() == pg.NullTestType_IS_NOT_NULL {
+		p.both(" IS NOT NULL")
+	} else {
+		p.both(" IS NULL")
+	}
+}
+
+// boolTests are the texts of the IS [NOT] TRUE / FALSE / UNKNOWN tests.
+var boolTests = map[pg.BoolTestType]string{
+	pg.BoolTestType_IS_TRUE: " IS TRUE", pg.BoolTestType_IS_NOT_TRUE: " IS NOT TRUE",
+	pg.BoolTestType_IS_FALSE: " IS FALSE", pg.BoolTestType_IS_NOT_FALSE: " IS NOT FALSE",
+	pg.BoolTestType_IS_UNKNOWN: " IS UNKNOWN", pg.BoolTestType_IS_NOT_UNKNOWN: " IS NOT UNKNOWN",
+}
+
+func (p *printer) caseExpr(c *pg.CaseExpr) {
+	p.both("CASE")
+	if c.GetArg() != nil {
+		p.both(" ")
+		p.operand(c.GetArg())
+	}
+	for _, w := range c.GetArgs() {
+		cw := w.GetCaseWhen()
+		p.both(" WHEN ")
+		p.node(cw.GetExpr())
+		p.both(" THEN ")
+		p.node(cw.GetResult())
+	}
+	if c.GetDefresult() != nil {
+		p.both(" ELSE ")
+		p.node(c.GetDefresult())
+	}
+	p.both(" END")
+}
+
+// minMax renders LEAST(...) and GREATEST(...).
+func (p *printer) minMax(m *pg.MinMaxExpr) {
+	name := "greatest"
+	if m.GetOp() == pg.MinMaxOp_IS_LEAST {
+		name = "least"
+	}
+	p.call(name, m.GetArgs())
+}
+
+// otherNode renders a node the printer has no form for, generically.
+func (p *printer) otherNode(n *pg.Node) {
+	// The oneof's message, not the Node wrapper (which generic would
+	// hand back here).
+	m := n.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().Get(0)); fd != nil && fd.Message() != nil {
+		p.generic(m.Get(fd).Message())
+	} else {
+		p.both("?node")
 	}
 }
 

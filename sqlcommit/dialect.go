@@ -1,132 +1,29 @@
 package sqlcommit
 
 import (
+	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"avtgym/sqlexec"
 )
 
-// token is one lexical token of a SQLite query, with its byte offset in
-// the original text.
-type token struct {
-	kind tokKind
-	text string // the raw text, quotes included
-	pos  int    // byte offset in the original query
-}
-
-type tokKind int
-
-const (
-	tSpace   tokKind = iota // white space and comments
-	tWord                   // bare identifier or keyword
-	tNumber                 // numeric literal
-	tString                 // '...'
-	tDouble                 // "..."
-	tBack                   // `...`
-	tBracket                // [...]
-	tPunct                  // operator or punctuation
-)
-
-// lex splits a SQLite query into tokens. It never fails: an unterminated
-// quote or comment runs to the end of the input (the parser reports it).
-func lex(s string) []token {
-	var toks []token
-	i := 0
-	for i < len(s) {
-		start := i
-		c := s[i]
-		kind := tPunct
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
-			for i < len(s) && strings.IndexByte(" \t\n\r\f\v", s[i]) >= 0 {
-				i++
-			}
-			kind = tSpace
-		case c == '-' && i+1 < len(s) && s[i+1] == '-':
-			for i < len(s) && s[i] != '\n' {
-				i++
-			}
-			kind = tSpace
-		case c == '/' && i+1 < len(s) && s[i+1] == '*':
-			if j := strings.Index(s[i+2:], "*/"); j >= 0 {
-				i += j + 4
-			} else {
-				i = len(s)
-			}
-			kind = tSpace
-		case c == '\'' || c == '"' || c == '`':
-			i = quoted(s, i, c)
-			kind = map[byte]tokKind{'\'': tString, '"': tDouble, '`': tBack}[c]
-		case c == '[':
-			if j := strings.IndexByte(s[i+1:], ']'); j >= 0 {
-				i += j + 2
-			} else {
-				i = len(s)
-			}
-			kind = tBracket
-		case c >= '0' && c <= '9' || c == '.' && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9':
-			for i < len(s) && (isWordByte(s[i]) || s[i] == '.' ||
-				(s[i] == '+' || s[i] == '-') && (s[i-1] == 'e' || s[i-1] == 'E') && !strings.HasPrefix(strings.ToLower(s[start:i]), "0x")) {
-				i++
-			}
-			kind = tNumber
-		case isWordByte(c) || c >= utf8.RuneSelf:
-			for i < len(s) && (isWordByte(s[i]) || s[i] == '$' || s[i] >= utf8.RuneSelf) {
-				i++
-			}
-			kind = tWord
-		default:
-			i++
-			if i < len(s) {
-				switch s[start : i+1] {
-				case "==", "!=", "<>", "<=", ">=", "||", "<<", ">>":
-					i++
-				}
-			}
-		}
-		toks = append(toks, token{kind: kind, text: s[start:i], pos: start})
-	}
-	return toks
-}
-
-// quoted returns the end (exclusive) of a token quoted by q starting at
-// i; a doubled quote inside is an escaped one.
-func quoted(s string, i int, q byte) int {
-	i++
-	for i < len(s) {
-		if s[i] == q {
-			if i+1 < len(s) && s[i+1] == q {
-				i += 2
-				continue
-			}
-			return i + 1
-		}
-		i++
-	}
-	return len(s)
-}
-
-func isWordByte(c byte) bool {
-	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
+// The query is lexed by sqlexec.Lex, the SQLite tokenizer the verifier's
+// comparison policy and statement splitting use too, so that both read a
+// query's strings, names and comments the same way.
 
 // unquote returns the name inside a "...", `...` or [...] token.
-func unquote(t token) string {
-	s := t.text
+func unquote(t sqlexec.Token) string {
+	s := t.Text
 	if len(s) < 2 {
 		return strings.TrimLeft(s, "\"`[")
 	}
-	switch t.kind {
-	case tDouble:
-		if s[len(s)-1] != '"' {
-			return s[1:]
+	switch q := s[:1]; q {
+	case `"`, "`":
+		if s[len(s)-1] != s[0] {
+			return s[1:] // unterminated: it runs to the end of the query
 		}
-		return strings.ReplaceAll(s[1:len(s)-1], `""`, `"`)
-	case tBack:
-		if s[len(s)-1] != '`' {
-			return s[1:]
-		}
-		return strings.ReplaceAll(s[1:len(s)-1], "``", "`")
-	case tBracket:
+		return strings.ReplaceAll(s[1:len(s)-1], q+q, q)
+	case "[":
 		return strings.TrimSuffix(s[1:], "]")
 	}
 	return s
@@ -167,115 +64,174 @@ func (w *writer) emit(s string, pos int) {
 //   - x IS y / x IS NOT y (y not NULL, TRUE, FALSE, ...) become
 //     IS [NOT] DISTINCT FROM.
 func toPostgres(sql string, schema *Schema) rewritten {
-	toks := lex(sql)
-	// The aliases the query declares (AS name): double-quoted references
-	// to them are identifiers.
-	declared := map[string]bool{}
-	next := func(i int) int { // index of the next non-space token after i, or -1
-		for j := i + 1; j < len(toks); j++ {
-			if toks[j].kind != tSpace {
-				return j
-			}
-		}
-		return -1
+	r := newPGRewrite(sql, schema)
+	for i := 0; i < len(r.toks); i++ {
+		i = r.token(i)
 	}
-	prev := func(i int) int {
-		for j := i - 1; j >= 0; j-- {
-			if toks[j].kind != tSpace {
-				return j
-			}
-		}
-		return -1
-	}
-	isWord := func(i int, w string) bool {
-		return i >= 0 && toks[i].kind == tWord && strings.EqualFold(toks[i].text, w)
+	return rewritten{sql: r.w.b.String(), origin: r.w.origin}
+}
+
+// pgRewrite is one run of toPostgres over a query's tokens.
+type pgRewrite struct {
+	toks   []sqlexec.Token
+	pos    []int // the byte offset of each token in the query
+	schema *Schema
+	// declared holds the aliases the query declares (AS name), lower
+	// case: double-quoted references to them are identifiers.
+	declared map[string]bool
+	w        writer
+}
+
+func newPGRewrite(sql string, schema *Schema) *pgRewrite {
+	toks := sqlexec.Lex(sql)
+	r := &pgRewrite{toks: toks, pos: make([]int, len(toks)), schema: schema, declared: map[string]bool{}}
+	off := 0
+	for i, t := range toks {
+		r.pos[i] = off
+		off += len(t.Text)
 	}
 	for i := range toks {
-		if isWord(i, "AS") {
-			if j := next(i); j >= 0 {
-				switch toks[j].kind {
-				case tWord:
-					declared[strings.ToLower(toks[j].text)] = true
-				case tDouble, tBack, tBracket:
-					declared[strings.ToLower(unquote(toks[j]))] = true
-				}
-			}
+		if !r.isWord(i, "AS") {
+			continue
+		}
+		switch j := r.next(i); {
+		case j < 0:
+		case toks[j].Kind == sqlexec.TokenWord:
+			r.declared[strings.ToLower(toks[j].Text)] = true
+		case toks[j].Kind == sqlexec.TokenQuoted:
+			r.declared[strings.ToLower(unquote(toks[j]))] = true
 		}
 	}
-	var w writer
-	for i := 0; i < len(toks); i++ {
-		t := toks[i]
-		switch t.kind {
-		case tDouble:
-			name := unquote(t)
-			p, n := prev(i), next(i)
-			ident := schema == nil ||
-				p >= 0 && toks[p].text == "." || n >= 0 && toks[n].text == "." ||
-				isWord(p, "AS") ||
-				schema.HasColumn(name) || declared[strings.ToLower(name)] ||
-				schema.HasTable(name) && (isWord(p, "FROM") || isWord(p, "JOIN") || p >= 0 && toks[p].text == ",")
-			if ident || !strings.HasSuffix(t.text, `"`) || len(t.text) < 2 {
-				w.emit(t.text, t.pos)
-			} else {
-				w.emit("'"+strings.ReplaceAll(name, "'", "''")+"'", t.pos)
-			}
-		case tBack, tBracket:
-			w.emit(`"`+strings.ReplaceAll(unquote(t), `"`, `""`)+`"`, t.pos)
-		case tPunct:
-			if t.text == "==" {
-				w.emit("=", t.pos)
-			} else {
-				w.emit(t.text, t.pos)
-			}
-		case tWord:
-			switch {
-			case strings.EqualFold(t.text, "LIMIT"):
-				// LIMIT a, b (SQLite: offset a, count b).
-				a := next(i)
-				c := next(a)
-				b := next(c)
-				if a >= 0 && c >= 0 && b >= 0 && toks[a].kind == tNumber && toks[c].text == "," && toks[b].kind == tNumber {
-					w.emit(t.text, t.pos)
-					w.emit(" ", t.pos)
-					w.emit(toks[b].text, toks[b].pos)
-					w.emit(" OFFSET ", toks[c].pos)
-					w.emit(toks[a].text, toks[a].pos)
-					i = b
-					continue
-				}
-				w.emit(t.text, t.pos)
-			case strings.EqualFold(t.text, "IS"):
-				// SQLite's x IS y / x IS NOT y compare like
-				// IS [NOT] DISTINCT FROM when y is a value.
-				j := next(i)
-				negated := isWord(j, "NOT")
-				y := j
-				if negated {
-					y = next(j)
-				}
-				if y < 0 {
-					w.emit(t.text, t.pos)
-					continue
-				}
-				switch strings.ToUpper(toks[y].text) {
-				case "NULL", "TRUE", "FALSE", "UNKNOWN", "DISTINCT", "DOCUMENT", "NORMALIZED", "NFC", "NFD", "NFKC", "NFKD", "OF", "JSON", "NOT":
-					w.emit(t.text, t.pos)
-					continue
-				}
-				if negated {
-					w.emit("IS DISTINCT FROM", t.pos)
-					i = j
-				} else {
-					w.emit("IS NOT DISTINCT FROM", t.pos)
-				}
-			default:
-				w.emit(t.text, t.pos)
-			}
-		default:
-			w.emit(t.text, t.pos)
+	return r
+}
+
+// next returns the index of the first token after i that is not
+// whitespace or a comment, or -1.
+func (r *pgRewrite) next(i int) int {
+	if i < 0 {
+		return -1
+	}
+	for j := i + 1; j < len(r.toks); j++ {
+		if !r.toks[j].Trivia() {
+			return j
 		}
 	}
-	return rewritten{sql: w.b.String(), origin: w.origin}
+	return -1
+}
+
+// prev returns the index of the last token before i that is not
+// whitespace or a comment, or -1.
+func (r *pgRewrite) prev(i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if !r.toks[j].Trivia() {
+			return j
+		}
+	}
+	return -1
+}
+
+// isWord reports whether token i (-1: none) is the keyword w; SQLite
+// folds only ASCII case.
+func (r *pgRewrite) isWord(i int, w string) bool { return i >= 0 && r.toks[i].IsWord(w) }
+
+// isPunct reports whether token i (-1: none) is the punctuation c.
+func (r *pgRewrite) isPunct(i int, c byte) bool { return i >= 0 && r.toks[i].IsPunct(c) }
+
+// emit writes s for token i.
+func (r *pgRewrite) emit(i int, s string) { r.w.emit(s, r.pos[i]) }
+
+// token writes token i, rewritten, and returns the index of the last
+// token it consumed.
+func (r *pgRewrite) token(i int) int {
+	t := r.toks[i]
+	switch {
+	case t.Kind == sqlexec.TokenQuoted && t.Text[0] == '"':
+		r.doubleQuoted(i)
+	case t.Kind == sqlexec.TokenQuoted: // `name` or [name]
+		r.emit(i, `"`+strings.ReplaceAll(unquote(t), `"`, `""`)+`"`)
+	case t.Kind == sqlexec.TokenPunct && t.Text == "==":
+		r.emit(i, "=")
+	case t.IsWord("LIMIT"):
+		return r.limit(i)
+	case t.IsWord("IS"):
+		return r.is(i)
+	default:
+		r.emit(i, t.Text)
+	}
+	return i
+}
+
+// doubleQuoted writes the "name" at i as the identifier it is, or as the
+// string literal SQLite reads it as (see toPostgres).
+func (r *pgRewrite) doubleQuoted(i int) {
+	t := r.toks[i]
+	if r.isIdentifier(i) || !strings.HasSuffix(t.Text, `"`) || len(t.Text) < 2 {
+		r.emit(i, t.Text)
+		return
+	}
+	r.emit(i, "'"+strings.ReplaceAll(unquote(t), "'", "''")+"'")
+}
+
+// isIdentifier reports whether the double-quoted name at i is read as an
+// identifier: without a schema always; else when it is qualified, follows
+// AS, names a column of the schema or an alias of the query, or names a
+// table right after FROM, JOIN or a comma.
+func (r *pgRewrite) isIdentifier(i int) bool {
+	name := unquote(r.toks[i])
+	p, n := r.prev(i), r.next(i)
+	switch {
+	case r.schema == nil, r.isPunct(p, '.'), r.isPunct(n, '.'), r.isWord(p, "AS"):
+		return true
+	case r.schema.HasColumn(name), r.declared[strings.ToLower(name)]:
+		return true
+	}
+	return r.schema.HasTable(name) && (r.isWord(p, "FROM") || r.isWord(p, "JOIN") || r.isPunct(p, ','))
+}
+
+// limit writes the LIMIT at i: SQLite's LIMIT a, b (offset a, count b)
+// becomes LIMIT b OFFSET a. It returns the index of the last token it
+// consumed.
+func (r *pgRewrite) limit(i int) int {
+	a := r.next(i)
+	c := r.next(a)
+	b := r.next(c)
+	if b < 0 || r.toks[a].Kind != sqlexec.TokenNumber || !r.isPunct(c, ',') || r.toks[b].Kind != sqlexec.TokenNumber {
+		r.emit(i, r.toks[i].Text)
+		return i
+	}
+	r.emit(i, r.toks[i].Text)
+	r.emit(i, " ")
+	r.emit(b, r.toks[b].Text)
+	r.emit(c, " OFFSET ")
+	r.emit(a, r.toks[a].Text)
+	return b
+}
+
+// isOperands are the words that may follow IS [NOT] in a test that
+// PostgreSQL reads as SQLite does (IS NULL, IS TRUE, IS DISTINCT FROM,
+// IS JSON, ...), so that the IS stays as it is.
+var isOperands = []string{"NULL", "TRUE", "FALSE", "UNKNOWN", "DISTINCT", "DOCUMENT", "NORMALIZED", "NFC", "NFD", "NFKC", "NFKD", "OF", "JSON", "NOT"}
+
+// is writes the IS at i: SQLite's x IS y and x IS NOT y compare like
+// IS [NOT] DISTINCT FROM when y is a value. It returns the index of the
+// last token it consumed.
+func (r *pgRewrite) is(i int) int {
+	j := r.next(i)
+	negated := r.isWord(j, "NOT")
+	y := j
+	if negated {
+		y = r.next(j)
+	}
+	if y < 0 || slices.ContainsFunc(isOperands, r.toks[y].IsWord) {
+		r.emit(i, r.toks[i].Text)
+		return i
+	}
+	if negated {
+		r.emit(i, "IS DISTINCT FROM")
+		return j
+	}
+	r.emit(i, "IS NOT DISTINCT FROM")
+	return i
 }
 
 // originalOffset maps a 1-based character position of the rewritten text

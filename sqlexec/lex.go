@@ -4,29 +4,40 @@ import (
 	"strings"
 )
 
-// tokKind is the lexical class of a token.
-type tokKind uint8
+// TokenKind is the lexical class of a Token.
+type TokenKind uint8
 
 const (
-	tkSpace   tokKind = iota // whitespace
-	tkLineCmt                // -- comment (without the newline)
-	tkBlkCmt                 // /* comment */ (possibly unterminated)
-	tkString                 // '...' literal
-	tkQuoted                 // "...", `...`, [...] identifier
-	tkDollar                 // $tag$...$tag$ (PostgreSQL)
-	tkWord                   // identifier or keyword
-	tkNumber                 // numeric literal
-	tkPunct                  // any other single character
+	TokenSpace        TokenKind = iota // whitespace
+	TokenLineComment                   // -- comment (without the newline)
+	TokenBlockComment                  // /* comment */ (possibly unterminated)
+	TokenString                        // '...' literal
+	TokenQuoted                        // "...", `...` or [...] identifier (Text[0] tells which)
+	TokenDollar                        // $tag$...$tag$ (PostgreSQL)
+	TokenWord                          // identifier or keyword
+	TokenNumber                        // numeric literal
+	TokenPunct                         // an operator or other punctuation (see Lex)
 )
 
-type token struct {
-	kind tokKind
-	text string
+// Token is one lexical token of a SQL text, as Lex returns it.
+type Token struct {
+	Kind TokenKind
+	// Text is the token's bytes, quotes and comment markers included.
+	Text string
 }
 
-func (t token) trivia() bool { return t.kind == tkSpace || t.kind == tkLineCmt || t.kind == tkBlkCmt }
+// Trivia reports whether t is whitespace or a comment.
+func (t Token) Trivia() bool {
+	return t.Kind == TokenSpace || t.Kind == TokenLineComment || t.Kind == TokenBlockComment
+}
 
-func (t token) isWord(w string) bool { return t.kind == tkWord && asciiEqualFold(t.text, w) }
+// IsWord reports whether t is the unquoted word w, up to ASCII case.
+func (t Token) IsWord(w string) bool { return t.Kind == TokenWord && asciiEqualFold(t.Text, w) }
+
+// IsPunct reports whether t is the one-character punctuation c.
+func (t Token) IsPunct(c byte) bool {
+	return t.Kind == TokenPunct && len(t.Text) == 1 && t.Text[0] == c
+}
 
 // asciiEqualFold reports whether a and b are equal up to the case of ASCII
 // letters: SQLite folds only ASCII, so "DIſTINCT" (long s) is no keyword
@@ -64,13 +75,13 @@ func asciiToLower(s string) string {
 	return s
 }
 
-func (t token) isPunct(c byte) bool { return t.kind == tkPunct && t.text[0] == c }
-
 func isIdentStart(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
 }
 
-func isIdentPart(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
+func isIdentPart(c byte) bool { return isIdentStart(c) || isDigit(c) || c == '$' }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // sqlSpace is the whitespace of isSpace, for strings.Trim.
 const sqlSpace = " \t\n\r\f\v"
@@ -79,81 +90,117 @@ func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
 }
 
-// lex splits s into tokens following SQLite's tokenizer rules for strings, quoted
-// identifiers and comments (” "" “ escapes, [..] identifiers, non-nesting block
-// comments), plus PostgreSQL dollar quoting. Unterminated literals and comments run to
-// the end of the text. Concatenating the tokens' text gives s back.
-func lex(s string) []token {
+// Lex splits sql into tokens following SQLite's tokenizer rules for strings, quoted
+// identifiers, comments and operators (a doubled quote inside a literal or a quoted
+// name escapes the quote, [..] is a name, block comments do not nest, and the
+// two-character operators == != <> <= >= || << >> are one token), plus PostgreSQL
+// dollar quoting. Unterminated literals and comments run to the end of the text.
+// Concatenating the tokens' text gives sql back. Lex never fails.
+//
+// It is the module's one SQL lexer: the comparison policy's rewrites, statement
+// splitting, normal forms and clause segments here, and sqlcommit's SQLite-to-PostgreSQL
+// rewrite all read SQL through it.
+func Lex(sql string) []Token {
 	// SQL text has about one token per 2 bytes (words, spaces, punctuation):
 	// one allocation, not a dozen.
-	toks := make([]token, 0, len(s)/2+4)
-	i := 0
-	n := len(s)
-	for i < n {
-		c := s[i]
-		start := i
-		var k tokKind
-		switch {
-		case isSpace(c):
-			for i < n && isSpace(s[i]) {
-				i++
-			}
-			k = tkSpace
-		case c == '-' && i+1 < n && s[i+1] == '-':
-			for i < n && s[i] != '\n' {
-				i++
-			}
-			k = tkLineCmt
-		case c == '/' && i+1 < n && s[i+1] == '*':
-			j := strings.Index(s[i+2:], "*/")
-			if j < 0 {
-				i = n
-			} else {
-				i += 2 + j + 2
-			}
-			k = tkBlkCmt
-		case c == '\'' || c == '"' || c == '`':
-			i = quotedEnd(s, i, c)
-			k = tkQuoted
-			if c == '\'' {
-				k = tkString
-			}
-		case c == '[':
-			j := strings.IndexByte(s[i+1:], ']')
-			if j < 0 {
-				i = n
-			} else {
-				i += 1 + j + 1
-			}
-			k = tkQuoted
-		case c == '$' && dollarTagLen(s[i:]) > 0:
-			tl := dollarTagLen(s[i:])
-			tag := s[i : i+tl]
-			j := strings.Index(s[i+tl:], tag)
-			if j < 0 {
-				i = n
-			} else {
-				i += tl + j + tl
-			}
-			k = tkDollar
-		case isIdentStart(c):
-			for i < n && isIdentPart(s[i]) {
-				i++
-			}
-			k = tkWord
-		case c >= '0' && c <= '9' || c == '.' && i+1 < n && s[i+1] >= '0' && s[i+1] <= '9':
-			for i < n && (isIdentPart(s[i]) || s[i] == '.' ||
-				(s[i] == '+' || s[i] == '-') && (s[i-1] == 'e' || s[i-1] == 'E')) {
-				i++
-			}
-			k = tkNumber
-		default:
-			i++
-			k = tkPunct
-		}
-		toks = append(toks, token{kind: k, text: s[start:i]})
+	toks := make([]Token, 0, len(sql)/2+4)
+	for i := 0; i < len(sql); {
+		kind, end := scan(sql, i)
+		toks = append(toks, Token{Kind: kind, Text: sql[i:end]})
+		i = end
 	}
 	return toks
+}
+
+// scan returns the kind and the end (exclusive) of the token that starts at s[i].
+func scan(s string, i int) (TokenKind, int) {
+	c := s[i]
+	switch {
+	case isSpace(c):
+		return TokenSpace, spaceEnd(s, i)
+	case c == '-' && strings.HasPrefix(s[i+1:], "-"):
+		return TokenLineComment, lineEnd(s, i)
+	case c == '/' && strings.HasPrefix(s[i+1:], "*"):
+		return TokenBlockComment, closerEnd(s, i+2, "*/")
+	case c == '\'':
+		return TokenString, quotedEnd(s, i, c)
+	case c == '"' || c == '`':
+		return TokenQuoted, quotedEnd(s, i, c)
+	case c == '[':
+		return TokenQuoted, closerEnd(s, i+1, "]")
+	case c == '$' && dollarTagLen(s[i:]) > 0:
+		tag := s[i : i+dollarTagLen(s[i:])]
+		return TokenDollar, closerEnd(s, i+len(tag), tag)
+	case isIdentStart(c):
+		return TokenWord, identEnd(s, i)
+	case isDigit(c) || c == '.' && i+1 < len(s) && isDigit(s[i+1]):
+		return TokenNumber, numberEnd(s, i)
+	default:
+		return TokenPunct, punctEnd(s, i)
+	}
+}
+
+// spaceEnd returns the end of the run of whitespace at s[i].
+func spaceEnd(s string, i int) int {
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return i
+}
+
+// lineEnd returns the end of the line comment at s[i]: its newline is not part of it.
+func lineEnd(s string, i int) int {
+	if j := strings.IndexByte(s[i:], '\n'); j >= 0 {
+		return i + j
+	}
+	return len(s)
+}
+
+// closerEnd returns the index just past the first closer at or after s[from], or
+// len(s) when there is none (an unterminated comment, [name] or dollar quote).
+func closerEnd(s string, from int, closer string) int {
+	if j := strings.Index(s[from:], closer); j >= 0 {
+		return from + j + len(closer)
+	}
+	return len(s)
+}
+
+// identEnd returns the end of the identifier or keyword at s[i].
+func identEnd(s string, i int) int {
+	for i < len(s) && isIdentPart(s[i]) {
+		i++
+	}
+	return i
+}
+
+// numberEnd returns the end of the numeric literal at s[i]: digits, '.', an exponent
+// with its sign, and the identifier characters that follow (SQLite reads "12abc" as one
+// bad token). A hexadecimal literal has no exponent, so "0x1E+2" is 0x1E plus 2.
+func numberEnd(s string, i int) int {
+	hex := strings.HasPrefix(s[i:], "0x") || strings.HasPrefix(s[i:], "0X")
+	j := i + 1
+	for j < len(s) && (isIdentPart(s[j]) || s[j] == '.' || !hex && isExponentSign(s, j)) {
+		j++
+	}
+	return j
+}
+
+// isExponentSign reports whether s[j] is the sign of an exponent (1e+5, 2E-3).
+func isExponentSign(s string, j int) bool {
+	return (s[j] == '+' || s[j] == '-') && (s[j-1] == 'e' || s[j-1] == 'E')
+}
+
+// punctEnd returns the end of the operator or punctuation at s[i]: SQLite's
+// two-character operators are one token, anything else is one byte (the JSON
+// operators -> and ->> too: no reader needs them whole).
+func punctEnd(s string, i int) int {
+	if i+2 <= len(s) {
+		switch s[i : i+2] {
+		case "==", "!=", "<>", "<=", ">=", "||", "<<", ">>":
+			return i + 2
+		}
+	}
+	return i + 1
 }
 
 // quotedEnd returns the index just past the literal opened by q at s[i], where a doubled
@@ -195,7 +242,7 @@ func dollarTagLen(s string) int {
 // statements, trimmed, without their semicolons. Statements made only of whitespace and
 // comments are dropped.
 func SplitStatements(sql string) []string {
-	toks := lex(sql)
+	toks := Lex(sql)
 	var out []string
 	for _, r := range splitTokens(toks) {
 		// Trim only the lexer's (ASCII) whitespace: strings.TrimSpace also
@@ -213,7 +260,7 @@ type stmtRange struct{ from, to, start, end int }
 // splitTokens finds the statements of toks as SplitStatements does: they
 // end at semicolons (a CREATE TRIGGER body at "END;"), and those made only
 // of whitespace and comments are dropped.
-func splitTokens(toks []token) []stmtRange {
+func splitTokens(toks []Token) []stmtRange {
 	var out []stmtRange
 	cur := stmtRange{}
 	pos := 0         // byte offset of the current token
@@ -222,11 +269,11 @@ func splitTokens(toks []token) []stmtRange {
 	empty := true
 	for i, t := range toks {
 		tpos := pos
-		pos += len(t.text)
-		if t.trivia() {
+		pos += len(t.Text)
+		if t.Trivia() {
 			continue
 		}
-		if t.isPunct(';') {
+		if t.IsPunct(';') {
 			if isTrigger(sig) && !lastEnd {
 				lastEnd = false
 				continue
@@ -242,12 +289,12 @@ func splitTokens(toks []token) []stmtRange {
 		empty = false
 		if len(sig) < 3 {
 			w := ""
-			if t.kind == tkWord {
-				w = strings.ToUpper(t.text)
+			if t.Kind == TokenWord {
+				w = strings.ToUpper(t.Text)
 			}
 			sig = append(sig, w)
 		}
-		lastEnd = t.kind == tkWord && asciiEqualFold(t.text, "END")
+		lastEnd = t.Kind == TokenWord && asciiEqualFold(t.Text, "END")
 	}
 	if !empty {
 		cur.to, cur.end = len(toks), pos
@@ -274,17 +321,17 @@ func HasOuterOrderBy(sql string) bool {
 	if len(stmts) == 0 {
 		return false
 	}
-	toks := significant(lex(stmts[len(stmts)-1]))
+	toks := significant(Lex(stmts[len(stmts)-1]))
 	depth := 0
 	for i, t := range toks {
 		switch {
-		case t.isPunct('('):
+		case t.IsPunct('('):
 			depth++
-		case t.isPunct(')'):
+		case t.IsPunct(')'):
 			if depth > 0 {
 				depth--
 			}
-		case depth == 0 && t.isWord("ORDER") && i+1 < len(toks) && toks[i+1].isWord("BY"):
+		case depth == 0 && t.IsWord("ORDER") && i+1 < len(toks) && toks[i+1].IsWord("BY"):
 			return true
 		}
 	}
@@ -292,10 +339,10 @@ func HasOuterOrderBy(sql string) bool {
 }
 
 // significant returns toks without whitespace and comments.
-func significant(toks []token) []token {
-	out := make([]token, 0, len(toks))
+func significant(toks []Token) []Token {
+	out := make([]Token, 0, len(toks))
 	for _, t := range toks {
-		if !t.trivia() {
+		if !t.Trivia() {
 			out = append(out, t)
 		}
 	}
@@ -305,10 +352,10 @@ func significant(toks []token) []token {
 // NormalizeSQL returns a form of sql in which texts that differ only in comments, the
 // amount of whitespace, the case of unquoted words and empty statements are equal.
 // Two SQL texts with the same normal form have the same meaning.
-func NormalizeSQL(sql string) string { return normalizeTokens(lex(sql)) }
+func NormalizeSQL(sql string) string { return normalizeTokens(Lex(sql)) }
 
 // normalizeTokens is NormalizeSQL on a lexed text.
-func normalizeTokens(toks []token) string {
+func normalizeTokens(toks []Token) string {
 	var b strings.Builder
 	walkNormal(toks, func(s string, lower bool) bool {
 		if lower {
@@ -322,7 +369,7 @@ func normalizeTokens(toks []token) string {
 
 // normalEquals reports whether normalizeTokens(toks) == norm, stopping at
 // the first difference and allocating nothing.
-func normalEquals(toks []token, norm string) bool {
+func normalEquals(toks []Token, norm string) bool {
 	pos := 0
 	ok := walkNormal(toks, func(s string, lower bool) bool {
 		if len(norm)-pos < len(s) {
@@ -346,7 +393,7 @@ func normalEquals(toks []token, norm string) bool {
 // walkNormal emits the pieces of toks' normal form in order (lower: a word,
 // to be ASCII lower-cased), stopping when emit returns false; it reports
 // whether it got to the end.
-func walkNormal(toks []token, emit func(s string, lower bool) bool) bool {
+func walkNormal(toks []Token, emit func(s string, lower bool) bool) bool {
 	wrote := false
 	for i, r := range splitTokens(toks) {
 		if i > 0 {
@@ -358,10 +405,10 @@ func walkNormal(toks []token, emit func(s string, lower bool) bool) bool {
 		// The statement as SplitStatements gives it: without the
 		// whitespace around it (comments stay, as trivia).
 		st := toks[r.from:r.to]
-		for len(st) > 0 && st[0].kind == tkSpace {
+		for len(st) > 0 && st[0].Kind == TokenSpace {
 			st = st[1:]
 		}
-		for len(st) > 0 && st[len(st)-1].kind == tkSpace {
+		for len(st) > 0 && st[len(st)-1].Kind == TokenSpace {
 			st = st[:len(st)-1]
 		}
 		space := false
@@ -369,9 +416,9 @@ func walkNormal(toks []token, emit func(s string, lower bool) bool) bool {
 			if j == len(st)-1 {
 				// An unterminated literal or comment runs to the end of the
 				// text, trailing whitespace included, which the trim drops.
-				t.text = strings.TrimRight(t.text, sqlSpace)
+				t.Text = strings.TrimRight(t.Text, sqlSpace)
 			}
-			if t.trivia() {
+			if t.Trivia() {
 				space = true
 				continue
 			}
@@ -379,10 +426,10 @@ func walkNormal(toks []token, emit func(s string, lower bool) bool) bool {
 				return false
 			}
 			space = false
-			if t.text != "" && !emit(t.text, t.kind == tkWord) {
+			if t.Text != "" && !emit(t.Text, t.Kind == TokenWord) {
 				return false
 			}
-			wrote = wrote || t.text != ""
+			wrote = wrote || t.Text != ""
 		}
 	}
 	return true

@@ -47,6 +47,7 @@ func fuzzSQL() []string {
 		"SELECT 'a'DISTINCT'b', \"x\"DISTINCT\"y\"",
 		"SELECT ROUND(1)2, ROUND(a)b, 'a'ROUND('b')",
 		"SELECT 1e-5, 1e+, 0x1F, 1_000, 12abc, 1..2, a.b.c",
+		"SELECT a==b, c<>d, e<==f, g||h, i->>'j', 0x1E+2, 0xE--1;SELECT 2",
 		"SELECT a--b\nFROM t",
 		"SELECT -/**/-1, //**/*, 1 - -1",
 		"SELECT 1;\u00a0",
@@ -66,19 +67,20 @@ func fuzzSQL() []string {
 }
 
 // sigTexts returns the texts of the significant tokens of toks.
-func sigTexts(toks []token) []string {
+func sigTexts(toks []Token) []string {
 	var out []string
 	for _, t := range toks {
-		if !t.trivia() {
-			out = append(out, t.text)
+		if !t.Trivia() {
+			out = append(out, t.Text)
 		}
 	}
 	return out
 }
 
 // FuzzSplitStatements checks the lexer and SplitStatements:
-//   - lexing loses nothing (the tokens concatenate to the text) and makes
-//     no empty token;
+//   - lexing loses nothing (the tokens concatenate to the text), makes
+//     no empty token, and each token lexes alone to itself (the longest
+//     match: what ends a token lies outside it);
 //   - each statement is a non-empty substring of the text, in order, with
 //     no outer whitespace and at least one significant token (an empty
 //     statement used to reach SQLite, whose driver then crashed);
@@ -92,16 +94,19 @@ func FuzzSplitStatements(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
-		toks := lex(sql)
+		toks := Lex(sql)
 		var b strings.Builder
 		for _, tk := range toks {
-			if tk.text == "" {
-				t.Fatalf("lex(%q) made an empty token", sql)
+			if tk.Text == "" {
+				t.Fatalf("Lex(%q) made an empty token", sql)
 			}
-			b.WriteString(tk.text)
+			if alone := Lex(tk.Text); len(alone) != 1 || alone[0] != tk {
+				t.Fatalf("Lex(%q) made the token %+v, which lexes alone to %+v", sql, tk, alone)
+			}
+			b.WriteString(tk.Text)
 		}
 		if b.String() != sql {
-			t.Fatalf("lex(%q) concatenates to %q", sql, b.String())
+			t.Fatalf("Lex(%q) concatenates to %q", sql, b.String())
 		}
 
 		stmts := SplitStatements(sql)
@@ -111,7 +116,7 @@ func FuzzSplitStatements(f *testing.F) {
 			if st == "" || isSpace(st[0]) || isSpace(st[len(st)-1]) {
 				t.Fatalf("SplitStatements(%q): statement %q is empty or untrimmed", sql, st)
 			}
-			sig := sigTexts(lex(st))
+			sig := sigTexts(Lex(st))
 			if len(sig) == 0 {
 				t.Fatalf("SplitStatements(%q): statement %q has only whitespace and comments", sql, st)
 			}
@@ -180,29 +185,29 @@ func FuzzNormalizeSQL(f *testing.F) {
 		if want := normalizeBySplitting(sql); n != want {
 			t.Fatalf("NormalizeSQL(%q) = %q; split, lexed again and joined: %q", sql, n, want)
 		}
-		toks := lex(sql)
+		toks := Lex(sql)
 		if !normalEquals(toks, n) || normalEquals(toks, n+";x") || (n != "" && normalEquals(toks, n[:len(n)-1])) {
-			t.Fatalf("normalEquals(lex(%q), …) disagrees with NormalizeSQL = %q", sql, n)
+			t.Fatalf("normalEquals(Lex(%q), …) disagrees with NormalizeSQL = %q", sql, n)
 		}
 		if n != "" {
 			other := []byte(n)
 			other[len(other)/2] ^= 0x20
 			if normalEquals(toks, string(other)) != (string(other) == n) {
-				t.Fatalf("normalEquals(lex(%q), %q) = true, NormalizeSQL = %q", sql, other, n)
+				t.Fatalf("normalEquals(Lex(%q), %q) = true, NormalizeSQL = %q", sql, other, n)
 			}
 		}
 
 		// Whitespace amount, ASCII case and empty statements do not matter.
 		var b strings.Builder
 		b.WriteString(";\n ;")
-		for _, tk := range lex(sql) {
-			switch tk.kind {
-			case tkSpace:
-				b.WriteString(tk.text + " \t ")
-			case tkWord:
-				b.WriteString(flipCase(tk.text))
+		for _, tk := range Lex(sql) {
+			switch tk.Kind {
+			case TokenSpace:
+				b.WriteString(tk.Text + " \t ")
+			case TokenWord:
+				b.WriteString(flipCase(tk.Text))
 			default:
-				b.WriteString(tk.text)
+				b.WriteString(tk.Text)
 			}
 		}
 		if v := NormalizeSQL(b.String()); v != n {
@@ -217,19 +222,19 @@ func FuzzNormalizeSQL(f *testing.F) {
 		}
 		for i := range stmts {
 			var want []string
-			for _, tk := range lex(stmts[i]) {
+			for _, tk := range Lex(stmts[i]) {
 				switch {
-				case tk.trivia():
-				case tk.kind == tkWord:
-					want = append(want, asciiToLower(tk.text))
+				case tk.Trivia():
+				case tk.Kind == TokenWord:
+					want = append(want, asciiToLower(tk.Text))
 				default:
-					want = append(want, tk.text)
+					want = append(want, tk.Text)
 				}
 			}
-			ntoks := lex(nstmts[i])
+			ntoks := Lex(nstmts[i])
 			for _, tk := range ntoks {
-				if tk.trivia() && tk.text != " " {
-					t.Fatalf("NormalizeSQL(%q) = %q: trivia %q", sql, n, tk.text)
+				if tk.Trivia() && tk.Text != " " {
+					t.Fatalf("NormalizeSQL(%q) = %q: trivia %q", sql, n, tk.Text)
 				}
 			}
 			if got := sigTexts(ntoks); !slices.Equal(got, want) {
@@ -248,7 +253,7 @@ func FuzzNormalizeSQL(f *testing.F) {
 		if nn != n {
 			known := false
 			for _, st := range stmts[min(1, len(stmts)):] {
-				if k := lex(st)[0].kind; k == tkLineCmt || k == tkBlkCmt {
+				if k := Lex(st)[0].Kind; k == TokenLineComment || k == TokenBlockComment {
 					known = true
 				}
 			}
@@ -268,19 +273,19 @@ func FuzzNormalizeSQL(f *testing.F) {
 // call followed by "(" or preceded by ROUND (a new call). Such texts are
 // not valid SQL; on all others Rewrite is idempotent.
 func rewriteHazards(sql string) bool {
-	toks := lex(sql)
+	toks := Lex(sql)
 	// mergeable: a token whose text may fuse with a following token.
 	mergeable := func(i int) bool {
-		if i < 0 || i >= len(toks) || toks[i].trivia() {
+		if i < 0 || i >= len(toks) || toks[i].Trivia() {
 			return false
 		}
-		return toks[i].kind != tkPunct || strings.ContainsAny(toks[i].text, "-/.$")
+		return toks[i].Kind != TokenPunct || strings.ContainsAny(toks[i].Text, "-/.$")
 	}
 	// sig steps from i in direction d to the next significant token that
 	// is not DISTINCT (which the rewrite removes first); -1 if none.
 	sig := func(i, d int) int {
 		for i += d; i >= 0 && i < len(toks); i += d {
-			if !toks[i].trivia() && !toks[i].isWord("DISTINCT") {
+			if !toks[i].Trivia() && !toks[i].IsWord("DISTINCT") {
 				return i
 			}
 		}
@@ -291,25 +296,25 @@ func rewriteHazards(sql string) bool {
 	for i, t := range toks {
 		match[i] = -1
 		switch {
-		case t.isPunct('('):
+		case t.IsPunct('('):
 			stack = append(stack, i)
-		case t.isPunct(')') && len(stack) > 0:
+		case t.IsPunct(')') && len(stack) > 0:
 			match[stack[len(stack)-1]] = i
 			stack = stack[:len(stack)-1]
 		}
 	}
 	for i, t := range toks {
 		switch {
-		case t.isWord("DISTINCT"):
+		case t.IsWord("DISTINCT"):
 			if mergeable(i - 1) {
 				return true
 			}
-		case t.isWord("ROUND"):
-			if p := prevSignificant(toks, i); p.isPunct('.') {
+		case t.IsWord("ROUND"):
+			if p := prevSignificant(toks, i); p.IsPunct('.') {
 				continue
 			}
 			open := nextSignificant(toks, i+1)
-			if open < 0 || !toks[open].isPunct('(') {
+			if open < 0 || !toks[open].IsPunct('(') {
 				continue
 			}
 			closeAt := match[open]
@@ -317,7 +322,7 @@ func rewriteHazards(sql string) bool {
 				continue
 			}
 			next, p := sig(closeAt, 1), sig(i, -1)
-			if mergeable(i-1) || mergeable(closeAt+1) || next >= 0 && toks[next].isPunct('(') || p >= 0 && toks[p].isWord("ROUND") {
+			if mergeable(i-1) || mergeable(closeAt+1) || next >= 0 && toks[next].IsPunct('(') || p >= 0 && toks[p].IsWord("ROUND") {
 				return true
 			}
 		}
@@ -353,14 +358,14 @@ func FuzzRewrite(f *testing.F) {
 		if len(out) > len(sql) {
 			t.Fatalf("%+v.Rewrite(%q) = %q is longer", p, sql, out)
 		}
-		toks := lex(out)
+		toks := Lex(out)
 		if p.StripComments && !p.StripDistinct && !p.StripRound {
 			for _, tk := range toks {
-				if tk.kind == tkLineCmt || tk.kind == tkBlkCmt {
-					t.Fatalf("%+v.Rewrite(%q) = %q keeps the comment %q", p, sql, out, tk.text)
+				if tk.Kind == TokenLineComment || tk.Kind == TokenBlockComment {
+					t.Fatalf("%+v.Rewrite(%q) = %q keeps the comment %q", p, sql, out, tk.Text)
 				}
 			}
-			if got, want := sigTexts(toks), sigTexts(lex(sql)); !slices.Equal(got, want) {
+			if got, want := sigTexts(toks), sigTexts(Lex(sql)); !slices.Equal(got, want) {
 				t.Fatalf("%+v.Rewrite(%q) = %q: tokens %q, want %q", p, sql, out, got, want)
 			}
 			if again := p.Rewrite(out); again != out {
@@ -369,7 +374,7 @@ func FuzzRewrite(f *testing.F) {
 		}
 		if p.StripDistinct {
 			for _, tk := range toks {
-				if tk.isWord("DISTINCT") {
+				if tk.IsWord("DISTINCT") {
 					t.Fatalf("%+v.Rewrite(%q) = %q keeps DISTINCT", p, sql, out)
 				}
 			}
@@ -377,10 +382,10 @@ func FuzzRewrite(f *testing.F) {
 		if p.StripRound {
 			// Past its work budget stripRound leaves calls in place (only
 			// with hundreds of nested calls); a second pass strips more.
-			in := lex(sql)
+			in := Lex(sql)
 			rounds := 0
 			for _, tk := range in {
-				if tk.isWord("ROUND") {
+				if tk.IsWord("ROUND") {
 					rounds++
 				}
 			}
@@ -415,7 +420,7 @@ func FuzzSegments(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sql string) {
 		segs := Segments(sql)
-		want := sigTexts(lex(sql))
+		want := sigTexts(Lex(sql))
 		if len(want) == 0 {
 			if segs != nil {
 				t.Fatalf("Segments(%q) = %q, want none", sql, segs)
@@ -434,10 +439,10 @@ func FuzzSegments(f *testing.F) {
 			if s.Text == "" || isSpace(s.Text[0]) {
 				t.Fatalf("Segments(%q): segment %d text %q", sql, k, s.Text)
 			}
-			toks := lex(s.Text)
+			toks := Lex(s.Text)
 			for _, tk := range toks {
-				if tk.trivia() && tk.text != " " {
-					t.Fatalf("Segments(%q): segment %d text %q has trivia %q", sql, k, s.Text, tk.text)
+				if tk.Trivia() && tk.Text != " " {
+					t.Fatalf("Segments(%q): segment %d text %q has trivia %q", sql, k, s.Text, tk.Text)
 				}
 			}
 			sig := significant(toks)
@@ -448,19 +453,19 @@ func FuzzSegments(f *testing.F) {
 			if k == 0 {
 				found := false
 				for _, tk := range sig {
-					found = found || tk.isWord(first)
+					found = found || tk.IsWord(first)
 				}
 				if !found {
 					t.Fatalf("Segments(%q): first segment %q lacks its keyword %s", sql, s.Text, first)
 				}
 				continue
 			}
-			if !sig[0].isWord(first) && !(s.Clause == "JOIN" && sig[0].kind == tkWord && joinModifiers[strings.ToUpper(sig[0].text)]) {
+			if !sig[0].IsWord(first) && !(s.Clause == "JOIN" && sig[0].Kind == TokenWord && joinModifiers[strings.ToUpper(sig[0].Text)]) {
 				t.Fatalf("Segments(%q): segment %d %q does not start with %s", sql, k, s.Text, s.Clause)
 			}
 		}
 		joined := strings.Join(texts, " ")
-		if got := sigTexts(lex(joined)); !slices.Equal(got, want) {
+		if got := sigTexts(Lex(joined)); !slices.Equal(got, want) {
 			t.Fatalf("Segments(%q) joined to %q: tokens %q, want %q", sql, joined, got, want)
 		}
 		if again := Segments(joined); !reflect.DeepEqual(again, segs) {
@@ -523,8 +528,8 @@ func normalizeBySplitting(sql string) string {
 			b.WriteByte(';')
 		}
 		space := false
-		for _, t := range lex(st) {
-			if t.trivia() {
+		for _, t := range Lex(st) {
+			if t.Trivia() {
 				space = true
 				continue
 			}
@@ -532,10 +537,10 @@ func normalizeBySplitting(sql string) string {
 				b.WriteByte(' ')
 			}
 			space = false
-			if t.kind == tkWord {
-				b.WriteString(asciiToLower(t.text))
+			if t.Kind == TokenWord {
+				b.WriteString(asciiToLower(t.Text))
 			} else {
-				b.WriteString(t.text)
+				b.WriteString(t.Text)
 			}
 		}
 	}

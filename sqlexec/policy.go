@@ -112,10 +112,10 @@ func (p Policy) Rewrite(sql string) string {
 }
 
 // rewrite is Rewrite, also returning the rewritten text's tokens as the
-// rewrite left them (lex of the returned text may group its bytes
+// rewrite left them (Lex of the returned text may group its bytes
 // differently where a strip joined two tokens).
-func (p Policy) rewrite(sql string) (string, []token) {
-	toks := lex(sql)
+func (p Policy) rewrite(sql string) (string, []Token) {
+	toks := Lex(sql)
 	if !p.rewrites() {
 		return sql, toks
 	}
@@ -124,11 +124,11 @@ func (p Policy) rewrite(sql string) (string, []token) {
 	if p.StripComments {
 		out := toks[:0]
 		for _, t := range toks {
-			switch t.kind {
-			case tkLineCmt:
+			switch t.Kind {
+			case TokenLineComment:
 				continue
-			case tkBlkCmt:
-				t = token{kind: tkSpace, text: " "}
+			case TokenBlockComment:
+				t = Token{Kind: TokenSpace, Text: " "}
 			}
 			out = append(out, t)
 		}
@@ -137,9 +137,9 @@ func (p Policy) rewrite(sql string) (string, []token) {
 	if p.StripDistinct {
 		out := toks[:0]
 		for i := 0; i < len(toks); i++ {
-			if toks[i].isWord("DISTINCT") {
+			if toks[i].IsWord("DISTINCT") {
 				// Drop the keyword and the whitespace after it.
-				if i+1 < len(toks) && toks[i+1].kind == tkSpace {
+				if i+1 < len(toks) && toks[i+1].Kind == TokenSpace {
 					i++
 				}
 				continue
@@ -158,15 +158,15 @@ func (p Policy) rewrite(sql string) (string, []token) {
 	var b strings.Builder
 	b.Grow(len(sql))
 	for _, t := range toks {
-		b.WriteString(t.text)
+		b.WriteString(t.Text)
 	}
 	return b.String(), toks
 }
 
 // hasWord reports whether toks hold the word w (ASCII case folded).
-func hasWord(toks []token, w string) bool {
+func hasWord(toks []Token, w string) bool {
 	for _, t := range toks {
-		if t.isWord(w) {
+		if t.IsWord(w) {
 			return true
 		}
 	}
@@ -175,16 +175,16 @@ func hasWord(toks []token, w string) bool {
 
 // stripRound replaces ROUND(...) calls in toks by their first argument,
 // while *budget (token visits) lasts.
-func stripRound(toks []token, budget *int) []token {
-	out := make([]token, 0, len(toks))
+func stripRound(toks []Token, budget *int) []Token {
+	out := make([]Token, 0, len(toks))
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
-		if !t.isWord("ROUND") || prevSignificant(toks, i).isPunct('.') {
+		if !t.IsWord("ROUND") || prevSignificant(toks, i).IsPunct('.') {
 			out = append(out, t)
 			continue
 		}
 		open := nextSignificant(toks, i+1)
-		if open < 0 || !toks[open].isPunct('(') || *budget < 0 {
+		if open < 0 || !toks[open].IsPunct('(') || *budget < 0 {
 			out = append(out, t)
 			continue
 		}
@@ -199,11 +199,11 @@ func stripRound(toks []token, budget *int) []token {
 		first := args
 		depth := 0
 		for j, a := range args {
-			if a.isPunct('(') {
+			if a.IsPunct('(') {
 				depth++
-			} else if a.isPunct(')') {
+			} else if a.IsPunct(')') {
 				depth--
-			} else if depth == 0 && a.isPunct(',') {
+			} else if depth == 0 && a.IsPunct(',') {
 				first = args[:j]
 				break
 			}
@@ -214,27 +214,27 @@ func stripRound(toks []token, budget *int) []token {
 		} else if isTerm(x) {
 			out = append(out, x...)
 		} else {
-			out = append(out, token{kind: tkPunct, text: "("})
+			out = append(out, Token{Kind: TokenPunct, Text: "("})
 			out = append(out, x...)
-			out = append(out, token{kind: tkPunct, text: ")"})
+			out = append(out, Token{Kind: TokenPunct, Text: ")"})
 		}
 		i = closeAt
 	}
 	return out
 }
 
-func prevSignificant(toks []token, i int) token {
+func prevSignificant(toks []Token, i int) Token {
 	for j := i - 1; j >= 0; j-- {
-		if !toks[j].trivia() {
+		if !toks[j].Trivia() {
 			return toks[j]
 		}
 	}
-	return token{kind: tkSpace, text: " "}
+	return Token{Kind: TokenSpace, Text: " "}
 }
 
-func nextSignificant(toks []token, i int) int {
+func nextSignificant(toks []Token, i int) int {
 	for ; i < len(toks); i++ {
-		if !toks[i].trivia() {
+		if !toks[i].Trivia() {
 			return i
 		}
 	}
@@ -242,12 +242,12 @@ func nextSignificant(toks []token, i int) int {
 }
 
 // matchParen returns the index of the ')' matching the '(' at toks[open], or -1.
-func matchParen(toks []token, open int) int {
+func matchParen(toks []Token, open int) int {
 	depth := 0
 	for j := open; j < len(toks); j++ {
-		if toks[j].isPunct('(') {
+		if toks[j].IsPunct('(') {
 			depth++
-		} else if toks[j].isPunct(')') {
+		} else if toks[j].IsPunct(')') {
 			depth--
 			if depth == 0 {
 				return j
@@ -257,11 +257,11 @@ func matchParen(toks []token, open int) int {
 	return -1
 }
 
-func trimTrivia(toks []token) []token {
-	for len(toks) > 0 && toks[0].trivia() {
+func trimTrivia(toks []Token) []Token {
+	for len(toks) > 0 && toks[0].Trivia() {
 		toks = toks[1:]
 	}
-	for len(toks) > 0 && toks[len(toks)-1].trivia() {
+	for len(toks) > 0 && toks[len(toks)-1].Trivia() {
 		toks = toks[:len(toks)-1]
 	}
 	return toks
@@ -269,17 +269,17 @@ func trimTrivia(toks []token) []token {
 
 // isTerm reports whether toks (trimmed) is a single term that needs no parentheses: a
 // literal, a possibly qualified name, a call name(...) or a parenthesised expression.
-func isTerm(toks []token) bool {
+func isTerm(toks []Token) bool {
 	sig := significant(toks)
 	if len(sig) == 0 {
 		return false
 	}
 	if len(sig) == 1 {
-		return sig[0].kind != tkPunct
+		return sig[0].Kind != TokenPunct
 	}
 	// name(...) or (...): the first '(' must match the last token.
 	first := 0
-	for first < len(toks) && !toks[first].isPunct('(') {
+	for first < len(toks) && !toks[first].IsPunct('(') {
 		first++
 	}
 	if first < len(toks) && matchParen(toks, first) == len(toks)-1 {
@@ -290,13 +290,13 @@ func isTerm(toks []token) bool {
 }
 
 // isName reports whether sig is name(.name)*.
-func isName(sig []token) bool {
+func isName(sig []Token) bool {
 	for j, t := range sig {
 		if j%2 == 0 {
-			if t.kind != tkWord && t.kind != tkQuoted {
+			if t.Kind != TokenWord && t.Kind != TokenQuoted {
 				return false
 			}
-		} else if !t.isPunct('.') {
+		} else if !t.IsPunct('.') {
 			return false
 		}
 	}

@@ -39,11 +39,11 @@ var singleClauses = map[string]bool{
 func Segments(sql string) []Segment {
 	// toks are the significant tokens; spaced[i] reports that trivia
 	// (whitespace or a comment) preceded toks[i]: it becomes one space.
-	var toks []token
+	var toks []Token
 	var spaced []bool
 	gap := false
-	for _, t := range lex(sql) {
-		if t.trivia() {
+	for _, t := range Lex(sql) {
+		if t.Trivia() {
 			gap = true
 			continue
 		}
@@ -60,20 +60,20 @@ func Segments(sql string) []Segment {
 	}
 	var cuts []cut
 	for i, t := range toks {
-		if t.kind != tkWord {
+		if t.Kind != TokenWord {
 			continue
 		}
-		w := strings.ToUpper(t.text)
+		w := strings.ToUpper(t.Text)
 		switch {
 		case singleClauses[w]:
 			cuts = append(cuts, cut{i, w})
-		case (w == "GROUP" || w == "ORDER") && i+1 < len(toks) && toks[i+1].isWord("BY"):
+		case (w == "GROUP" || w == "ORDER") && i+1 < len(toks) && toks[i+1].IsWord("BY"):
 			cuts = append(cuts, cut{i, w + " BY"})
 		case w == "JOIN":
 			// Modifiers are never clause keywords, so no earlier cut lies
 			// inside [start, i).
 			start := i
-			for start > 0 && toks[start-1].kind == tkWord && joinModifiers[strings.ToUpper(toks[start-1].text)] {
+			for start > 0 && toks[start-1].Kind == TokenWord && joinModifiers[strings.ToUpper(toks[start-1].Text)] {
 				start--
 			}
 			cuts = append(cuts, cut{start, "JOIN"})
@@ -85,7 +85,7 @@ func Segments(sql string) []Segment {
 			if j > from && spaced[j] {
 				b.WriteByte(' ')
 			}
-			b.WriteString(toks[j].text)
+			b.WriteString(toks[j].Text)
 		}
 		return b.String()
 	}

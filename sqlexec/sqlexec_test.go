@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -321,8 +322,8 @@ func TestSplitStatements(t *testing.T) {
 func TestLexRoundTrip(t *testing.T) {
 	for _, s := range []string{"SELECT 'a''b', \"c\"\"d\", `e`, [f], x'00', 1.5e-3, .5, $1, $$x$$ -- z\n/* w */;", "'unterminated", "/* open", "[open", "\"open"} {
 		var b strings.Builder
-		for _, tk := range lex(s) {
-			b.WriteString(tk.text)
+		for _, tk := range Lex(s) {
+			b.WriteString(tk.Text)
 		}
 		if b.String() != s {
 			t.Errorf("lex round trip of %q gave %q", s, b.String())
@@ -354,48 +355,53 @@ func TestNormalizeSQL(t *testing.T) {
 	}
 }
 
+// TestCacheSingleflight: 64 concurrent callers of one key share one
+// computation. In a synctest bubble, so that every caller is known to be
+// waiting before the computation ends (no sleep, whatever the load).
 func TestCacheSingleflight(t *testing.T) {
-	c := NewCache()
-	var calls atomic.Int32
-	gate := make(chan struct{})
-	want := res(1, row(int64(1)))
-	var wg sync.WaitGroup
-	const n = 64
-	results := make([]*Result, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r, err := c.Get(context.Background(), "k", func(context.Context) (*Result, error) {
-				calls.Add(1)
-				<-gate
-				return want, nil
-			})
-			if err != nil {
-				t.Error(err)
-			}
-			results[i] = r
-		}()
-	}
-	time.Sleep(50 * time.Millisecond)
-	close(gate)
-	wg.Wait()
-	if calls.Load() != 1 {
-		t.Fatalf("compute called %d times", calls.Load())
-	}
-	for _, r := range results {
-		if r != want {
-			t.Fatal("a caller got another result")
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCache()
+		var calls atomic.Int32
+		gate := make(chan struct{})
+		want := res(1, row(int64(1)))
+		var wg sync.WaitGroup
+		const n = 64
+		results := make([]*Result, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := c.Get(context.Background(), "k", func(context.Context) (*Result, error) {
+					calls.Add(1)
+					<-gate
+					return want, nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				results[i] = r
+			}()
 		}
-	}
-	// Later calls hit the cache.
-	r, _ := c.Get(context.Background(), "k", func(context.Context) (*Result, error) {
-		t.Error("recomputed")
-		return nil, nil
+		synctest.Wait() // every caller blocked: one computing, the rest waiting for it
+		close(gate)
+		wg.Wait()
+		if calls.Load() != 1 {
+			t.Fatalf("compute called %d times", calls.Load())
+		}
+		for _, r := range results {
+			if r != want {
+				t.Fatal("a caller got another result")
+			}
+		}
+		// Later calls hit the cache.
+		r, _ := c.Get(context.Background(), "k", func(context.Context) (*Result, error) {
+			t.Error("recomputed")
+			return nil, nil
+		})
+		if r != want || c.Len() != 1 {
+			t.Error("cache miss")
+		}
 	})
-	if r != want || c.Len() != 1 {
-		t.Error("cache miss")
-	}
 }
 
 func TestCacheErrors(t *testing.T) {
@@ -425,41 +431,45 @@ func TestCacheErrors(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("unavailable was cached (%d calls)", calls)
 	}
-	// A computation whose caller left is not kept; a waiter computes again.
-	cctx, cancel := context.WithCancel(ctx)
-	started := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Get(cctx, "c", func(ctx context.Context) (*Result, error) {
-			close(started)
-			<-ctx.Done()
-			return nil, Errorf(KindUnavailable, ctx.Err(), "canceled")
-		})
-	}()
-	<-started
-	waited := make(chan *Result)
-	go func() {
-		r, _ := c.Get(ctx, "c", func(context.Context) (*Result, error) { return res(1), nil })
-		waited <- r
-	}()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	<-done
-	if r := <-waited; r == nil {
-		t.Error("the waiter did not recompute after the first caller left")
-	}
-	// A waiter whose own context ends stops waiting.
-	block := make(chan struct{})
-	go c.Get(ctx, "slow", func(context.Context) (*Result, error) { <-block; return res(1), nil })
-	time.Sleep(10 * time.Millisecond)
-	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer wcancel()
-	if _, err := c.Get(wctx, "slow", nil); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("waiter got %v", err)
-	}
-	close(block)
-	c.Forget("slow")
+	// A computation whose caller left is not kept; a waiter computes
+	// again. A waiter whose own context ends stops waiting. In a synctest
+	// bubble, so that the waiters are known to wait (no sleep).
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Get(cctx, "c", func(ctx context.Context) (*Result, error) {
+				<-ctx.Done()
+				return nil, Errorf(KindUnavailable, ctx.Err(), "canceled")
+			})
+		}()
+		synctest.Wait() // the first caller computes
+		recomputed := false
+		waited := make(chan *Result)
+		go func() {
+			r, _ := c.Get(ctx, "c", func(context.Context) (*Result, error) { recomputed = true; return res(1), nil })
+			waited <- r
+		}()
+		synctest.Wait() // the waiter waits for it
+		cancel()
+		<-done
+		if r := <-waited; r == nil || !recomputed {
+			t.Errorf("the waiter got %v (recomputed %v), want its own computation after the first caller left", r, recomputed)
+		}
+		block := make(chan struct{})
+		go c.Get(ctx, "slow", func(context.Context) (*Result, error) { <-block; return res(1), nil })
+		synctest.Wait() // "slow" is being computed
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer wcancel()
+		if _, err := c.Get(wctx, "slow", nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiter got %v", err)
+		}
+		close(block)
+		synctest.Wait()
+		c.Forget("slow")
+	})
 }
 
 // fakeEngine answers queries from a table and counts executions.

@@ -101,60 +101,14 @@ func (a *askerFlags) register(fs *flag.FlagSet, when string) {
 // bird-a) from the same flags (--asker-style does not apply: the agent has
 // one prompt per mode); the returned function closes its cache.
 func (a *askerFlags) buildAgent(when string) (*policy.LLMAgent, func(), error) {
-	if a.url == "" || a.model == "" {
-		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
-	}
-	if a.concurrency <= 0 || a.timeout <= 0 {
-		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
-	}
-	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, Version: policy.AgentPromptVersion}
-	closeCache := func() {}
-	if a.cache != "" {
-		cache, err := llm.OpenFileCache(a.cache)
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg.Cache, closeCache = cache, func() { cache.Close() }
-	}
-	lc, err := llm.New(cfg, nil)
-	if err == nil {
-		var agent *policy.LLMAgent
-		if agent, err = policy.NewLLMAgent(lc); err == nil {
-			return agent, closeCache, nil
-		}
-	}
-	closeCache()
-	return nil, nil, err
+	return buildLLMPolicy(a, when, llmPrompt{version: policy.AgentPromptVersion}, policy.NewLLMAgent)
 }
 
 // buildTideAgent makes TIDE-Bench's LLM agent (tide-f, tide-p) from the
 // same flags (--asker-style does not apply: the agent has TIDE's one
 // prompt); the returned function closes its cache.
 func (a *askerFlags) buildTideAgent(when string) (*policy.TideAgent, func(), error) {
-	if a.url == "" || a.model == "" {
-		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
-	}
-	if a.concurrency <= 0 || a.timeout <= 0 {
-		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
-	}
-	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: true, Version: policy.TideAgentPromptVersion}
-	closeCache := func() {}
-	if a.cache != "" {
-		cache, err := llm.OpenFileCache(a.cache)
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg.Cache, closeCache = cache, func() { cache.Close() }
-	}
-	lc, err := llm.New(cfg, nil)
-	if err == nil {
-		var agent *policy.TideAgent
-		if agent, err = policy.NewTideAgent(lc); err == nil {
-			return agent, closeCache, nil
-		}
-	}
-	closeCache()
-	return nil, nil, err
+	return buildLLMPolicy(a, when, llmPrompt{version: policy.TideAgentPromptVersion, jsonMode: true}, policy.NewTideAgent)
 }
 
 // build makes the LLM asker; the returned function closes its cache.
@@ -163,13 +117,47 @@ func (a *askerFlags) build(when string) (*policy.LLMAsker, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return buildLLMPolicy(a, when, llmPrompt{version: policy.AskerPromptVersion, jsonMode: true},
+		func(c *llm.Client) (*policy.LLMAsker, error) { return policy.NewLLMAsker(c, style) })
+}
+
+// llmPrompt is what an LLM policy asks of its model client: the version
+// of its prompts (part of the response cache's key) and whether it reads
+// JSON replies.
+type llmPrompt struct {
+	version  string
+	jsonMode bool
+}
+
+// buildLLMPolicy makes an LLM policy (asker or agent) over a model client
+// built from the asker flags (when names the flag that asked for it, for
+// errors); the returned function closes the client's response cache, which
+// is closed already when the policy cannot be made.
+func buildLLMPolicy[P any](a *askerFlags, when string, prompt llmPrompt, newPolicy func(*llm.Client) (P, error)) (P, func(), error) {
+	var none P
+	c, closeCache, err := a.client(when, prompt)
+	if err != nil {
+		return none, nil, err
+	}
+	p, err := newPolicy(c)
+	if err != nil {
+		closeCache()
+		return none, nil, err
+	}
+	return p, closeCache, nil
+}
+
+// client makes the model client the asker flags describe, with the
+// response cache of --llm-cache when one is given; the returned function
+// closes that cache.
+func (a *askerFlags) client(when string, prompt llmPrompt) (*llm.Client, func(), error) {
 	if a.url == "" || a.model == "" {
 		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
 	}
 	if a.concurrency <= 0 || a.timeout <= 0 {
 		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
 	}
-	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: true, Version: policy.AskerPromptVersion}
+	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: prompt.jsonMode, Version: prompt.version}
 	closeCache := func() {}
 	if a.cache != "" {
 		cache, err := llm.OpenFileCache(a.cache)
@@ -178,15 +166,12 @@ func (a *askerFlags) build(when string) (*policy.LLMAsker, func(), error) {
 		}
 		cfg.Cache, closeCache = cache, func() { cache.Close() }
 	}
-	lc, err := llm.New(cfg, nil)
-	if err == nil {
-		var asker *policy.LLMAsker
-		if asker, err = policy.NewLLMAsker(lc, style); err == nil {
-			return asker, closeCache, nil
-		}
+	c, err := llm.New(cfg, nil)
+	if err != nil {
+		closeCache()
+		return nil, nil, err
 	}
-	closeCache()
-	return nil, nil, err
+	return c, closeCache, nil
 }
 
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) int {

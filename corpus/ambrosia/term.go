@@ -370,21 +370,26 @@ func vagueSpan(q string, toks []tok, interps []string) (int, int) {
 	if len(interps) == 0 {
 		return -1, -1
 	}
-	score := make([]int, len(toks))
-	qualified := make([]int, len(toks))
+	score, qualified := vagueScores(q, toks, interps)
+	best := vagueSeed(q, toks, score)
+	if best < 0 {
+		return -1, -1
+	}
+	return extendVague(q, toks, score, best, qualified[best] > 0)
+}
+
+// vagueScores scores each question word against the interpretations (see
+// vagueSpan); qualified counts the interpretations that qualify the word.
+func vagueScores(q string, toks []tok, interps []string) (score, qualified []int) {
+	score = make([]int, len(toks))
+	qualified = make([]int, len(toks))
 	for _, in := range interps {
-		it := tokenize(in)
-		matched, insertedBefore, trailing := align(toks, it)
+		matched, insertedBefore, trailing := align(toks, tokenize(in))
 		for k := range toks {
 			if !matched[k] {
 				score[k] += 2
 			} else if insertedBefore[k] {
-				// A qualifier inserted before a function word qualifies the
-				// word before it ("airport [city] they").
-				at := k
-				if function[toks[k].low] && k > 0 && matched[k-1] {
-					at = k - 1
-				}
+				at := qualifierTarget(toks, matched, k)
 				score[at]++
 				qualified[at]++
 			}
@@ -401,31 +406,50 @@ func vagueSpan(q string, toks []tok, interps []string) (int, int) {
 			qualified[at]++
 		}
 	}
-	// content words: not function words, not fragments such as the "s"
-	// of "What's" (a word of one or two letters counts only as an
-	// acronym: "TV"); "where", "who" and "when" may be the vague word
-	// itself, but a span never extends over them.
-	content := func(k int) bool { return isContent(q, toks[k]) }
-	seed := func(k int) bool { return content(k) || vagueQuestionWords[toks[k].low] }
+	return score, qualified
+}
+
+// qualifierTarget returns the word that words inserted before toks[k]
+// qualify: toks[k] itself, or the word before a function word ("airport
+// [city] they").
+func qualifierTarget(toks []tok, matched []bool, k int) int {
+	if function[toks[k].low] && k > 0 && matched[k-1] {
+		return k - 1
+	}
+	return k
+}
+
+// vagueSeed returns the best-scoring word that may be the vague word (a
+// content word, or "where", "who" or "when"), or -1 when no such word
+// scores.
+func vagueSeed(q string, toks []tok, score []int) int {
 	best := -1
 	for k := range toks {
-		if seed(k) && score[k] > 0 && (best < 0 || score[k] > score[best]) {
+		seed := isContent(q, toks[k]) || vagueQuestionWords[toks[k].low]
+		if seed && score[k] > 0 && (best < 0 || score[k] > score[best]) {
 			best = k
 		}
 	}
-	if best < 0 {
-		return -1, -1
-	}
+	return best
+}
+
+// extendVague returns the span [i, j) around toks[best]: extended over the
+// adjacent scoring content words (content words: not function words, not
+// fragments such as the "s" of "What's"; a span never extends over
+// "where", "who" or "when"), and, for a qualified word standing alone,
+// over the rest of its noun phrase (up to two words).
+func extendVague(q string, toks []tok, score []int, best int, qualified bool) (int, int) {
+	content := func(k int) bool { return isContent(q, toks[k]) }
+	breaks := func(k int) bool { return gapBreaks(q[toks[k-1].end:toks[k].start]) } // between toks[k-1] and toks[k]
 	i, j := best, best+1
-	for i > 0 && content(i-1) && score[i-1] > 0 && !gapBreaks(q[toks[i-1].end:toks[i].start]) {
+	for i > 0 && content(i-1) && score[i-1] > 0 && !breaks(i) {
 		i--
 	}
-	for j < len(toks) && content(j) && score[j] > 0 && !gapBreaks(q[toks[j-1].end:toks[j].start]) {
+	for j < len(toks) && content(j) && score[j] > 0 && !breaks(j) {
 		j++
 	}
-	if qualified[best] > 0 && j == best+1 {
-		// a qualified noun: take the rest of its noun phrase (up to two words)
-		for j < len(toks) && j-best < 3 && !function[toks[j].low] && !gapBreaks(q[toks[j-1].end:toks[j].start]) && !endsS(toks[j-1].low) {
+	if qualified && j == best+1 {
+		for j < len(toks) && j-best < 3 && !function[toks[j].low] && !breaks(j) && !endsS(toks[j-1].low) {
 			j++
 		}
 	}

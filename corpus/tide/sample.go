@@ -206,48 +206,80 @@ func (im *importer) decode(b []byte, line int) *sample {
 			bad(k, "unknown field (misspelt?); the format's fields are listed in docs/tide.md")
 		}
 	}
-	// Types first.
-	wrong := map[string]bool{}
+	// Types first, then presence by sample type.
+	wrong := s.readFields(vals, bad)
+	s.sampleType = s.str["sample_type"]
+	s.checkPresence(vals, wrong, bad)
+	if len(im.problems) > n {
+		return nil
+	}
+	im.checkSample(s, bad)
+	if len(im.problems) > n {
+		return nil
+	}
+	return s
+}
+
+// reporter reports a problem of one field of the sample being decoded.
+type reporter = func(field, format string, args ...any)
+
+// readFields decodes the non-null fields of vals into s by their kinds and
+// reports those of the wrong type, which wrong marks.
+func (s *sample) readFields(vals map[string]json.RawMessage, bad reporter) (wrong map[string]bool) {
+	wrong = map[string]bool{}
 	for _, f := range fields {
 		v, ok := vals[f.name]
 		if !ok || string(v) == "null" {
 			continue
 		}
-		wrong[f.name] = true
-		switch f.kind {
-		case text, optText:
-			var x string
-			if json.Unmarshal(v, &x) != nil {
-				bad(f.name, "want a string, got %s", jsonKind(v))
-				continue
-			}
-			if f.kind == text && strings.TrimSpace(x) == "" {
-				bad(f.name, "is empty")
-				continue
-			}
-			if f.enum != nil && !slices.Contains(f.enum, x) {
-				bad(f.name, "%q is not one of %s", x, strings.Join(f.enum, ", "))
-				continue
-			}
-			s.str[f.name] = x
-		case options, textList:
-			var xs []string
-			if v[0] != '[' {
-				bad(f.name, "want an array of strings, got %s", jsonKind(v))
-				continue
-			}
-			if json.Unmarshal(v, &xs) != nil {
-				bad(f.name, "want an array of strings, got an array with an element that is not a string")
-				continue
-			}
-			s.list[f.name] = xs
+		if !s.readField(f, v, bad) {
+			wrong[f.name] = true
+			continue
 		}
-		wrong[f.name] = false
 		s.raw[f.name] = v
 	}
+	return wrong
+}
+
+// readField decodes the value v of field f into s, or reports why it
+// cannot and returns false.
+func (s *sample) readField(f fieldSpec, v json.RawMessage, bad reporter) bool {
+	switch f.kind {
+	case text, optText:
+		var x string
+		switch {
+		case json.Unmarshal(v, &x) != nil:
+			bad(f.name, "want a string, got %s", jsonKind(v))
+		case f.kind == text && strings.TrimSpace(x) == "":
+			bad(f.name, "is empty")
+		case f.enum != nil && !slices.Contains(f.enum, x):
+			bad(f.name, "%q is not one of %s", x, strings.Join(f.enum, ", "))
+		default:
+			s.str[f.name] = x
+			return true
+		}
+		return false
+	case options, textList:
+		var xs []string
+		switch {
+		case v[0] != '[':
+			bad(f.name, "want an array of strings, got %s", jsonKind(v))
+		case json.Unmarshal(v, &xs) != nil:
+			bad(f.name, "want an array of strings, got an array with an element that is not a string")
+		default:
+			s.list[f.name] = xs
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// checkPresence reports the fields that are missing or set against the
+// rules of the sample's type (and drift subtype); wrong marks the fields of
+// the wrong type.
+func (s *sample) checkPresence(vals map[string]json.RawMessage, wrong map[string]bool, bad reporter) {
 	st, stOK := s.str["sample_type"]
-	s.sampleType = st
-	// Presence by sample type.
 	for _, f := range fields {
 		v, present := vals[f.name]
 		null := !present || string(v) == "null"
@@ -261,33 +293,32 @@ func (im *importer) decode(b []byte, line int) *sample {
 		case set && null:
 			bad(f.name, "is required in a %s sample%s", st, pick(f.group == projection, " with a projection drift", ""))
 		case !set && !null:
-			switch f.group {
-			case chain:
-				bad(f.name, "must be null in a %s sample: it has no clarification chain (sample_type says which patterns are active)", st)
-			case drift:
-				bad(f.name, "must be null in a %s sample: it has no drift (sample_type says which patterns are active)", st)
-			case projection:
-				if st == corpus.SampleChainOnly {
-					bad(f.name, "must be null in a %s sample: it has no drift", st)
-				} else {
-					bad(f.name, "is only given for projection drifts (drift_subtype %q)", s.str["drift_subtype"])
-				}
-			}
+			s.reportSet(f, bad)
 		}
 	}
-	if len(im.problems) > n {
-		return nil
+}
+
+// reportSet reports field f, set in a sample whose type says it must be
+// null.
+func (s *sample) reportSet(f fieldSpec, bad reporter) {
+	st := s.sampleType
+	switch f.group {
+	case chain:
+		bad(f.name, "must be null in a %s sample: it has no clarification chain (sample_type says which patterns are active)", st)
+	case drift:
+		bad(f.name, "must be null in a %s sample: it has no drift (sample_type says which patterns are active)", st)
+	case projection:
+		if st == corpus.SampleChainOnly {
+			bad(f.name, "must be null in a %s sample: it has no drift", st)
+		} else {
+			bad(f.name, "is only given for projection drifts (drift_subtype %q)", s.str["drift_subtype"])
+		}
 	}
-	im.checkSample(s, bad)
-	if len(im.problems) > n {
-		return nil
-	}
-	return s
 }
 
 // checkSample checks the rules between the fields of one sample whose
 // fields have the right types and presence.
-func (im *importer) checkSample(s *sample, bad func(field, format string, args ...any)) {
+func (im *importer) checkSample(s *sample, bad reporter) {
 	id, anchor := s.str["instance_id"], s.str["anchor_id"]
 	if !corpus.ValidID(id) {
 		bad("instance_id", "%q must be letters, digits, '.', '_', ':' or '-', starting with a letter or digit (it becomes the record id)", id)
