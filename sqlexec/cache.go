@@ -2,27 +2,73 @@ package sqlexec
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
+
+	"avtgym/internal/cache"
 )
 
-// Cache computes each key once (concurrent callers of one key wait for one computation)
-// and keeps the results and errors. Two outcomes are not kept, so that a later call
-// computes again: failures while the computing caller's context was done (the caller
-// left, the result says nothing about the key) and KindUnavailable and KindBusy
-// errors (the environment, not the key, failed). A waiting caller whose context ends stops waiting
-// with the context's error; the computation goes on for the others.
+// Bounds of a Cache made by NewCache.
+const (
+	// DefaultCacheEntries is how many reference outcomes a Cache keeps.
+	DefaultCacheEntries = 1 << 16
+	// DefaultCacheBytes is how much memory the kept reference results may
+	// take together (Result.Bytes, counted twice: the result and its
+	// prepared comparison side).
+	DefaultCacheBytes int64 = 1 << 30
+)
+
+// Cache holds reference outcomes by key (an internal/cache.Cache): each key
+// is computed once (concurrent callers of one key wait for one
+// computation), and its result or error is kept. Two outcomes are not kept,
+// so that a later call computes again: failures while the computing
+// caller's context was done (the caller left, the result says nothing about
+// the key) and KindUnavailable and KindBusy errors (the environment, not the
+// key, failed; see Lasting). A waiting caller whose context ends stops
+// waiting with the context's error; the computation goes on for the others.
+// Past its bounds (entries, and the results' bytes) the least recently used
+// outcome is dropped, and computed again when it is needed again.
 //
-// The zero Cache is not usable; call NewCache. A Cache is safe for concurrent use.
+// The zero Cache is not usable; call NewCache. A Cache is safe for
+// concurrent use.
 type Cache struct {
-	mu sync.Mutex
-	m  map[string]*cacheEntry
-	// refs memoises what Check derives from a reference text under a
-	// policy (rewritten, normalised, resolved policy), keyed like m: the
-	// same for every check of the task.
-	refs sync.Map // string -> *refForm
+	results *cache.Cache[string, *refResult]
+	// forms memoises what Check derives from a reference text under a
+	// policy (rewritten, normalised, resolved policy): the same for every
+	// check of the task.
+	forms *cache.Cache[formKey, *refForm]
+}
+
+// refResult is a kept reference result and its prepared side of the
+// comparison, made on first use.
+type refResult struct {
+	res *Result
+	// prep is prepareRef(policy, res) for the policy the last Check
+	// resolved (one per key, in practice).
+	prep atomic.Pointer[preparedRef]
+}
+
+// preparedRef is a reference result's prepared rows under one policy.
+type preparedRef struct {
+	policy Policy
+	rows   *refRows
+}
+
+// prepared returns the comparison side of the result under p.
+func (r *refResult) prepared(p Policy) *refRows {
+	if pr := r.prep.Load(); pr != nil && pr.policy == p {
+		return pr.rows
+	}
+	pr := &preparedRef{policy: p, rows: prepareRef(p, r.res)}
+	r.prep.Store(pr)
+	return pr.rows
+}
+
+// formKey is what a refForm is derived from: its content, and the key it
+// serves.
+type formKey struct {
+	key, reference string
+	policy         Policy
 }
 
 // refForm is a reference text as Check uses it.
@@ -30,120 +76,82 @@ type refForm struct {
 	sql    string // rewritten by the policy
 	norm   string // NormalizeSQL(sql)
 	policy Policy // the policy resolved against sql
-	source string // the reference text it was derived from
-	in     Policy // the policy it was derived under
-
-	// rows is the reference result's prepared side of the comparison
-	// (a *preparedRef), made on first use.
-	rows atomic.Pointer[preparedRef]
 }
 
-// preparedRef ties prepared reference rows to the result they came from
-// (the cache may compute the reference again after Forget).
-type preparedRef struct {
-	from *Result
-	rows *refRows
-}
+// NewCache returns an empty cache bounded by DefaultCacheEntries and
+// DefaultCacheBytes.
+func NewCache() *Cache { return NewBoundedCache(DefaultCacheEntries, DefaultCacheBytes) }
 
-// prepared returns the comparison side of ref under the form's policy.
-func (f *refForm) prepared(ref *Result) *refRows {
-	if pr := f.rows.Load(); pr != nil && pr.from == ref {
-		return pr.rows
+// NewBoundedCache returns an empty cache that keeps at most maxEntries
+// outcomes (at least 1) and, when maxBytes is positive, results of at most
+// maxBytes together (twice Result.Bytes each, for the prepared side).
+func NewBoundedCache(maxEntries int, maxBytes int64) *Cache {
+	maxEntries = max(maxEntries, 1)
+	return &Cache{
+		results: cache.New(cache.Options[string, *refResult]{
+			MaxEntries: maxEntries,
+			MaxBytes:   maxBytes,
+			Size: func(key string, r *refResult, _ error) int64 {
+				n := int64(len(key)) + 64
+				if r != nil {
+					n += 2 * r.res.Bytes
+				}
+				return n
+			},
+			KeepError: Lasting,
+		}),
+		forms: cache.New(cache.Options[formKey, *refForm]{MaxEntries: maxEntries}),
 	}
-	pr := &preparedRef{from: ref, rows: prepareRef(f.policy, ref)}
-	f.rows.Store(pr)
-	return pr.rows
+}
+
+// Lasting reports whether a failure says something lasting about the SQL
+// that failed, so that it may be cached as the SQL's outcome: every failure
+// but KindUnavailable and KindBusy (the environment failed, or was
+// saturated: the same SQL may run later).
+func Lasting(err error) bool {
+	switch KindOf(err) {
+	case KindUnavailable, KindBusy:
+		return false
+	}
+	return true
 }
 
 // refForm returns the memoised form of reference under p for key.
 func (c *Cache) refForm(key string, p Policy, reference string) *refForm {
-	if f, ok := c.refs.Load(key); ok {
-		if f := f.(*refForm); f.source == reference && f.in == p {
-			return f
-		}
-	}
-	sql := p.Rewrite(reference)
-	f := &refForm{sql: sql, norm: NormalizeSQL(sql), policy: p.Resolve(sql), source: reference, in: p}
-	c.refs.Store(key, f)
+	f, _ := c.forms.Get(context.Background(), formKey{key, reference, p}, func(context.Context) (*refForm, error) {
+		sql := p.Rewrite(reference)
+		return &refForm{sql: sql, norm: NormalizeSQL(sql), policy: p.Resolve(sql)}, nil
+	})
 	return f
 }
-
-type cacheEntry struct {
-	done  chan struct{}
-	res   *Result
-	err   error
-	retry bool // the outcome was not kept: waiters compute again
-}
-
-// NewCache returns an empty cache.
-func NewCache() *Cache { return &Cache{m: map[string]*cacheEntry{}} }
 
 // Get returns the cached outcome for key, computing it with compute when it is missing.
 // The returned *Result is shared: callers must not modify it.
 func (c *Cache) Get(ctx context.Context, key string, compute func(context.Context) (*Result, error)) (*Result, error) {
-	for {
-		c.mu.Lock()
-		e := c.m[key]
-		if e == nil {
-			e = &cacheEntry{done: make(chan struct{})}
-			c.m[key] = e
-			c.mu.Unlock()
-			c.fill(ctx, key, e, compute)
-			return e.res, e.err
-		}
-		c.mu.Unlock()
-		select {
-		case <-e.done:
-			if e.retry {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			return e.res, e.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	r, err := c.get(ctx, key, compute)
+	if err != nil {
+		return nil, err
 	}
+	return r.res, nil
 }
 
-func (c *Cache) fill(ctx context.Context, key string, e *cacheEntry, compute func(context.Context) (*Result, error)) {
-	finished := false
-	defer func() {
-		if !finished { // compute panicked: let waiters retry, then re-panic
-			e.retry = true
-			e.err = errors.New("sqlexec: cache computation panicked")
+// get is Get with the kept entry.
+func (c *Cache) get(ctx context.Context, key string, compute func(context.Context) (*Result, error)) (*refResult, error) {
+	return c.results.Get(ctx, key, func(ctx context.Context) (*refResult, error) {
+		res, err := compute(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if e.retry {
-			c.mu.Lock()
-			if c.m[key] == e {
-				delete(c.m, key)
-			}
-			c.mu.Unlock()
+		if res == nil {
+			return nil, fmt.Errorf("sqlexec: cache computation for %q returned no result", key)
 		}
-		close(e.done)
-	}()
-	e.res, e.err = compute(ctx)
-	if e.err == nil && e.res == nil {
-		e.err = fmt.Errorf("sqlexec: cache computation for %q returned no result", key)
-	}
-	if e.err != nil && (ctx.Err() != nil || KindOf(e.err) == KindUnavailable || KindOf(e.err) == KindBusy) {
-		e.retry = true
-	}
-	finished = true
+		return &refResult{res: res}, nil
+	})
 }
 
-// Forget removes key's outcome (a computation in flight finishes for its waiters).
-func (c *Cache) Forget(key string) {
-	c.mu.Lock()
-	delete(c.m, key)
-	c.mu.Unlock()
-	c.refs.Delete(key)
-}
+// Forget removes key's outcome (a computation in flight finishes for its
+// waiters, and is not kept).
+func (c *Cache) Forget(key string) { c.results.Forget(key) }
 
-// Len returns the number of keys held or being computed.
-func (c *Cache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
+// Len returns the number of outcomes held.
+func (c *Cache) Len() int { return c.results.Len() }

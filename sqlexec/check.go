@@ -48,13 +48,13 @@ func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Polic
 	predSQL, predToks := p.rewrite(predicted)
 	key := CacheKey(refKey, p)
 	rf := cache.refForm(key, p, reference)
-	ref, err := cache.Get(ctx, key, func(ctx context.Context) (*Result, error) {
+	kept, err := cache.get(ctx, key, func(ctx context.Context) (*Result, error) {
 		return eng.Query(ctx, rf.sql, lim)
 	})
 	if err != nil {
 		return Verdict{}, fmt.Errorf("sqlexec: reference %q failed: %w", refKey, err)
 	}
-	rp := rf.policy
+	ref, rp := kept.res, rf.policy
 	pred := ref
 	// The prediction is not run when it is the reference up to whitespace,
 	// comments and case. Its rewritten tokens rule most predictions out
@@ -72,6 +72,6 @@ func Check(ctx context.Context, eng Engine, cache *Cache, refKey string, p Polic
 			return Verdict{Success: false, Reason: err.Error(), Err: err}, nil
 		}
 	}
-	ok, reason := compareWith(rp, pred, ref, rf.prepared(ref))
+	ok, reason := compareWith(rp, pred, ref, kept.prepared(rp))
 	return Verdict{Success: ok, Reason: reason}, nil
 }

@@ -188,45 +188,56 @@ func DateOf(s string) (date string, ok bool) {
 	if rest[0] != ' ' && rest[0] != 'T' {
 		return "", false
 	}
-	rest = rest[1:]
-	if len(rest) < 5 || !digits(rest[:2]) || rest[2] != ':' || !digits(rest[3:5]) {
-		return "", false
-	}
-	rest = rest[5:]
-	if len(rest) >= 3 && rest[0] == ':' && digits(rest[1:3]) {
-		rest = rest[3:]
-		if len(rest) >= 2 && rest[0] == '.' && digits(rest[1:2]) {
-			i := 2
-			for i < len(rest) && digits(rest[i:i+1]) {
-				i++
-			}
-			rest = rest[i:]
-		}
-	}
-	switch {
-	case rest == "" || rest == "Z":
-	case rest[0] == '+' || rest[0] == '-':
-		rest = rest[1:]
-		if len(rest) < 2 || !digits(rest[:2]) {
-			return "", false
-		}
-		rest = rest[2:]
-		for k := 0; k < 2 && rest != ""; k++ { // minutes, then seconds
-			if rest[0] == ':' {
-				rest = rest[1:]
-			}
-			if len(rest) < 2 || !digits(rest[:2]) {
-				return "", false
-			}
-			rest = rest[2:]
-		}
-		if rest != "" {
-			return "", false
-		}
-	default:
+	if rest, ok = skipClock(rest[1:]); !ok || !isUTCOffset(rest) {
 		return "", false
 	}
 	return s[:10], true
+}
+
+// skipClock skips a time of day at the start of s, HH:MM[:SS[.digits]],
+// and returns what follows it; ok is false when s does not start with one.
+func skipClock(s string) (rest string, ok bool) {
+	if len(s) < 5 || !digits(s[:2]) || s[2] != ':' || !digits(s[3:5]) {
+		return "", false
+	}
+	s = s[5:]
+	if len(s) >= 3 && s[0] == ':' && digits(s[1:3]) {
+		s = s[3:]
+		if len(s) >= 2 && s[0] == '.' && digits(s[1:2]) {
+			i := 2
+			for i < len(s) && digits(s[i:i+1]) {
+				i++
+			}
+			s = s[i:]
+		}
+	}
+	return s, true
+}
+
+// isUTCOffset reports whether s is nothing, Z, or a UTC offset ±HH, ±HH:MM,
+// ±HHMM or ±HH:MM:SS.
+func isUTCOffset(s string) bool {
+	switch {
+	case s == "" || s == "Z":
+		return true
+	case s[0] != '+' && s[0] != '-':
+		return false
+	}
+	s = s[1:]
+	if len(s) < 2 || !digits(s[:2]) {
+		return false
+	}
+	s = s[2:]
+	for k := 0; k < 2 && s != ""; k++ { // minutes, then seconds
+		if s[0] == ':' {
+			s = s[1:]
+		}
+		if len(s) < 2 || !digits(s[:2]) {
+			return false
+		}
+		s = s[2:]
+	}
+	return s == ""
 }
 
 func isDate(s string) bool {

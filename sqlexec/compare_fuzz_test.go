@@ -290,117 +290,166 @@ func FuzzCompare(f *testing.F) {
 		}
 		ref := r.result()
 		// The prediction: the reference permuted, then edited.
-		pred := permuted(ref, r)
-		for edits := int(r.next() % 4); edits > 0; edits-- {
-			n := len(pred.Rows)
-			switch op := r.next() % 4; {
-			case n == 0:
-			case op == 0: // a near or equal value
-				i, j := int(r.next())%n, int(r.next())%max(1, len(pred.Rows[0]))
-				if len(pred.Rows[i]) > 0 {
-					pred.Rows[i][j] = r.nearby(pred.Rows[i][j])
-				}
-			case op == 1: // a new value
-				i, j := int(r.next())%n, int(r.next())%max(1, len(pred.Rows[0]))
-				if len(pred.Rows[i]) > 0 {
-					pred.Rows[i][j] = r.cell()
-				}
-			case op == 2: // a duplicated row
-				i := int(r.next()) % n
-				pred.Rows = append(pred.Rows, cloneResult(&Result{Rows: pred.Rows[i : i+1]}).Rows[0])
-			default: // a dropped row
-				i := int(r.next()) % n
-				pred.Rows = append(pred.Rows[:i:i], pred.Rows[i+1:]...)
-			}
-		}
-		predCopy, refCopy := cloneResult(pred), cloneResult(ref)
-
-		ok, reason := Compare(p, pred, ref)
-		if !sameResult(pred, predCopy) || !sameResult(ref, refCopy) {
-			t.Fatalf("Compare modified its inputs")
-		}
-		if ok != (reason == "") {
-			t.Fatalf("Compare(%+v) = %v with reason %q", p, ok, reason)
-		}
-		show := func() string { return fmt.Sprintf("policy %+v\npred %#v\nref  %#v", p, pred.Rows, ref.Rows) }
-
-		for _, res := range []*Result{ref, pred} {
-			want := !(p.EmptyFails && len(res.Rows) == 0)
-			if got, why := Compare(p, res, res); got != want {
-				t.Fatalf("a result compared with itself: %v (%s)\n%s", got, why, show())
-			}
-			if got, why := Compare(p, res, cloneResult(res)); got != want {
-				t.Fatalf("a result compared with its copy: %v (%s)\n%s", got, why, show())
-			}
-		}
-		if ok2, _ := Compare(p, ref, pred); ok2 != ok {
-			t.Fatalf("not symmetric: %v, swapped %v (%s)\n%s", ok, ok2, reason, show())
-		}
-		// DateOnly and CanonicalJSON map equal cells to equal cells: they keep the
-		// verdict symmetric and never turn a success into a failure (set: except
-		// with integers among reals, see intsAmongReals).
-		norm := p
-		norm.DateOnly, norm.CanonicalJSON = true, true
-		okNorm, whyNorm := Compare(norm, pred, ref)
-		if ok2, _ := Compare(norm, ref, pred); ok2 != okNorm {
-			t.Fatalf("DateOnly+CanonicalJSON: not symmetric: %v, swapped %v (%s)\n%s", okNorm, ok2, whyNorm, show())
-		}
-		if ok && !okNorm && !(p.Order == OrderSet && intsAmongReals(pred, ref)) {
-			t.Fatalf("equal, but not under DateOnly+CanonicalJSON (%s)\n%s", whyNorm, show())
-		}
-		with := func(o Order) Policy { q := p; q.Order = o; return q }
-		okBag, _ := Compare(with(OrderBag), pred, ref)
-		if okAuto, _ := Compare(with(OrderAuto), pred, ref); okAuto != okBag {
-			t.Fatalf("auto %v, bag %v\n%s", okAuto, okBag, show())
-		}
-		if okOrd, _ := Compare(with(OrderOrdered), pred, ref); okOrd && !okBag {
-			t.Fatalf("equal as lists but not as bags\n%s", show())
-		}
-		if len(pred.Rows) <= 8 {
-			want := bagOracle(p, pred, ref) && !(p.EmptyFails && (len(pred.Rows) == 0 || len(ref.Rows) == 0))
-			if okBag != want {
-				t.Fatalf("bag comparison %v, brute-force matching %v\n%s", okBag, want, show())
-			}
-		}
-		okSet, _ := Compare(with(OrderSet), pred, ref)
-		if want, applicable := exactSetOracle(p, pred, ref); applicable {
-			want = want && !(p.EmptyFails && (len(pred.Rows) == 0 || len(ref.Rows) == 0))
-			if okSet != want {
-				t.Fatalf("set comparison %v, exact sets %v\n%s", okSet, want, show())
-			}
-		}
-		for _, o := range []Order{OrderBag, OrderSet} {
-			if o == OrderSet && intsAmongReals(pred, ref) {
-				continue
-			}
-			q := with(o)
-			want, _ := Compare(q, pred, ref)
-			if got, _ := Compare(q, permuted(pred, r), permuted(ref, r)); got != want {
-				t.Fatalf("%v comparison depends on row order: %v, permuted %v\n%s", o, want, got, show())
-			}
-		}
-		if n := len(pred.Rows); n > 0 && !intsAmongReals(pred, ref) {
-			dup := cloneResult(pred)
-			dup.Rows = append(dup.Rows, cloneResult(pred).Rows[int(r.next())%n])
-			if got, _ := Compare(with(OrderSet), dup, ref); got != okSet {
-				t.Fatalf("set comparison changed by a duplicated row: %v, then %v\n%s", okSet, got, show())
-			}
-		}
-		if p.Decimals >= 0 {
-			rounded := cloneResult(ref)
-			for _, row := range rounded.Rows {
-				for j, v := range row {
-					if x, isFloat := v.(float64); isFloat {
-						row[j] = RoundHalfUp(x, p.Decimals)
-					}
-				}
-			}
-			want := !(p.EmptyFails && len(ref.Rows) == 0)
-			if got, why := Compare(p, rounded, ref); got != want {
-				t.Fatalf("a result and its rounded values: %v (%s)\n%s", got, why, show())
-			}
-		}
+		pred := edited(permuted(ref, r), r)
+		c := compareCase{t: t, p: p, pred: pred, ref: ref, r: r}
+		ok := c.basics()
+		c.normalisers(ok)
+		c.orders()
+		c.rounding()
 	})
+}
+
+// edited applies up to three edits that r chooses to pred: a near or equal
+// value, a new value, a duplicated row, a dropped row.
+func edited(pred *Result, r *fuzzBytes) *Result {
+	for edits := int(r.next() % 4); edits > 0; edits-- {
+		n := len(pred.Rows)
+		switch op := r.next() % 4; {
+		case n == 0:
+		case op == 0: // a near or equal value
+			i, j := int(r.next())%n, int(r.next())%max(1, len(pred.Rows[0]))
+			if len(pred.Rows[i]) > 0 {
+				pred.Rows[i][j] = r.nearby(pred.Rows[i][j])
+			}
+		case op == 1: // a new value
+			i, j := int(r.next())%n, int(r.next())%max(1, len(pred.Rows[0]))
+			if len(pred.Rows[i]) > 0 {
+				pred.Rows[i][j] = r.cell()
+			}
+		case op == 2: // a duplicated row
+			i := int(r.next()) % n
+			pred.Rows = append(pred.Rows, cloneResult(&Result{Rows: pred.Rows[i : i+1]}).Rows[0])
+		default: // a dropped row
+			i := int(r.next()) % n
+			pred.Rows = append(pred.Rows[:i:i], pred.Rows[i+1:]...)
+		}
+	}
+	return pred
+}
+
+// compareCase is one FuzzCompare input: the policy, the two results and
+// the rest of the fuzzer's bytes; its methods check FuzzCompare's
+// properties in turn.
+type compareCase struct {
+	t         *testing.T
+	p         Policy
+	pred, ref *Result
+	r         *fuzzBytes
+}
+
+func (c compareCase) show() string {
+	return fmt.Sprintf("policy %+v\npred %#v\nref  %#v", c.p, c.pred.Rows, c.ref.Rows)
+}
+
+func (c compareCase) with(o Order) Policy { q := c.p; q.Order = o; return q }
+
+// basics: Compare leaves its inputs alone, gives a reason exactly when it
+// fails, finds a result equal to itself and its copy, and is symmetric; it
+// returns the verdict.
+func (c compareCase) basics() bool {
+	t, p, pred, ref := c.t, c.p, c.pred, c.ref
+	predCopy, refCopy := cloneResult(pred), cloneResult(ref)
+	ok, reason := Compare(p, pred, ref)
+	if !sameResult(pred, predCopy) || !sameResult(ref, refCopy) {
+		t.Fatalf("Compare modified its inputs")
+	}
+	if ok != (reason == "") {
+		t.Fatalf("Compare(%+v) = %v with reason %q", p, ok, reason)
+	}
+	for _, res := range []*Result{ref, pred} {
+		want := !(p.EmptyFails && len(res.Rows) == 0)
+		if got, why := Compare(p, res, res); got != want {
+			t.Fatalf("a result compared with itself: %v (%s)\n%s", got, why, c.show())
+		}
+		if got, why := Compare(p, res, cloneResult(res)); got != want {
+			t.Fatalf("a result compared with its copy: %v (%s)\n%s", got, why, c.show())
+		}
+	}
+	if ok2, _ := Compare(p, ref, pred); ok2 != ok {
+		t.Fatalf("not symmetric: %v, swapped %v (%s)\n%s", ok, ok2, reason, c.show())
+	}
+	return ok
+}
+
+// normalisers: DateOnly and CanonicalJSON map equal cells to equal cells:
+// they keep the verdict symmetric and never turn a success (ok) into a
+// failure (set: except with integers among reals, see intsAmongReals).
+func (c compareCase) normalisers(ok bool) {
+	t, pred, ref := c.t, c.pred, c.ref
+	norm := c.p
+	norm.DateOnly, norm.CanonicalJSON = true, true
+	okNorm, whyNorm := Compare(norm, pred, ref)
+	if ok2, _ := Compare(norm, ref, pred); ok2 != okNorm {
+		t.Fatalf("DateOnly+CanonicalJSON: not symmetric: %v, swapped %v (%s)\n%s", okNorm, ok2, whyNorm, c.show())
+	}
+	if ok && !okNorm && !(c.p.Order == OrderSet && intsAmongReals(pred, ref)) {
+		t.Fatalf("equal, but not under DateOnly+CanonicalJSON (%s)\n%s", whyNorm, c.show())
+	}
+}
+
+// orders: auto is bag; lists that are equal are equal bags; bag and set
+// agree with brute force where it applies; neither depends on row order,
+// and set not on duplicated rows.
+func (c compareCase) orders() {
+	t, p, pred, ref, r := c.t, c.p, c.pred, c.ref, c.r
+	okBag, _ := Compare(c.with(OrderBag), pred, ref)
+	if okAuto, _ := Compare(c.with(OrderAuto), pred, ref); okAuto != okBag {
+		t.Fatalf("auto %v, bag %v\n%s", okAuto, okBag, c.show())
+	}
+	if okOrd, _ := Compare(c.with(OrderOrdered), pred, ref); okOrd && !okBag {
+		t.Fatalf("equal as lists but not as bags\n%s", c.show())
+	}
+	if len(pred.Rows) <= 8 {
+		want := bagOracle(p, pred, ref) && !(p.EmptyFails && (len(pred.Rows) == 0 || len(ref.Rows) == 0))
+		if okBag != want {
+			t.Fatalf("bag comparison %v, brute-force matching %v\n%s", okBag, want, c.show())
+		}
+	}
+	okSet, _ := Compare(c.with(OrderSet), pred, ref)
+	if want, applicable := exactSetOracle(p, pred, ref); applicable {
+		want = want && !(p.EmptyFails && (len(pred.Rows) == 0 || len(ref.Rows) == 0))
+		if okSet != want {
+			t.Fatalf("set comparison %v, exact sets %v\n%s", okSet, want, c.show())
+		}
+	}
+	for _, o := range []Order{OrderBag, OrderSet} {
+		if o == OrderSet && intsAmongReals(pred, ref) {
+			continue
+		}
+		q := c.with(o)
+		want, _ := Compare(q, pred, ref)
+		if got, _ := Compare(q, permuted(pred, r), permuted(ref, r)); got != want {
+			t.Fatalf("%v comparison depends on row order: %v, permuted %v\n%s", o, want, got, c.show())
+		}
+	}
+	if n := len(pred.Rows); n > 0 && !intsAmongReals(pred, ref) {
+		dup := cloneResult(pred)
+		dup.Rows = append(dup.Rows, cloneResult(pred).Rows[int(r.next())%n])
+		if got, _ := Compare(c.with(OrderSet), dup, ref); got != okSet {
+			t.Fatalf("set comparison changed by a duplicated row: %v, then %v\n%s", okSet, got, c.show())
+		}
+	}
+}
+
+// rounding: with Decimals k, a result equals its own values rounded to k
+// places.
+func (c compareCase) rounding() {
+	p, ref := c.p, c.ref
+	if p.Decimals < 0 {
+		return
+	}
+	rounded := cloneResult(ref)
+	for _, row := range rounded.Rows {
+		for j, v := range row {
+			if x, isFloat := v.(float64); isFloat {
+				row[j] = RoundHalfUp(x, p.Decimals)
+			}
+		}
+	}
+	want := !(p.EmptyFails && len(ref.Rows) == 0)
+	if got, why := Compare(p, rounded, ref); got != want {
+		c.t.Fatalf("a result and its rounded values: %v (%s)\n%s", got, why, c.show())
+	}
 }
 
 // FuzzRoundHalfUp checks RoundHalfUp against exact decimal arithmetic on

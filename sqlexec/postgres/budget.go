@@ -54,6 +54,8 @@ var ErrBudget = errors.New("the PostgreSQL connection budget is spent")
 // budget counts the policy-role connections of a Server.
 type budget struct {
 	total int
+	// clock paces admit's tries (Config.Clock).
+	clock Clock
 
 	mu sync.Mutex
 	// fixed are the reserved connections: the copies' sessions and the
@@ -150,11 +152,9 @@ func (b *budget) admit(ctx context.Context) error {
 				break
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if err := b.clock.Sleep(ctx, reclaimPause); err != nil {
 			return fmt.Errorf("%w: %d connections (Config.Connections, serve --postgres-connections) are in use or reserved, and none became free: %w",
-				ErrBudget, b.total, ctx.Err())
-		case <-time.After(reclaimPause):
+				ErrBudget, b.total, err)
 		}
 	}
 }

@@ -230,12 +230,8 @@ func (s *Server) createClone(ctx context.Context, name, tpl, work string, inst u
 			break
 		}
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 100 {
-			select {
-			case <-time.After(50 * time.Millisecond):
-				continue
-			case <-ctx.Done():
-			}
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 100 && s.cfg.Clock.Sleep(ctx, 50*time.Millisecond) == nil {
+			continue
 		}
 		return fmt.Errorf("postgres: cloning %s from %s: %w", name, tpl, err)
 	}
@@ -432,7 +428,8 @@ func (s *Server) backendsOn(ctx context.Context, name string, except uint32) ([]
 // session, and its transaction rolls back); those still there after grace
 // are terminated. It returns how many were terminated.
 func (s *Server) waitSessionsGone(ctx context.Context, name string, except uint32, grace time.Duration) (int, error) {
-	deadline := time.Now().Add(grace)
+	clock := s.cfg.Clock
+	deadline := clock.Now().Add(grace)
 	pause := 500 * time.Microsecond
 	terminated := 0
 	for {
@@ -443,20 +440,18 @@ func (s *Server) waitSessionsGone(ctx context.Context, name string, except uint3
 		if len(pids) == 0 {
 			return terminated, nil
 		}
-		if time.Now().After(deadline) {
+		if clock.Now().After(deadline) {
 			for _, p := range pids {
 				if _, err := s.admin.Exec(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(p)); err != nil {
 					return terminated, fmt.Errorf("postgres: terminating session %d on %s: %w", p, name, err)
 				}
 				terminated++
 			}
-			deadline = time.Now().Add(grace)
+			deadline = clock.Now().Add(grace)
 			continue
 		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return terminated, ctx.Err()
+		if err := clock.Sleep(ctx, pause); err != nil {
+			return terminated, err
 		}
 		pause = min(2*pause, 20*time.Millisecond)
 	}

@@ -11,6 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// classifier classifies the failures of one run of statements on a
+// session (pc) under one set of limits (lim): a Query's, or a stateful
+// job's.
+type classifier struct {
+	pc  *pgconn.PgConn
+	lim sqlexec.Limits
+}
+
 // classify turns a failure of a query into an *sqlexec.Error. A failure of
 // the policy's own statement goes through classifyPolicy, which decides
 // whose fault it is. By SQLSTATE:
@@ -31,19 +39,20 @@ import (
 //   - the rest: KindExecution.
 //
 // A protocol message past the byte cap is KindTooManyBytes; a broken
-// connection is KindUnavailable; the caller's deadline is KindTimeout and its
-// cancellation KindUnavailable.
-func (q *query) classify(err error, label string) error {
+// connection is KindUnavailable; the caller's deadline (ctx) is KindTimeout
+// and its cancellation KindUnavailable; the run's client-side backstop
+// (qctx, derived from ctx) is KindTimeout.
+func (c classifier) classify(ctx, qctx context.Context, err error, label string) error {
 	if e, ok := isMessageTooBig(err); ok {
 		return sqlexec.Errorf(sqlexec.KindTooManyBytes, err,
-			"%s sent a message of %d bytes, larger than the byte cap (%d bytes) allows; it was not read", label, e.ActualBodyLen, q.lim.MaxBytes)
+			"%s sent a message of %d bytes, larger than the byte cap (%d bytes) allows; it was not read", label, e.ActualBodyLen, c.lim.MaxBytes)
 	}
-	if q.ctx.Err() != nil {
-		return canceled(q.ctx)
+	if ctx.Err() != nil {
+		return canceled(ctx)
 	}
-	if q.qctx.Err() != nil {
+	if qctx.Err() != nil {
 		return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
-			"%s did not finish within the time limit of %v and was interrupted (the server did not stop it in time)", label, q.lim.Timeout)
+			"%s did not finish within the time limit of %v and was interrupted (the server did not stop it in time)", label, c.lim.Timeout)
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -55,8 +64,8 @@ func (q *query) classify(err error, label string) error {
 		if pgErr.Code == "55P03" {
 			return sqlexec.Errorf(k, err, "%s waited too long for a lock and was canceled: %s", label, msg)
 		}
-		if q.lim.Timeout > 0 {
-			return sqlexec.Errorf(k, err, "%s did not finish within the time limit of %v and was canceled: %s", label, q.lim.Timeout, msg)
+		if c.lim.Timeout > 0 {
+			return sqlexec.Errorf(k, err, "%s did not finish within the time limit of %v and was canceled: %s", label, c.lim.Timeout, msg)
 		}
 		return sqlexec.Errorf(k, err, "%s did not finish within the time limit and was canceled: %s", label, msg)
 	case sqlexec.KindDenied:
@@ -91,15 +100,15 @@ func (q *query) classify(err error, label string) error {
 // could end its own session are refused by the statement checks and
 // revoked in the catalog), the caller's context was canceled, or no
 // connection could be had (connectError).
-func (q *query) classifyPolicy(pc *pgconn.PgConn, err error, label string) error {
-	e := q.classify(err, label)
+func (c classifier) classifyPolicy(ctx, qctx context.Context, err error, label string) error {
+	e := c.classify(ctx, qctx, err, label)
 	switch sqlexec.KindOf(e) {
 	case sqlexec.KindUnavailable, sqlexec.KindBusy:
 	default:
 		return e
 	}
 	var pgErr *pgconn.PgError
-	if q.ctx.Err() == nil && errors.As(err, &pgErr) && sessionLives(pc, pgErr) {
+	if ctx.Err() == nil && errors.As(err, &pgErr) && sessionLives(c.pc, pgErr) {
 		return sqlexec.Errorf(sqlexec.KindExecution, err, "%s failed while running: %s", label, pgMessage(pgErr))
 	}
 	return e

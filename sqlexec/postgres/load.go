@@ -365,10 +365,8 @@ func (s *Server) dropDatabase(ctx context.Context, conn *pgxpool.Conn, name stri
 			}
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if s.cfg.Clock.Sleep(ctx, pause) != nil {
 			return fmt.Errorf("postgres: dropping database %s: %w", name, err)
-		case <-time.After(pause):
 		}
 	}
 }
@@ -539,13 +537,13 @@ func planLoad(ctx context.Context, files []srcFile, dumps bool) ([]srcFile, erro
 		if err != nil {
 			return nil, &LoadError{File: f.name, Err: sqlexec.Errorf(sqlexec.KindUnavailable, err, "opening: %v", err)}
 		}
-		r := newScriptReader(ctx, f.name, rc)
+		r := newScriptReader(f.name, rc)
 		for {
 			if ctx.Err() != nil {
 				rc.Close()
 				return nil, &LoadError{File: f.name, Err: sqlexec.Errorf(sqlexec.KindTimeout, ctx.Err(), "reading the files took too long: %v", ctx.Err())}
 			}
-			st, err := r.next()
+			st, err := r.next(ctx)
 			if err == io.EOF {
 				break
 			}
@@ -806,12 +804,12 @@ func (s *Server) loadFile(ctx context.Context, pc *pgconn.PgConn, f srcFile, tim
 		return &LoadError{File: f.name, Err: sqlexec.Errorf(sqlexec.KindUnavailable, err, "opening: %v", err)}
 	}
 	defer rc.Close()
-	r := newScriptReader(ctx, f.name, rc)
+	r := newScriptReader(f.name, rc)
 	for {
 		if ctx.Err() != nil {
 			return timeUp()
 		}
-		st, err := r.next()
+		st, err := r.next(ctx)
 		if err == io.EOF {
 			return nil
 		}

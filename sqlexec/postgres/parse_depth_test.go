@@ -38,11 +38,12 @@ func TestDeepSQLIsThePolicysSyntaxError(t *testing.T) {
 		"the chain beside 'lo_' (forces the full parse)": true, "the chain in an UPDATE": true,
 		"the chain in a SQL function's body": true, "the chain in a DO block": true,
 	}
+	checks := newStmtChecks()
 	for name, sql := range deepPolicySQL() {
 		t.Run(name, func(t *testing.T) {
 			for mode, check := range map[string]func(string) ([]string, error){
-				"query":    func(s string) ([]string, error) { return checkQuery(s, true) },
-				"stateful": checkStateful,
+				"query":    func(s string) ([]string, error) { return checks.checkQuery(s, true) },
+				"stateful": checks.checkStateful,
 			} {
 				_, err := check(sql)
 				if k := sqlexec.KindOf(err); err != nil && k != sqlexec.KindSyntax && k != sqlexec.KindDenied {

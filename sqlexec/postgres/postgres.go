@@ -139,6 +139,10 @@ type Config struct {
 	// needs the server's backends on this machine; otherwise Warnings
 	// says so.
 	MaxBackendMemory int64
+	// Clock is how the Server waits between the tries of its retry loops
+	// (see Clock). Nil means real time. Tests inject a fake that records
+	// the waits and returns at once.
+	Clock Clock
 }
 
 func (c *Config) defaults() {
@@ -172,6 +176,9 @@ func (c *Config) defaults() {
 	if c.MaxBackendMemory == 0 {
 		c.MaxBackendMemory = DefaultMaxBackendMemory
 	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
 }
 
 // Server is a PostgreSQL server administered for avtgym: the policy role exists
@@ -197,6 +204,9 @@ type Server struct {
 	mw *memWatch
 	// budget counts the policy-role connections (budget.go).
 	budget budget
+	// checks keeps the outcomes of the statement checks by text
+	// (stmts.go), for every DB and StatefulDB of the Server.
+	checks *stmtChecks
 }
 
 // Connect connects to the server at adminURL with the default Config.
@@ -228,8 +238,8 @@ func ConnectConfig(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connecting as the administrator: %w", err)
 	}
-	s := &Server{cfg: cfg, admin: admin, adminCfg: pcfg}
-	s.budget = budget{pyWorkers: cfg.PythonConnections, pools: map[*pgxpool.Pool]bool{}}
+	s := &Server{cfg: cfg, admin: admin, adminCfg: pcfg, checks: newStmtChecks()}
+	s.budget = budget{pyWorkers: cfg.PythonConnections, pools: map[*pgxpool.Pool]bool{}, clock: cfg.Clock}
 	key := cfg.PasswordKey
 	if len(key) == 0 && pcfg.ConnConfig.Password != "" {
 		key = []byte(pcfg.ConnConfig.Password)

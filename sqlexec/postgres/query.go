@@ -198,7 +198,7 @@ func settingsSQL(state map[string]string, lim sqlexec.Limits) ([]string, map[str
 // Cells are converted as documented in convert.go. Failures are
 // *sqlexec.Error values (see classify for the kinds).
 func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sqlexec.Result, error) {
-	stmts, err := checkQuery(sqlText, d.readOnly)
+	stmts, err := d.srv.checks.checkQuery(sqlText, d.readOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sq
 	if err != nil {
 		return nil, connectError(ctx, d.name, err)
 	}
-	q := &query{ctx: ctx, qctx: ctx, stmts: stmts, lim: lim}
+	qctx := ctx // ctx with the client-side backstop deadline
 	if lim.Timeout > 0 {
 		// One statement: the server's statement_timeout stops it at the limit,
 		// and this deadline is only a backstop. Several: they share the limit
@@ -219,12 +219,13 @@ func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sq
 			backstop = lim.Timeout + multiGrace
 		}
 		var cancel context.CancelFunc
-		q.qctx, cancel = context.WithTimeout(ctx, backstop)
+		qctx, cancel = context.WithTimeout(ctx, backstop)
 		defer cancel()
 	}
 	pc := conn.Conn().PgConn()
 	x := d.watch(pc)
-	res, err := q.run(pc)
+	q := &queryRun{classifier: classifier{pc: pc, lim: lim}, cs: connStateOf(pc), stmts: stmts}
+	res, err := q.run(ctx, qctx)
 	if d.mw.done(x) {
 		// Past the memory bound: the statement was canceled (or finished
 		// while the cancel was on its way, which must not reach the
@@ -266,13 +267,22 @@ func cancelRequest(pc *pgconn.PgConn) {
 	pc.CancelRequest(ctx)
 }
 
-// query is one Query call on one connection.
-type query struct {
-	ctx     context.Context
-	qctx    context.Context // ctx with the client-side backstop deadline
-	stmts   []string
-	lim     sqlexec.Limits
-	discard bool // the connection must be closed, not returned
+// queryRun is one Query call's pipeline on one connection: its requests,
+// and what reading their results found. Its steps: plan the requests, send
+// them in one round trip, read the results in order (collecting the last
+// statement's rows under the caps), then settle the connection and classify
+// the first failure.
+type queryRun struct {
+	classifier // the connection and the query's limits
+	cs         *connState
+	stmts      []string
+	reqs       []request
+	// settings are the connection's limit settings once the pipeline's
+	// first sync point is read (nil: they do not change).
+	settings map[string]string
+	res      *sqlexec.Result
+	capped   bool // the last statement's result passed a cap
+	discard  bool // the connection must be closed, not returned
 }
 
 // Request kinds of a query's pipeline.
@@ -292,176 +302,175 @@ type request struct {
 	name string // reqPrepare, reqDeallocate: the prepared statement
 }
 
-func (q *query) run(pc *pgconn.PgConn) (*sqlexec.Result, error) {
-	lim := q.lim
-	if lim.MaxBytes > 0 {
-		pc.Frontend().SetMaxBodyLen(int(min(max(lim.MaxBytes+1024, minMessageCap), 1<<30)))
-	} else {
-		pc.Frontend().SetMaxBodyLen(0)
+// wired is how the request is sent: statements (BEGIN and ROLLBACK too) as
+// the connection's prepared statement when they have one.
+func (r request) wired() wire {
+	switch r.kind {
+	case reqPrepare:
+		return wire{op: opPrepare, text: r.text, name: r.name}
+	case reqDeallocate:
+		return wire{op: opDeallocate, name: r.name}
+	case reqSync:
+		return wire{op: opSync}
+	case reqControl, reqStmt:
+		if r.name != "" {
+			return wire{op: opPrepared, name: r.name}
+		}
 	}
-	cache := connStateOf(pc)
+	return wire{op: opQuery, text: r.text}
+}
 
-	// The pipeline, one round trip: the settings that change, committed on
-	// their own (a sync point); then BEGIN READ ONLY, the statements,
-	// ROLLBACK, and the deallocation of prepared statements the cache
-	// evicted. Statements (BEGIN and ROLLBACK too) run as prepared statements
-	// of the connection's cache: prepared (parsed and analyzed, and planned
-	// on first execution) on first use, then only bound and executed.
-	var reqs []request
-	sets, newSettings := settingsSQL(cache.settings, lim)
+// run runs the query: ctx is the caller's, qctx ctx with the client-side
+// backstop deadline, which bounds the pipeline.
+func (q *queryRun) run(ctx, qctx context.Context) (*sqlexec.Result, error) {
+	setMessageCap(q.pc, q.lim)
+	q.plan()
+	p, err := send(qctx, q.pc, q.reqs)
+	if err != nil {
+		q.discard = true
+		return nil, q.classify(ctx, qctx, err, "the query")
+	}
+	failedAt, failed := q.read(p)
+	if q.capped {
+		return nil, failed
+	}
+	if failed != nil && q.reqs[failedAt].kind == reqSet {
+		// The limits could not be set: the rest must not be read.
+		q.discard = true
+		return nil, q.classify(ctx, qctx, failed, "setting the query's limits")
+	}
+	if failed != nil {
+		q.skipToEnd(p, failedAt, failed)
+	}
+	if !q.discard {
+		if err := p.Close(); err != nil && failed == nil {
+			failed, failedAt = err, len(q.reqs)-1
+			q.discard = true
+		}
+	}
+	if failed != nil {
+		return nil, q.fail(ctx, qctx, failedAt, failed)
+	}
+	if q.pc.TxStatus() != 'I' {
+		q.discard = true
+	}
+	return q.res, nil
+}
+
+// plan makes the pipeline, one round trip: the settings that change,
+// committed on their own (a sync point); then BEGIN READ ONLY, the
+// statements, ROLLBACK, and the deallocation of prepared statements the
+// connection's cache evicted. Statements (BEGIN and ROLLBACK too) run as
+// prepared statements of the connection's cache: prepared (parsed and
+// analyzed, and planned on first execution) on first use, then only bound
+// and executed.
+func (q *queryRun) plan() {
+	sets, want := settingsSQL(q.cs.settings, q.lim)
 	for _, text := range sets {
-		reqs = append(reqs, request{kind: reqSet, stmt: -1, text: text})
+		q.reqs = append(q.reqs, request{kind: reqSet, stmt: -1, text: text})
 	}
 	if len(sets) > 0 {
-		reqs = append(reqs, request{kind: reqSync, stmt: -1})
+		q.settings = want
+		q.reqs = append(q.reqs, request{kind: reqSync, stmt: -1})
 	}
 	main := []request{{kind: reqControl, stmt: -1, text: beginSQL}}
 	for i, text := range q.stmts {
 		main = append(main, request{kind: reqStmt, stmt: i, text: text})
 	}
 	main = append(main, request{kind: reqControl, stmt: -1, text: rollbackSQL})
-	reqs = append(reqs, cache.plan(main)...)
-	for _, name := range cache.evicted {
-		reqs = append(reqs, request{kind: reqDeallocate, stmt: -1, name: name})
+	q.reqs = append(q.reqs, q.cs.plan(main)...)
+	for _, name := range q.cs.evicted {
+		q.reqs = append(q.reqs, request{kind: reqDeallocate, stmt: -1, name: name})
 	}
-	reqs = append(reqs, request{kind: reqSync, stmt: -1})
-
-	p := pc.StartPipeline(q.qctx)
-	for i, r := range reqs {
-		switch r.kind {
-		case reqPrepare:
-			p.SendPrepare(r.name, r.text, nil)
-		case reqSet:
-			p.SendQueryParams(r.text, nil, nil, nil, nil)
-		case reqSync:
-			if i < len(reqs)-1 {
-				p.SendPipelineSync()
-			}
-		case reqControl, reqStmt:
-			if r.name != "" {
-				p.SendQueryPrepared(r.name, nil, nil, nil)
-			} else {
-				p.SendQueryParams(r.text, nil, nil, nil, nil)
-			}
-		case reqDeallocate:
-			p.SendDeallocate(r.name)
-		}
-	}
-	if err := p.Sync(); err != nil {
-		q.discard = true
-		return nil, q.classify(err, "the query")
-	}
-
-	last := len(q.stmts) - 1
-	var res *sqlexec.Result
-	var failed error
-	failedAt := -1
-	for i, r := range reqs {
-		out, err := p.GetResults()
-		if err == nil {
-			switch r.kind {
-			case reqSync:
-				if _, ok := out.(*pgconn.PipelineSync); !ok {
-					err = fmt.Errorf("postgres: expected the end of the pipeline, got %T", out)
-				} else if len(sets) > 0 && i < len(reqs)-1 {
-					cache.settings = newSettings
-				}
-			case reqPrepare:
-				if _, ok := out.(*pgconn.StatementDescription); ok {
-					cache.prepared(r.text, r.name)
-				} else {
-					err = fmt.Errorf("postgres: expected a statement description, got %T", out)
-				}
-			case reqDeallocate:
-				if _, ok := out.(*pgconn.CloseComplete); ok {
-					cache.deallocated(r.name)
-				} else {
-					err = fmt.Errorf("postgres: expected the end of a deallocation, got %T", out)
-				}
-			default:
-				rr, ok := out.(*pgconn.ResultReader)
-				if !ok {
-					err = fmt.Errorf("postgres: expected a result, got %T", out)
-					break
-				}
-				if r.kind == reqStmt && r.stmt == last {
-					var capErr error
-					res, capErr = collect(rr, lim)
-					if capErr != nil {
-						q.discard = true
-						return nil, capErr
-					}
-				} else {
-					for rr.NextRow() {
-					}
-				}
-				_, err = rr.Close()
-			}
-		}
-		if err != nil {
-			failed, failedAt = err, i
-			break
-		}
-	}
-	if failed != nil && reqs[failedAt].kind == reqSet {
-		// The limits could not be set: the rest must not be read.
-		q.discard = true
-		return nil, q.classify(failed, "setting the query's limits")
-	}
-	if failed != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(failed, &pgErr) && reqs[failedAt].kind != reqSync {
-			// The server skips to the end of the pipeline.
-			if out, err := p.GetResults(); err != nil {
-				q.discard = true
-			} else if _, ok := out.(*pgconn.PipelineSync); !ok {
-				q.discard = true
-			}
-		} else {
-			q.discard = true
-		}
-	}
-	if !q.discard {
-		if err := p.Close(); err != nil && failed == nil {
-			failed, failedAt = err, len(reqs)-1
-			q.discard = true
-		}
-	}
-	if failed != nil {
-		label, policy := "the query", false
-		if r := reqs[failedAt]; r.stmt >= 0 && (r.kind == reqStmt || r.kind == reqPrepare) {
-			label, policy = stmtLabel(r.stmt, len(q.stmts), q.stmts[r.stmt]), true
-		}
-		return nil, q.fail(pc, failed, label, policy)
-	}
-	if pc.TxStatus() != 'I' {
-		q.discard = true
-	}
-	return res, nil
+	q.reqs = append(q.reqs, request{kind: reqSync, stmt: -1})
 }
 
-// fail classifies a failure of the statement label names (policy: one of
-// the policy's statements, see classifyPolicy) and decides what happens to
-// the connection: one that answered with an error is rolled back and kept;
-// one whose state is unknown (a canceled context, a broken connection, a
+// read reads the results in order up to the first failure, and returns
+// its request's index and error (-1 and nil when there is none).
+func (q *queryRun) read(p *pgconn.Pipeline) (int, error) {
+	for i, r := range q.reqs {
+		if err := q.readOne(p, i, r); err != nil {
+			return i, err
+		}
+	}
+	return -1, nil
+}
+
+// readOne reads request i's result and records what it changed: the
+// connection's settings and prepared statements, the last statement's rows.
+func (q *queryRun) readOne(p *pgconn.Pipeline, i int, r request) error {
+	rr, err := nextResult(p, r.wired())
+	if err != nil {
+		return err
+	}
+	switch r.kind {
+	case reqSync:
+		if q.settings != nil && i < len(q.reqs)-1 {
+			q.cs.settings = q.settings
+		}
+	case reqPrepare:
+		q.cs.prepared(r.text, r.name)
+	case reqDeallocate:
+		q.cs.deallocated(r.name)
+	case reqStmt:
+		if r.stmt == len(q.stmts)-1 {
+			res, capErr := collect(rr, q.lim)
+			if capErr != nil {
+				// The rest of the result is not read: the connection goes.
+				q.capped, q.discard = true, true
+				return capErr
+			}
+			q.res = res
+			_, err := rr.Close()
+			return err
+		}
+		return drain(rr)
+	default:
+		return drain(rr)
+	}
+	return nil
+}
+
+// skipToEnd reads past a failure: after a statement's error the server
+// skips to the end of the pipeline, whose sync point must come next; any
+// other failure leaves the connection in an unknown state.
+func (q *queryRun) skipToEnd(p *pgconn.Pipeline, failedAt int, failed error) {
+	var pgErr *pgconn.PgError
+	if !errors.As(failed, &pgErr) || q.reqs[failedAt].kind == reqSync {
+		q.discard = true
+		return
+	}
+	if _, err := nextResult(p, wire{op: opSync}); err != nil {
+		q.discard = true
+	}
+}
+
+// fail classifies the failure of request failedAt (a statement's is the
+// policy's, see classifyPolicy) and decides what happens to the
+// connection: one that answered with an error is rolled back and kept; one
+// whose state is unknown (a canceled context, a broken connection, a
 // message over the cap) is closed.
-func (q *query) fail(pc *pgconn.PgConn, err error, label string, policy bool) error {
+func (q *queryRun) fail(ctx, qctx context.Context, failedAt int, err error) error {
+	label, policy := "the query", false
+	if r := q.reqs[failedAt]; r.stmt >= 0 && (r.kind == reqStmt || r.kind == reqPrepare) {
+		label, policy = stmtLabel(r.stmt, len(q.stmts), q.stmts[r.stmt]), true
+	}
 	// Whose fault it is depends on the session as the error left it, before
 	// the rollback below.
 	var classified error
 	if policy {
-		classified = q.classifyPolicy(pc, err, label)
+		classified = q.classifyPolicy(ctx, qctx, err, label)
 	} else {
-		classified = q.classify(err, label)
+		classified = q.classify(ctx, qctx, err, label)
 	}
 	var pgErr *pgconn.PgError
-	if q.ctx.Err() != nil || q.qctx.Err() != nil || !errors.As(err, &pgErr) || pc.IsClosed() {
+	if ctx.Err() != nil || qctx.Err() != nil || !errors.As(err, &pgErr) || q.pc.IsClosed() {
 		q.discard = true
-	} else if !q.discard && pc.TxStatus() != 'I' {
+	} else if !q.discard && q.pc.TxStatus() != 'I' {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, rerr := pc.Exec(rctx, rollbackSQL).ReadAll()
+		_, rerr := q.pc.Exec(rctx, rollbackSQL).ReadAll()
 		cancel()
-		if rerr != nil || pc.TxStatus() != 'I' {
+		if rerr != nil || q.pc.TxStatus() != 'I' {
 			q.discard = true
 		}
 	}

@@ -43,8 +43,7 @@ type scriptStmt struct {
 
 // scriptReader reads the statements of one script.
 type scriptReader struct {
-	ctx   context.Context // bounds the reading (a statement over many lines is scanned often)
-	file  string          // names the script in errors
+	file  string // names the script in errors
 	br    *bufio.Reader
 	line  int // lines consumed
 	queue []scriptStmt
@@ -53,8 +52,8 @@ type scriptReader struct {
 	inCopy *copyReader
 }
 
-func newScriptReader(ctx context.Context, file string, r io.Reader) *scriptReader {
-	return &scriptReader{ctx: ctx, file: file, br: bufio.NewReaderSize(r, 64<<10)}
+func newScriptReader(file string, r io.Reader) *scriptReader {
+	return &scriptReader{file: file, br: bufio.NewReaderSize(r, 64<<10)}
 }
 
 // scriptError is a failure tied to a place in a script.
@@ -81,9 +80,10 @@ func (r *scriptReader) readLine() (string, error) {
 	}
 }
 
-// next returns the next statement, or io.EOF after the last. A COPY's data
+// next returns the next statement, or io.EOF after the last; ctx bounds the
+// reading (a statement over many lines is scanned often). A COPY's data
 // that the caller did not read is skipped.
-func (r *scriptReader) next() (scriptStmt, error) {
+func (r *scriptReader) next(ctx context.Context) (scriptStmt, error) {
 	if r.inCopy != nil {
 		if _, err := io.Copy(io.Discard, r.inCopy); err != nil {
 			return scriptStmt{}, err
@@ -93,7 +93,7 @@ func (r *scriptReader) next() (scriptStmt, error) {
 		if r.eof {
 			return scriptStmt{}, io.EOF
 		}
-		if err := r.fill(); err != nil {
+		if err := r.fill(ctx); err != nil {
 			return scriptStmt{}, err
 		}
 	}
@@ -107,11 +107,11 @@ func (r *scriptReader) next() (scriptStmt, error) {
 
 // fill reads lines up to the end of the next complete statements and parses
 // them into the queue.
-func (r *scriptReader) fill() error {
+func (r *scriptReader) fill(ctx context.Context) error {
 	var buf strings.Builder
 	start := 0 // the buffer's first line
 	for {
-		if err := r.ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return r.errorf(r.line+1, "", sqlexec.KindTimeout, err, "reading the script took too long: %v", err)
 		}
 		line, err := r.readLine()

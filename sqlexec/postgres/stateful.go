@@ -13,9 +13,10 @@ package postgres
 // transaction that is always rolled back, in one round trip: BEGIN READ WRITE, the
 // limits (SET LOCAL), DISCARD SEQUENCES, Setup, Prior, the predicted statements, SET
 // CONSTRAINTS ALL IMMEDIATE (deferred constraints are checked as a commit would check
-// them), the Checks, Cleanup; then ROLLBACK and the after-job check (checkSQL). A job
-// with Python tests hands the copy to the PyRunner instead (a DSN of the copy, for the
-// policy role), and the copy is checked once the runner's sessions have ended.
+// them), the Checks, Cleanup; then ROLLBACK and the after-job check (checkSQL); job.go
+// runs that round trip and attributes its first failure. A job with Python tests hands
+// the copy to the PyRunner instead (a DSN of the copy, for the policy role), and the copy
+// is checked once the runner's sessions have ended.
 //
 // Measured on the harbor sample (BenchmarkStatefulDesigns: one copy, harbor_M_1's UPDATE
 // decided by three checks, on a shared 2-core machine under load): a job on a pooled copy
@@ -76,12 +77,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"avtgym/internal/cache"
 	"avtgym/internal/parallel"
 	"avtgym/sqlexec"
 
@@ -95,6 +96,9 @@ const (
 	DefaultRefCacheEntries = 4096
 	DefaultSessionGrace    = 2 * time.Second
 	maxDefaultClones       = 16
+	// DefaultRefCacheBytes bounds the kept reference outcomes' results
+	// together (sqlexec.Result.Bytes).
+	DefaultRefCacheBytes int64 = 256 << 20
 )
 
 const (
@@ -137,9 +141,12 @@ type StatefulOptions struct {
 	// TestDBName is the database name Python tests see (their db_name);
 	// default the working database's name.
 	TestDBName string
-	// CacheEntries bounds the reference outcomes kept (by Job.Key); default
-	// DefaultRefCacheEntries.
+	// CacheEntries bounds the reference outcomes kept (by Job.Key), the
+	// least recently used dropped first; default DefaultRefCacheEntries.
 	CacheEntries int
+	// CacheBytes bounds the kept reference outcomes' results together
+	// (sqlexec.Result.Bytes), likewise; default DefaultRefCacheBytes.
+	CacheBytes int64
 	// SessionGrace is how long a PyRunner's sessions may stay connected to a
 	// copy after Run returned before they are terminated; default
 	// DefaultSessionGrace.
@@ -163,6 +170,9 @@ func (o *StatefulOptions) defaults() {
 	if o.CacheEntries <= 0 {
 		o.CacheEntries = DefaultRefCacheEntries
 	}
+	if o.CacheBytes <= 0 {
+		o.CacheBytes = DefaultRefCacheBytes
+	}
 	if o.SessionGrace <= 0 {
 		o.SessionGrace = DefaultSessionGrace
 	}
@@ -184,8 +194,11 @@ type StatefulDB struct {
 	ready  chan *clone
 	// iso isolates the checks and tests from the session (isolation.go),
 	// read from the first copy.
-	iso  isolation
-	refs *refCache
+	iso isolation
+	// refs keeps the reference outcomes by key (Verify): computed once,
+	// concurrent callers of one key waiting for one computation; no
+	// failure is kept.
+	refs *cache.Cache[string, []*sqlexec.Result]
 
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when active drops to 0
@@ -283,7 +296,7 @@ func (s *Server) OpenStateful(ctx context.Context, dbName string, opt StatefulOp
 	d := &StatefulDB{
 		s: s, work: dbName, tpl: tpl, inst: inst.id, opt: opt, dbName: opt.TestDBName,
 		ready:   make(chan *clone, opt.Clones),
-		refs:    newRefCache(opt.CacheEntries),
+		refs:    newRefCache(opt),
 		closing: make(chan struct{}),
 	}
 	d.idle = sync.NewCond(&d.mu)
@@ -553,10 +566,10 @@ func (d *StatefulDB) recycle(c *clone) {
 				return
 			}
 			d.s.warn("re-cloning %s failed (retrying): %v", c.name, err)
-			select {
-			case <-d.closing:
+			// Close cancels bgCtx once the jobs in flight are done; the
+			// loop's first step then sees closing.
+			if d.s.cfg.Clock.Sleep(d.bgCtx, pause) != nil {
 				return
-			case <-time.After(pause):
 			}
 			pause = min(2*pause, recloneBackoffMax)
 		}
@@ -585,76 +598,19 @@ func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict
 	if len(j.Tests) > 0 {
 		return d.verifyPython(ctx, j)
 	}
-	last := len(j.Checks) == 0
-	p := j.Policy
-	pred, err := checkStateful(j.Predicted)
-	if err != nil {
-		return failed(err), nil
-	}
-	setup, prior, cleanup, err := corpusParts(j)
+	pl, err := d.plan(j)
 	if err != nil {
 		return sqlexec.Verdict{}, err
 	}
-	var ref []string
-	for i, r := range j.Reference {
-		s, err := splitCorpus(r)
-		if err != nil {
-			return sqlexec.Verdict{}, fmt.Errorf("postgres: reference statement %d of %q: %w", i+1, j.Key, err)
-		}
-		ref = append(ref, s...)
+	if pl.denied != nil {
+		return failed(pl.denied), nil
 	}
-	if last {
-		if len(ref) == 0 {
-			return sqlexec.Verdict{}, fmt.Errorf("postgres: job %q has neither tests, checks nor reference statements", j.Key)
-		}
-		// The policy's rewrites apply to the statements whose results are
-		// compared: the last of each side.
-		if pred, err = rewriteLast(pred, p, checkStateful); err != nil {
-			return failed(err), nil
-		}
-		if ref, err = rewriteLast(ref, p, splitCorpus); err != nil {
-			return sqlexec.Verdict{}, fmt.Errorf("postgres: the last reference statement of %q: %w", j.Key, err)
-		}
-	}
-	checks := make([][]string, len(j.Checks))
-	for i, q := range j.Checks {
-		if checks[i], err = splitCorpus(q); err == nil && len(checks[i]) == 0 {
-			err = errors.New("no statement")
-		}
-		if err != nil {
-			return sqlexec.Verdict{}, fmt.Errorf("postgres: check %d of %q: %w", i+1, j.Key, err)
-		}
-	}
-	base := txn{setup: setup, prior: prior, checks: checks, cleanup: cleanup, lim: j.Limits, deadline: j.Deadline, collectLast: last}
-
-	key := ""
-	if j.Key != "" {
-		if last {
-			key = sqlexec.CacheKey(j.Key+"\x00stateful:last", p)
-		} else {
-			key = j.Key + "\x00stateful:checks"
-		}
-	}
-	want, err := d.refs.get(ctx, key, func(ctx context.Context) ([]*sqlexec.Result, error) {
-		t := base
-		t.main = ref
-		out, err := d.runJob(ctx, t)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: the reference of %q: %w", j.Key, err)
-		}
-		if out.failure != nil {
-			return nil, fmt.Errorf("postgres: the reference of %q failed: %w", j.Key, out.failure)
-		}
-		if last {
-			return []*sqlexec.Result{out.last}, nil
-		}
-		return out.checks, nil
-	})
+	want, err := d.reference(ctx, &pl)
 	if err != nil {
 		return sqlexec.Verdict{}, err
 	}
-	t := base
-	t.main, t.policy = pred, true
+	t := pl.base
+	t.main, t.policy = pl.pred, true
 	out, err := d.runJob(ctx, t)
 	if err != nil {
 		return sqlexec.Verdict{}, err
@@ -662,18 +618,141 @@ func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict
 	if out.failure != nil {
 		return failedOn(out), nil
 	}
-	if last {
-		rp := p.Resolve(ref[len(ref)-1])
-		ok, reason := sqlexec.Compare(rp, out.last, want[0])
-		return sqlexec.Verdict{Success: ok, Reason: reason}, nil
+	return pl.decide(out, want), nil
+}
+
+// jobPlan is a job's statements as Verify runs them.
+type jobPlan struct {
+	j sqlexec.Job
+	// denied, when set, is why the predicted statements may not run (a
+	// failed verdict; nothing runs).
+	denied error
+	// base is the run of either side, without its main statements: pred
+	// (the policy's, checked) and ref (the corpus's).
+	base      txn
+	pred, ref []string
+	checks    [][]string
+	// last says the verdict compares the last statements' results (no
+	// checks); key is the reference outcomes' cache key ("": not cached).
+	last bool
+	key  string
+}
+
+// plan checks and splits a job's statements. A predicted statement that is
+// denied or malformed is the plan's denial (a failed verdict); a corpus
+// statement that does not split, or a Prior statement that fails its check,
+// an error.
+func (d *StatefulDB) plan(j sqlexec.Job) (pl jobPlan, err error) {
+	checks := d.s.checks
+	pl = jobPlan{j: j, last: len(j.Checks) == 0}
+	if pl.pred, pl.denied = checks.checkStateful(j.Predicted); pl.denied != nil {
+		return pl, nil
 	}
-	for i, c := range checks {
-		cp := p.Resolve(c[len(c)-1])
-		if ok, reason := sqlexec.Compare(cp, out.checks[i], want[i]); !ok {
-			return sqlexec.Verdict{Reason: fmt.Sprintf("check %d of %d (%s): %s", i+1, len(checks), firstWords(c[len(c)-1], 6), reason)}, nil
+	setup, prior, cleanup, err := corpusParts(checks, j)
+	if err != nil {
+		return pl, err
+	}
+	for i, r := range j.Reference {
+		s, err := checks.splitCorpus(r)
+		if err != nil {
+			return pl, fmt.Errorf("postgres: reference statement %d of %q: %w", i+1, j.Key, err)
+		}
+		pl.ref = append(pl.ref, s...)
+	}
+	if pl.last {
+		if len(pl.ref) == 0 {
+			return pl, fmt.Errorf("postgres: job %q has neither tests, checks nor reference statements", j.Key)
+		}
+		// The policy's rewrites apply to the statements whose results are
+		// compared: the last of each side.
+		if pl.pred, pl.denied = rewriteLast(pl.pred, j.Policy, checks.checkStateful); pl.denied != nil {
+			return pl, nil
+		}
+		if pl.ref, err = rewriteLast(pl.ref, j.Policy, checks.splitCorpus); err != nil {
+			return pl, fmt.Errorf("postgres: the last reference statement of %q: %w", j.Key, err)
 		}
 	}
-	return sqlexec.Verdict{Success: true}, nil
+	pl.checks = make([][]string, len(j.Checks))
+	for i, q := range j.Checks {
+		if pl.checks[i], err = checks.splitCorpus(q); err == nil && len(pl.checks[i]) == 0 {
+			err = errors.New("no statement")
+		}
+		if err != nil {
+			return pl, fmt.Errorf("postgres: check %d of %q: %w", i+1, j.Key, err)
+		}
+	}
+	pl.base = txn{setup: setup, prior: prior, checks: pl.checks, cleanup: cleanup, lim: j.Limits, deadline: j.Deadline, collectLast: pl.last}
+	switch {
+	case j.Key == "":
+	case pl.last:
+		pl.key = sqlexec.CacheKey(j.Key+"\x00stateful:last", j.Policy)
+	default:
+		pl.key = j.Key + "\x00stateful:checks"
+	}
+	return pl, nil
+}
+
+// reference returns the reference side's results (the last statement's,
+// or each check's), computed on a copy once per key.
+func (d *StatefulDB) reference(ctx context.Context, pl *jobPlan) ([]*sqlexec.Result, error) {
+	compute := func(ctx context.Context) ([]*sqlexec.Result, error) {
+		t := pl.base
+		t.main = pl.ref
+		out, err := d.runJob(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: the reference of %q: %w", pl.j.Key, err)
+		}
+		if out.failure != nil {
+			return nil, fmt.Errorf("postgres: the reference of %q failed: %w", pl.j.Key, out.failure)
+		}
+		if pl.last {
+			return []*sqlexec.Result{out.last}, nil
+		}
+		return out.checks, nil
+	}
+	if pl.key == "" {
+		return compute(ctx)
+	}
+	want, err := d.refs.Get(ctx, pl.key, compute)
+	if err != nil && err == ctx.Err() {
+		// This caller's context ended while another computed the key.
+		return nil, canceled(ctx)
+	}
+	return want, err
+}
+
+// decide compares the prediction's results with the reference's.
+func (pl *jobPlan) decide(out txnOut, want []*sqlexec.Result) sqlexec.Verdict {
+	p := pl.j.Policy
+	if pl.last {
+		rp := p.Resolve(pl.ref[len(pl.ref)-1])
+		ok, reason := sqlexec.Compare(rp, out.last, want[0])
+		return sqlexec.Verdict{Success: ok, Reason: reason}
+	}
+	for i, c := range pl.checks {
+		cp := p.Resolve(c[len(c)-1])
+		if ok, reason := sqlexec.Compare(cp, out.checks[i], want[i]); !ok {
+			return sqlexec.Verdict{Reason: fmt.Sprintf("check %d of %d (%s): %s", i+1, len(pl.checks), firstWords(c[len(c)-1], 6), reason)}
+		}
+	}
+	return sqlexec.Verdict{Success: true}
+}
+
+// newRefCache returns the cache of reference outcomes, bounded by opt.
+func newRefCache(opt StatefulOptions) *cache.Cache[string, []*sqlexec.Result] {
+	return cache.New(cache.Options[string, []*sqlexec.Result]{
+		MaxEntries: opt.CacheEntries,
+		MaxBytes:   opt.CacheBytes,
+		Size: func(key string, rs []*sqlexec.Result, _ error) int64 {
+			n := int64(len(key)) + 64
+			for _, r := range rs {
+				if r != nil {
+					n += r.Bytes
+				}
+			}
+			return n
+		},
+	})
 }
 
 // rewriteLast applies p's rewrites to the last of stmts, which split checks
@@ -719,23 +798,23 @@ func failed(err error) sqlexec.Verdict {
 // corpusParts splits the job's Setup and Cleanup (the corpus's) and checks
 // its Prior statements (the policy's own, accepted earlier) as the
 // prediction's are checked; a failure is the environment's.
-func corpusParts(j sqlexec.Job) (setup, prior, cleanup []string, err error) {
+func corpusParts(checks *stmtChecks, j sqlexec.Job) (setup, prior, cleanup []string, err error) {
 	for i, s := range j.Setup {
-		st, err := splitCorpus(s)
+		st, err := checks.splitCorpus(s)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("postgres: setup statement %d of %q: %w", i+1, j.Key, err)
 		}
 		setup = append(setup, st...)
 	}
 	for i, s := range j.Prior {
-		st, err := checkStateful(s)
+		st, err := checks.checkStateful(s)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
 		}
 		prior = append(prior, st...)
 	}
 	for i, s := range j.Cleanup {
-		st, err := splitCorpus(s)
+		st, err := checks.splitCorpus(s)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("postgres: cleanup statement %d of %q: %w", i+1, j.Key, err)
 		}
@@ -753,12 +832,12 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 	if d.opt.Python == nil {
 		return sqlexec.Verdict{}, fmt.Errorf("postgres: job %q has Python tests and no PyRunner is configured", j.Key)
 	}
-	pred, err := checkStateful(j.Predicted)
+	pred, err := d.s.checks.checkStateful(j.Predicted)
 	if err != nil {
 		return failed(err), nil
 	}
 	for i, s := range j.Prior {
-		if _, err := checkStateful(s); err != nil {
+		if _, err := d.s.checks.checkStateful(s); err != nil {
 			return sqlexec.Verdict{}, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
 		}
 	}
@@ -841,80 +920,6 @@ func (e *BrokenTestError) Error() string {
 
 // Unwrap makes errors.Is(err, sqlexec.ErrBrokenTest) true.
 func (e *BrokenTestError) Unwrap() error { return sqlexec.ErrBrokenTest }
-
-// txn is one run of a job's statements on a copy, in one transaction.
-type txn struct {
-	setup, prior, main []string
-	checks             [][]string
-	cleanup            []string
-	lim                sqlexec.Limits
-	deadline           time.Duration
-	// collectLast keeps main's last result; policy says main is the
-	// policy's (its failures, and the checks', are verdicts).
-	collectLast, policy bool
-}
-
-// txnOut is what a run produced: main's last result, each check's (last
-// statement's) result, or the failure that is the policy's.
-type txnOut struct {
-	last    *sqlexec.Result
-	checks  []*sqlexec.Result
-	failure error
-	// failPhase is the phase of the statement failure comes from.
-	failPhase phase
-}
-
-// Phases of a job's pipeline.
-type phase uint8
-
-const (
-	phControl phase = iota
-	phSetup
-	phPrior
-	phMain
-	phConstraints
-	phIsolate
-	phGuard
-	phChecks
-	phCleanup
-	phSync
-	phAfter
-)
-
-var phaseNames = [...]string{"", "setup", "prior", "predicted", "predicted", "isolation", "guard", "check", "cleanup", "", "after-job check"}
-
-type jobReq struct {
-	ph    phase
-	i, n  int // the statement's index and count within its phase (or check)
-	check int // the check, for phChecks
-	text  string
-	keep  bool // collect this result
-}
-
-// runJob runs t on a free copy and releases it.
-func (d *StatefulDB) runJob(ctx context.Context, t txn) (txnOut, error) {
-	c, err := d.checkout(ctx)
-	if err != nil {
-		return txnOut{}, err
-	}
-	x := d.watch(c)
-	out, a, aErr, broken, err := d.run(ctx, c, t)
-	if d.s.mw.done(x) {
-		// Past the memory bound (memwatch.go): whatever the run reported,
-		// the statements were canceled for their memory; the session is
-		// replaced, so that a cancel still on its way reaches no other job.
-		broken = true
-		mem := sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil, "%s", d.s.mw.memoryMessage("the statements (or a check on the state they left)"))
-		switch {
-		case t.policy && ctx.Err() == nil:
-			out, err = txnOut{failure: mem, failPhase: phMain}, nil
-		case err == nil:
-			err = fmt.Errorf("postgres: the reference's statements: %w", mem)
-		}
-	}
-	d.release(c, a, aErr, broken)
-	return out, err
-}
 
 // watch starts the memory watch of c's session for one run (nil: off, or
 // the backend is not on this machine).
@@ -1010,393 +1015,4 @@ func (d *StatefulDB) findPython(mw *memWatch, db string, own uint32, seen map[in
 		}
 	}
 	return xs
-}
-
-// run sends the whole job as one pipeline: BEGIN, limits, DISCARD
-// SEQUENCES, the statements, SET CONSTRAINTS ALL IMMEDIATE after main, the
-// checks, cleanup; a sync point; ROLLBACK and the after-job check; a sync
-// point. The first failing statement skips the rest of the transaction.
-// It returns the job's outcome, the after-job check's, whether the session
-// is in an unknown state, and an error for a failure of the environment.
-func (d *StatefulDB) run(ctx context.Context, c *clone, t txn) (out txnOut, a afterJob, aErr error, broken bool, err error) {
-	if c.pc == nil || c.pc.IsClosed() {
-		return txnOut{}, afterJob{}, errors.New("no session"), true,
-			sqlexec.Errorf(sqlexec.KindUnavailable, nil, "the session on the private copy %s was lost", c.name)
-	}
-	var reqs []jobReq
-	add := func(ph phase, texts []string) {
-		for i, s := range texts {
-			reqs = append(reqs, jobReq{ph: ph, i: i, n: len(texts), text: s})
-		}
-	}
-	reqs = append(reqs, jobReq{ph: phControl, text: "BEGIN READ WRITE"})
-	settings := settingsFor(t.lim)
-	for _, name := range limitSettings {
-		if v, ok := settings[name]; ok {
-			reqs = append(reqs, jobReq{ph: phControl, text: fmt.Sprintf("SET LOCAL %s = '%s'", name, v)})
-		}
-	}
-	reqs = append(reqs, jobReq{ph: phControl, text: "DISCARD SEQUENCES"})
-	add(phSetup, t.setup)
-	add(phPrior, t.prior)
-	add(phMain, t.main)
-	if t.collectLast && len(t.main) > 0 {
-		for i := len(reqs) - 1; i >= 0; i-- {
-			if reqs[i].ph == phMain {
-				reqs[i].keep = true
-				break
-			}
-		}
-	}
-	reqs = append(reqs, jobReq{ph: phConstraints, text: "SET CONSTRAINTS ALL IMMEDIATE"})
-	if len(t.checks) > 0 {
-		// The checks read the database, not what the session made to
-		// shadow it (isolation.go).
-		add(phIsolate, d.iso.statements)
-		reqs = append(reqs, jobReq{ph: phGuard, text: d.iso.guard, keep: true})
-	}
-	for k, q := range t.checks {
-		for i, s := range q {
-			reqs = append(reqs, jobReq{ph: phChecks, i: i, n: len(q), check: k, text: s, keep: i == len(q)-1})
-		}
-	}
-	add(phCleanup, t.cleanup)
-	reqs = append(reqs, jobReq{ph: phSync})
-	reqs = append(reqs, jobReq{ph: phAfter, text: "ROLLBACK"})
-	chk := c.quick
-	if c.uses%fullCheckEvery == fullCheckEvery-1 {
-		chk = c.full
-	}
-	reqs = append(reqs, jobReq{ph: phAfter, text: chk, keep: true})
-	reqs = append(reqs, jobReq{ph: phSync})
-
-	// Deadlines: the job's (t.deadline), and a client-side backstop of the
-	// server's per-statement timeouts.
-	jctx := ctx
-	if t.deadline > 0 {
-		var cancel context.CancelFunc
-		jctx, cancel = context.WithTimeout(ctx, t.deadline)
-		defer cancel()
-	}
-	qctx := jctx
-	{
-		per := t.lim.Timeout
-		if per <= 0 {
-			per = defaultStatefulStmtTime
-		}
-		n := time.Duration(len(reqs))
-		if per < time.Duration(math.MaxInt64)/(2*n) {
-			var cancel context.CancelFunc
-			qctx, cancel = context.WithTimeout(jctx, n*(per+per/2)+jobBackstopGrace)
-			defer cancel()
-		}
-	}
-	q := &query{ctx: ctx, qctx: qctx, lim: t.lim}
-	classify := func(err error, label string) error {
-		if ctx.Err() == nil && jctx.Err() != nil {
-			return sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
-				"the job did not finish within its deadline of %v (%s was interrupted)", t.deadline, label)
-		}
-		return q.classify(err, label)
-	}
-
-	pc := c.pc
-	if t.lim.MaxBytes > 0 {
-		pc.Frontend().SetMaxBodyLen(int(min(max(t.lim.MaxBytes+1024, minMessageCap), 1<<30)))
-	} else {
-		pc.Frontend().SetMaxBodyLen(0)
-	}
-	p := pc.StartPipeline(qctx)
-	for i, r := range reqs {
-		if r.ph == phSync {
-			if i < len(reqs)-1 {
-				p.SendPipelineSync()
-			}
-			continue
-		}
-		p.SendQueryParams(r.text, nil, nil, nil, nil)
-	}
-	if serr := p.Sync(); serr != nil {
-		abandon(pc)
-		return txnOut{}, afterJob{}, serr, true, classify(serr, "the job")
-	}
-
-	out.checks = make([]*sqlexec.Result, len(t.checks))
-	aErr = errors.New("the after-job check did not run")
-	var failedAt = -1
-	var failure error
-	for i := 0; i < len(reqs); i++ {
-		r := reqs[i]
-		res, gerr := p.GetResults()
-		if gerr == nil {
-			if r.ph == phSync {
-				if _, ok := res.(*pgconn.PipelineSync); !ok {
-					gerr = fmt.Errorf("postgres: expected the end of the pipeline, got %T", res)
-				}
-			} else if rr, ok := res.(*pgconn.ResultReader); !ok {
-				gerr = fmt.Errorf("postgres: expected a result, got %T", res)
-			} else {
-				switch {
-				case r.ph == phAfter && r.keep:
-					rows := rr.Read()
-					gerr = rows.Err
-					if gerr == nil {
-						a, aErr = parseAfterJob(rows.Rows)
-					} else {
-						aErr = gerr
-					}
-				case r.ph == phGuard:
-					rows := rr.Read()
-					gerr = rows.Err
-					if gerr == nil && len(rows.Rows) > 0 && failedAt < 0 {
-						failedAt, failure = i, sqlexec.Errorf(sqlexec.KindDenied, nil, "%s", rows.Rows[0][0])
-					}
-				case r.keep:
-					var cr *sqlexec.Result
-					cr, gerr = collect(rr, t.lim)
-					if gerr != nil {
-						// A cap: the rest of the result is not read.
-						abandon(pc)
-						failure = gerr
-						if r.ph == phChecks || r.ph == phMain {
-							return d.capped(r, t, failure, out)
-						}
-						return txnOut{}, afterJob{}, failure, true, fmt.Errorf("postgres: %s %s: %w", phaseNames[r.ph], stmtLabel(r.i, r.n, r.text), failure)
-					}
-					if r.ph == phChecks {
-						out.checks[r.check] = cr
-					} else {
-						out.last = cr
-					}
-					_, gerr = rr.Close()
-				default:
-					for rr.NextRow() {
-					}
-					_, gerr = rr.Close()
-				}
-			}
-		}
-		if gerr == nil {
-			continue
-		}
-		var pgErr *pgconn.PgError
-		if !errors.As(gerr, &pgErr) || r.ph == phSync {
-			// The connection is lost, or in an unknown state.
-			abandon(pc)
-			label := "the job"
-			if r.ph != phSync && r.ph != phControl {
-				label = stmtLabel(r.i, r.n, r.text)
-			}
-			cerr := classify(gerr, label)
-			if failedAt < 0 && r.ph != phAfter {
-				failedAt, failure = i, cerr
-			}
-			return d.conclude(t, reqs, failedAt, failure, out, afterJob{}, gerr, true, ctx)
-		}
-		if r.ph == phAfter {
-			aErr = gerr
-		}
-		if failedAt < 0 && r.ph != phAfter {
-			label := stmtLabel(r.i, r.n, r.text)
-			if r.ph == phConstraints {
-				label = "the predicted statements (a deferred constraint, checked as a commit would)"
-			}
-			failure = classify(gerr, label)
-			if t.policy && policyPhase(r.ph) && ctx.Err() == nil && jctx.Err() == nil {
-				// The server answered a statement on the state the policy
-				// made: whose fault is decided by the session, not the
-				// SQLSTATE (classifyPolicy).
-				failure = q.classifyPolicy(pc, gerr, label)
-			}
-			failedAt = i
-		}
-		// The server skipped the rest of this segment: the next result is its
-		// sync point.
-		for i+1 < len(reqs) && reqs[i+1].ph != phSync {
-			i++
-		}
-	}
-	if cerr := p.Close(); cerr != nil {
-		broken = true
-	}
-	if pc.TxStatus() != 'I' {
-		broken = true
-	}
-	if failedAt < 0 && ctx.Err() == nil && jctx.Err() != nil {
-		// The deadline passed, and the cancel request (sent on a connection
-		// of its own, so late on a loaded server) did not stop the job
-		// before it ended: it ran over its deadline all the same. The
-		// session is replaced, so that a cancel request still in flight
-		// cannot reach the next job.
-		broken = true
-		failedAt = len(reqs) - 1
-		for i, r := range reqs {
-			if r.ph == phMain {
-				failedAt = i
-				break
-			}
-		}
-		failure = sqlexec.Errorf(sqlexec.KindTimeout, context.DeadlineExceeded,
-			"the job did not finish within its deadline of %v", t.deadline)
-	}
-	return d.conclude(t, reqs, failedAt, failure, out, a, aErr, broken, ctx)
-}
-
-// policyPhase reports the phases whose statements fail by the policy's
-// doing: its statements, the deferred constraints they left, the checks
-// and the cleanup run on the state they left.
-func policyPhase(ph phase) bool {
-	switch ph {
-	case phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
-		return true
-	}
-	return false
-}
-
-// capped ends a run whose kept result passed a cap (the session is closed:
-// the rest was not read).
-func (d *StatefulDB) capped(r jobReq, t txn, failure error, out txnOut) (txnOut, afterJob, error, bool, error) {
-	if t.policy {
-		out.failure, out.failPhase = failure, r.ph
-		return out, afterJob{}, failure, true, nil
-	}
-	return txnOut{}, afterJob{}, failure, true, fmt.Errorf("postgres: %s %s: %w", phaseNames[r.ph], stmtLabel(r.i, r.n, r.text), failure)
-}
-
-// conclude attributes a run's failure: the policy's statements (and the
-// checks after them) fail the verdict; everything else, and the caller's
-// context ending, is the environment's.
-func (d *StatefulDB) conclude(t txn, reqs []jobReq, failedAt int, failure error, out txnOut, a afterJob, aErr error, broken bool, ctx context.Context) (txnOut, afterJob, error, bool, error) {
-	if failedAt < 0 {
-		return out, a, aErr, broken, nil
-	}
-	if ctx.Err() != nil {
-		return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: the job was interrupted: %w", canceled(ctx))
-	}
-	r := reqs[failedAt]
-	switch r.ph {
-	case phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
-		// Cleanup after the predicted statements fails by their doing (the
-		// corpus's cleanup passed after the reference); so do the isolation
-		// and the guard, which read what the policy's statements made.
-		if t.policy {
-			switch sqlexec.KindOf(failure) {
-			case sqlexec.KindUnavailable, sqlexec.KindBusy:
-				return txnOut{}, a, aErr, broken, failure
-			}
-			out.failure, out.failPhase = failure, r.ph
-			return out, a, aErr, broken, nil
-		}
-	}
-	name := phaseNames[r.ph]
-	if name == "" {
-		name = "job"
-	}
-	if (r.ph == phMain || r.ph == phConstraints) && !t.policy {
-		name = "reference"
-	}
-	if r.ph == phControl || r.ph == phSync {
-		return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: running the job: %w", failure)
-	}
-	return txnOut{}, a, aErr, broken, fmt.Errorf("postgres: the %s statement failed: %w", name, failure)
-}
-
-// refCache keeps the reference outcomes of jobs by key (computed once;
-// concurrent callers of one key wait for one computation; failures are not
-// kept), the least recently used dropped past max entries.
-type refCache struct {
-	mu  sync.Mutex
-	max int
-	m   map[string]*refEntry
-	seq uint64
-}
-
-type refEntry struct {
-	done chan struct{}
-	res  []*sqlexec.Result
-	err  error
-	used uint64
-}
-
-func newRefCache(max int) *refCache { return &refCache{max: max, m: map[string]*refEntry{}} }
-
-// get returns key's outcome, computing it when it is missing ("" is never
-// cached).
-func (c *refCache) get(ctx context.Context, key string, compute func(context.Context) ([]*sqlexec.Result, error)) ([]*sqlexec.Result, error) {
-	if key == "" {
-		return compute(ctx)
-	}
-	for {
-		c.mu.Lock()
-		e, ok := c.m[key]
-		if !ok {
-			e = &refEntry{done: make(chan struct{})}
-			c.m[key] = e
-			c.seq++
-			e.used = c.seq
-			c.evict()
-			c.mu.Unlock()
-			e.res, e.err = compute(ctx)
-			c.mu.Lock()
-			if e.err != nil && c.m[key] == e {
-				delete(c.m, key)
-			}
-			c.mu.Unlock()
-			close(e.done)
-			return e.res, e.err
-		}
-		c.seq++
-		e.used = c.seq
-		c.mu.Unlock()
-		select {
-		case <-e.done:
-		case <-ctx.Done():
-			return nil, canceled(ctx)
-		}
-		if e.err == nil {
-			return e.res, nil
-		}
-		// The computation failed (perhaps its caller left): compute again.
-		if ctx.Err() != nil {
-			return nil, canceled(ctx)
-		}
-	}
-}
-
-// evict drops the least recently used finished entries past max (called
-// with mu held).
-func (c *refCache) evict() {
-	for len(c.m) > c.max {
-		var oldKey string
-		var old *refEntry
-		for k, e := range c.m {
-			select {
-			case <-e.done:
-			default:
-				continue
-			}
-			if old == nil || e.used < old.used {
-				oldKey, old = k, e
-			}
-		}
-		if old == nil {
-			return
-		}
-		delete(c.m, oldKey)
-	}
-}
-
-// abandon closes a session whose state is unknown: its socket first, so
-// that nothing more is read, then a cancel request so that the server stops
-// too (the server then rolls the transaction back).
-func abandon(pc *pgconn.PgConn) {
-	if pc.IsClosed() {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		pc.CancelRequest(ctx)
-	}()
-	pc.Conn().Close()
 }

@@ -4,7 +4,6 @@ package postgres
 // Management task, which writes), and splits the corpus's own statements.
 
 import (
-	"container/list"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -55,9 +54,6 @@ var statefulDeniedFunctions = map[string]string{
 // block that creates a function whose body creates a rule, ...).
 const maxCheckDepth = 8
 
-// statefulChecks caches checkStateful's outcomes by text.
-var statefulChecks = &checkCache{m: map[string]*list.Element{}}
-
 // checkStateful parses the policy's SQL for a stateful job and checks every
 // statement before any runs; it returns the statements' texts. Reads and
 // writes are allowed (DML, DDL, functions in SQL and PL/pgSQL, DO, CALL,
@@ -70,17 +66,9 @@ var statefulChecks = &checkCache{m: map[string]*list.Element{}}
 // server-wide objects, languages other than sql and plpgsql, dynamic SQL in
 // PL/pgSQL, and the functions of deniedFunctions and statefulDeniedFunctions.
 // Function and DO bodies are checked like top-level statements. Outcomes are
-// cached by text.
-func checkStateful(text string) ([]string, error) {
-	if len(text) > maxCheckCached {
-		return checkStatefulUncached(text)
-	}
-	if stmts, err, ok := statefulChecks.get(text); ok {
-		return stmts, err
-	}
-	stmts, err := checkStatefulUncached(text)
-	statefulChecks.put(text, stmts, err)
-	return stmts, err
+// kept by text.
+func (c *stmtChecks) checkStateful(text string) ([]string, error) {
+	return c.stateful.get(text, func() ([]string, error) { return checkStatefulUncached(text) })
 }
 
 func checkStatefulUncached(text string) ([]string, error) {
@@ -156,79 +144,118 @@ func statefulUse(n *pg_query.Node) string {
 
 // statefulDenial returns why one statement may not run in a stateful job, or
 // "", looking into the bodies of functions, DO blocks, rules, EXPLAIN and
-// CREATE SCHEMA.
+// CREATE SCHEMA. Three rules come before the session rules of queries
+// (sessionDenial): what bodies run (bodyDenial), what a job may do that a
+// query may not (jobRule), and what would reach past the transaction or
+// the private copy (escapeDenial).
 func statefulDenial(st statement, depth int) (string, error) {
+	if decided, why, err := bodyDenial(st, depth); decided {
+		return why, err
+	}
+	if decided, why := jobRule(st.node); decided {
+		return why, nil
+	}
+	if why := escapeDenial(st.node); why != "" {
+		return why, nil
+	}
+	return sessionDenial(st.node), nil
+}
+
+// bodyDenial checks the statements a statement runs or defines: a DO
+// block's and a function's body (which decide), and EXPLAIN's statement, a
+// rule's actions and CREATE SCHEMA's elements (which decide when one is
+// denied; the statement itself is then checked on).
+func bodyDenial(st statement, depth int) (decided bool, why string, err error) {
+	var nested []*pg_query.Node
 	switch x := st.node.Node.(type) {
 	case *pg_query.Node_DoStmt:
-		return doDenial(x.DoStmt, depth)
+		why, err := doDenial(x.DoStmt, depth)
+		return true, why, err
 	case *pg_query.Node_CreateFunctionStmt:
-		return functionDenial(x.CreateFunctionStmt, st.text, depth)
+		why, err := functionDenial(x.CreateFunctionStmt, st.text, depth)
+		return true, why, err
+	case *pg_query.Node_ExplainStmt:
+		if q := x.ExplainStmt.Query; q != nil {
+			why, err := statefulStmtDenial(statement{text: st.text, node: q}, depth+1)
+			return true, why, err
+		}
+	case *pg_query.Node_RuleStmt:
+		nested = x.RuleStmt.Actions
+	case *pg_query.Node_CreateSchemaStmt:
+		nested = x.CreateSchemaStmt.SchemaElts
+	}
+	for _, n := range nested {
+		if why, err := statefulStmtDenial(statement{text: st.text, node: n}, depth+1); why != "" || err != nil {
+			return true, why, err
+		}
+	}
+	return false, "", nil
+}
+
+// jobRule decides the statements a job may run although a query may not
+// (CALL, LOCK, SET CONSTRAINTS, REFRESH MATERIALIZED VIEW, ALTER FUNCTION
+// without SET), and the maintenance commands it may not.
+func jobRule(n *pg_query.Node) (decided bool, why string) {
+	switch x := n.Node.(type) {
 	case *pg_query.Node_AlterFunctionStmt:
 		for _, a := range x.AlterFunctionStmt.Actions {
 			if d := a.GetDefElem(); d != nil && (d.Defname == "set" || d.Defname == "reset") {
-				return whyFuncSet, nil
+				return true, whyFuncSet
 			}
 		}
-		return "", nil
+		return true, ""
 	case *pg_query.Node_CallStmt, *pg_query.Node_LockStmt, *pg_query.Node_ConstraintsSetStmt:
 		// CALL runs inside the transaction block, where a procedure cannot
 		// COMMIT; LOCK and SET CONSTRAINTS last until the rollback, on a
 		// database no one else uses.
-		return "", nil
+		return true, ""
 	case *pg_query.Node_RefreshMatViewStmt:
-		return "", nil
+		return true, ""
 	case *pg_query.Node_CheckPointStmt, *pg_query.Node_VacuumStmt, *pg_query.Node_ClusterStmt, *pg_query.Node_ReindexStmt:
-		return whyStatefulMaintenance, nil
+		return true, whyStatefulMaintenance
+	}
+	return false, ""
+}
+
+// escapeDenial returns why a statement would reach past the job's
+// transaction (CONCURRENTLY) or its private copy (a shared object), or "".
+func escapeDenial(n *pg_query.Node) string {
+	switch x := n.Node.(type) {
 	case *pg_query.Node_IndexStmt:
 		if x.IndexStmt.Concurrent {
-			return whyConcurrently, nil
+			return whyConcurrently
 		}
 	case *pg_query.Node_DropStmt:
 		if x.DropStmt.Concurrent {
-			return whyConcurrently, nil
+			return whyConcurrently
 		}
 	case *pg_query.Node_AlterTableStmt:
 		for _, c := range x.AlterTableStmt.Cmds {
 			if cmd := c.GetAlterTableCmd(); cmd != nil && cmd.Def != nil {
 				if pc := cmd.Def.GetPartitionCmd(); pc != nil && pc.Concurrent {
-					return whyConcurrently, nil
+					return whyConcurrently
 				}
 			}
 		}
 	case *pg_query.Node_CommentStmt:
-		if sharedObject(x.CommentStmt.Objtype) {
-			return whyShared, nil
-		}
+		return sharedDenial(x.CommentStmt.Objtype)
 	case *pg_query.Node_GrantStmt:
-		if sharedObject(x.GrantStmt.Objtype) {
-			return whyShared, nil
-		}
+		return sharedDenial(x.GrantStmt.Objtype)
 	case *pg_query.Node_AlterOwnerStmt:
-		if sharedObject(x.AlterOwnerStmt.ObjectType) {
-			return whyShared, nil
-		}
+		return sharedDenial(x.AlterOwnerStmt.ObjectType)
 	case *pg_query.Node_RenameStmt:
-		if sharedObject(x.RenameStmt.RenameType) {
-			return whyShared, nil
-		}
-	case *pg_query.Node_ExplainStmt:
-		if q := x.ExplainStmt.Query; q != nil {
-			return statefulStmtDenial(statement{text: st.text, node: q}, depth+1)
-		}
-	case *pg_query.Node_RuleStmt:
-		for _, a := range x.RuleStmt.Actions {
-			if why, err := statefulStmtDenial(statement{text: st.text, node: a}, depth+1); why != "" || err != nil {
-				return why, err
-			}
-		}
-	case *pg_query.Node_CreateSchemaStmt:
-		for _, e := range x.CreateSchemaStmt.SchemaElts {
-			if why, err := statefulStmtDenial(statement{text: st.text, node: e}, depth+1); why != "" || err != nil {
-				return why, err
-			}
-		}
+		return sharedDenial(x.RenameStmt.RenameType)
 	}
-	return sessionDenial(st.node), nil
+	return ""
+}
+
+// sharedDenial is whyShared for an object type that lives outside the
+// database, else "".
+func sharedDenial(t pg_query.ObjectType) string {
+	if sharedObject(t) {
+		return whyShared
+	}
+	return ""
 }
 
 // sharedObject reports the object types that live outside the database.
@@ -439,21 +466,11 @@ func plpgsqlExprDenial(q string, mode, depth int) (string, error) {
 	return "", nil
 }
 
-// corpusStmts caches splitCorpus's outcomes by text.
-var corpusStmts = &checkCache{m: map[string]*list.Element{}}
-
 // splitCorpus splits one of the corpus's own SQL texts (a Setup, Prior,
 // Reference, Check or Cleanup entry) into statements. The corpus is trusted,
-// but no statement may end the job's transaction.
-func splitCorpus(text string) ([]string, error) {
-	if stmts, err, ok := corpusStmts.get(text); ok {
-		return stmts, err
-	}
-	stmts, err := splitCorpusUncached(text)
-	if len(text) <= maxCheckCached {
-		corpusStmts.put(text, stmts, err)
-	}
-	return stmts, err
+// but no statement may end the job's transaction. Outcomes are kept by text.
+func (c *stmtChecks) splitCorpus(text string) ([]string, error) {
+	return c.corpus.get(text, func() ([]string, error) { return splitCorpusUncached(text) })
 }
 
 func splitCorpusUncached(text string) ([]string, error) {

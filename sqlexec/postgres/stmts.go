@@ -4,13 +4,13 @@ package postgres
 // pg_query_go) and decides which statements a query, or a load, may run.
 
 import (
-	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
+	"avtgym/internal/cache"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/pgparse"
 
@@ -83,17 +83,12 @@ func syntaxError(err error) error {
 }
 
 // checkQuery parses a submitted query and checks every statement before any
-// runs; it returns the statements' texts. Results are cached (checkCache).
-func checkQuery(text string, readOnly bool) ([]string, error) {
-	if !readOnly || len(text) > maxCheckCached {
+// runs; it returns the statements' texts. Outcomes are kept by text.
+func (c *stmtChecks) checkQuery(text string, readOnly bool) ([]string, error) {
+	if !readOnly {
 		return checkQueryUncached(text, readOnly)
 	}
-	if stmts, err, ok := checks.get(text); ok {
-		return stmts, err
-	}
-	stmts, err := checkQueryUncached(text, readOnly)
-	checks.put(text, stmts, err)
-	return stmts, err
+	return c.query.get(text, func() ([]string, error) { return checkQueryUncached(text, readOnly) })
 }
 
 // checkQueryUncached is checkQuery without the cache.
@@ -188,56 +183,50 @@ func firstKeyword(s string) string {
 	return strings.ToUpper(s[:i])
 }
 
-// The check cache: the results of checkQuery (statements or error) by text,
-// least recently used first out, bounded in entries and bytes.
+// stmtChecks keeps the outcomes of the statement checks (checkQuery on a
+// read-only database, checkStateful, splitCorpus) by text, each in a
+// bounded cache of its own (internal/cache), the least recently used first
+// out: parsing costs more than the lookup, and a GRPO group's episodes
+// submit the same texts again and again. A check is a pure function of the
+// text, so its errors are kept too. A Server owns one, shared by its DBs and
+// StatefulDBs.
+type stmtChecks struct {
+	query, stateful, corpus checkCache
+}
+
+// Bounds of each check cache: texts longer than maxCheckCached are checked
+// every time; at most checkCacheLen outcomes and checkCacheBytes of text
+// are kept.
 const (
 	maxCheckCached  = 16 << 10
 	checkCacheBytes = 8 << 20
 	checkCacheLen   = 4096
 )
 
-type checkEntry struct {
-	text  string
-	stmts []string
-	err   error
+func newStmtChecks() *stmtChecks {
+	return &stmtChecks{query: newCheckCache(), stateful: newCheckCache(), corpus: newCheckCache()}
 }
 
+// checkCache keeps one check's outcomes by text.
 type checkCache struct {
-	mu    sync.Mutex
-	m     map[string]*list.Element
-	lru   list.List
-	bytes int
+	c *cache.Cache[string, []string]
 }
 
-var checks = &checkCache{m: map[string]*list.Element{}}
-
-func (c *checkCache) get(text string) ([]string, error, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[text]
-	if !ok {
-		return nil, nil, false
-	}
-	c.lru.MoveToFront(e)
-	v := e.Value.(*checkEntry)
-	return v.stmts, v.err, true
+func newCheckCache() checkCache {
+	return checkCache{cache.New(cache.Options[string, []string]{
+		MaxEntries: checkCacheLen,
+		MaxBytes:   checkCacheBytes,
+		Size:       func(text string, _ []string, _ error) int64 { return int64(len(text)) },
+		KeepError:  func(error) bool { return true },
+	})}
 }
 
-func (c *checkCache) put(text string, stmts []string, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[text]; ok {
-		return
+// get returns check's outcome for text, kept unless text is too long.
+func (c checkCache) get(text string, check func() ([]string, error)) ([]string, error) {
+	if len(text) > maxCheckCached {
+		return check()
 	}
-	c.m[text] = c.lru.PushFront(&checkEntry{text: text, stmts: stmts, err: err})
-	c.bytes += len(text)
-	for c.lru.Len() > checkCacheLen || c.bytes > checkCacheBytes {
-		e := c.lru.Back()
-		v := e.Value.(*checkEntry)
-		c.lru.Remove(e)
-		delete(c.m, v.text)
-		c.bytes -= len(v.text)
-	}
+	return c.c.Get(context.Background(), text, func(context.Context) ([]string, error) { return check() })
 }
 
 // deniedFunctions are the functions a query may not call, whatever the

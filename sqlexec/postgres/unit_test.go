@@ -20,10 +20,10 @@ import (
 // data.
 func readScript(t *testing.T, script string) ([]string, error) {
 	t.Helper()
-	r := newScriptReader(context.Background(), "s.sql", strings.NewReader(script))
+	r := newScriptReader("s.sql", strings.NewReader(script))
 	var out []string
 	for {
-		st, err := r.next()
+		st, err := r.next(context.Background())
 		if err == io.EOF {
 			return out, nil
 		}
@@ -75,11 +75,11 @@ func TestScriptReader(t *testing.T) {
 	}
 
 	// An unread COPY block is skipped.
-	r := newScriptReader(context.Background(), "s.sql", strings.NewReader("COPY t FROM stdin;\n1\n\\.\nSELECT 1;\n"))
-	if st, err := r.next(); err != nil || !st.copyIn {
+	r := newScriptReader("s.sql", strings.NewReader("COPY t FROM stdin;\n1\n\\.\nSELECT 1;\n"))
+	if st, err := r.next(context.Background()); err != nil || !st.copyIn {
 		t.Fatalf("%v %v", st, err)
 	}
-	if st, err := r.next(); err != nil || strings.TrimSpace(skipTrivia(st.text)) != "SELECT 1" || st.line != 4 {
+	if st, err := r.next(context.Background()); err != nil || strings.TrimSpace(skipTrivia(st.text)) != "SELECT 1" || st.line != 4 {
 		t.Fatalf("after an unread COPY: %+v %v", st, err)
 	}
 
@@ -219,8 +219,9 @@ func TestCheckQuery(t *testing.T) {
 		{"SELECT 1 FROM", sqlexec.KindSyntax, 0},
 		{"  ", sqlexec.KindSyntax, 0},
 	}
+	checks := newStmtChecks()
 	for _, tc := range cases {
-		for _, f := range []func(string, bool) ([]string, error){checkQuery, checkQueryUncached} {
+		for _, f := range []func(string, bool) ([]string, error){checks.checkQuery, checkQueryUncached, checks.checkQuery} {
 			stmts, err := f(tc.sql, true)
 			if k := sqlexec.KindOf(err); k != tc.kind || (k == 0 && len(stmts) != tc.n) {
 				t.Errorf("%q: got %d statements, %v; want kind %v, %d statements", tc.sql, len(stmts), err, tc.kind, tc.n)

@@ -107,12 +107,10 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = DefaultMaxBuildBytes
 	}
-	fail := func(stmt, line int, k sqlexec.ErrorKind, cause error, format string, args ...any) error {
-		return &BuildError{Script: opt.Name, Stmt: stmt, Line: line, Err: sqlexec.Errorf(k, cause, format, args...)}
-	}
+	b := &builder{opt: opt}
 	f, err := os.OpenFile(dest, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return fail(0, 0, sqlexec.KindUnavailable, err, "creating the database file: %v", err)
+		return b.fail(0, 0, sqlexec.KindUnavailable, err, "creating the database file: %v", err)
 	}
 	f.Close()
 	defer func() {
@@ -122,42 +120,78 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 			}
 		}
 	}()
-
-	dc, err := (&sqlite3.SQLiteDriver{}).Open("file:" + escapePath(dest) + "?mode=rw&_sync=OFF&_journal=MEMORY")
-	if err != nil {
-		return fail(0, 0, sqlexec.KindUnavailable, err, "opening the new database: %v", err)
+	if err := b.open(dest); err != nil {
+		return err
 	}
-	conn := dc.(*sqlite3.SQLiteConn)
 	defer func() {
-		if cerr := conn.Close(); cerr != nil && err == nil {
-			err = fail(0, 0, sqlexec.KindUnavailable, cerr, "closing the new database: %v", cerr)
+		if cerr := b.conn.Close(); cerr != nil && err == nil {
+			err = b.fail(0, 0, sqlexec.KindUnavailable, cerr, "closing the new database: %v", cerr)
 		}
 	}()
-
-	// The size cap, before the authorizer (which denies the pragma) is installed.
-	pageSize, err := buildPragmaInt(conn, "PRAGMA page_size")
-	if err != nil || pageSize <= 0 {
-		return fail(0, 0, sqlexec.KindUnavailable, err, "reading the page size: %v", err)
-	}
-	maxPages := max(opt.MaxBytes/pageSize, 1)
-	for _, schema := range []string{"main", "temp"} {
-		if _, err := conn.Exec(fmt.Sprintf("PRAGMA %s.max_page_count = %d", schema, maxPages), nil); err != nil {
-			return fail(0, 0, sqlexec.KindUnavailable, err, "setting the size limit: %v", err)
-		}
-	}
-	auth := &buildAuth{}
-	conn.RegisterAuthorizer(auth.authorize)
-
 	bctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
-	timeUp := func(stmt, line int) error {
-		if err := ctx.Err(); err != nil {
-			return fail(stmt, line, sqlexec.KindTimeout, err, "the build was stopped: the caller's deadline passed or it was canceled (%v)", err)
-		}
-		return fail(stmt, line, sqlexec.KindTimeout, context.DeadlineExceeded,
-			"the build did not finish within its time limit of %v and was interrupted", opt.Timeout)
+	if err := b.run(ctx, bctx, script); err != nil {
+		return err
 	}
+	if !b.conn.AutoCommit() {
+		return b.fail(0, 0, sqlexec.KindExecution, nil, "the script ends inside a transaction (a BEGIN without COMMIT): its changes would be lost")
+	}
+	return nil
+}
 
+// builder is one Build: the new database's connection, behind its
+// authorizer and under its size cap.
+type builder struct {
+	opt                BuildOptions
+	conn               *sqlite3.SQLiteConn
+	auth               *buildAuth
+	pageSize, maxPages int64
+}
+
+// fail is a BuildError of statement stmt (0: none) starting on line.
+func (b *builder) fail(stmt, line int, k sqlexec.ErrorKind, cause error, format string, args ...any) error {
+	return &BuildError{Script: b.opt.Name, Stmt: stmt, Line: line, Err: sqlexec.Errorf(k, cause, format, args...)}
+}
+
+// timeUp is the failure of statement stmt when the build's time ran out
+// (ctx is the caller's: its deadline or cancellation, else the limit's).
+func (b *builder) timeUp(ctx context.Context, stmt, line int) error {
+	if err := ctx.Err(); err != nil {
+		return b.fail(stmt, line, sqlexec.KindTimeout, err, "the build was stopped: the caller's deadline passed or it was canceled (%v)", err)
+	}
+	return b.fail(stmt, line, sqlexec.KindTimeout, context.DeadlineExceeded,
+		"the build did not finish within its time limit of %v and was interrupted", b.opt.Timeout)
+}
+
+// open opens the new database at dest, caps its size (before the
+// authorizer, which denies the pragma, is installed) and installs the
+// authorizer.
+func (b *builder) open(dest string) error {
+	dc, err := (&sqlite3.SQLiteDriver{}).Open("file:" + escapePath(dest) + "?mode=rw&_sync=OFF&_journal=MEMORY")
+	if err != nil {
+		return b.fail(0, 0, sqlexec.KindUnavailable, err, "opening the new database: %v", err)
+	}
+	b.conn = dc.(*sqlite3.SQLiteConn)
+	b.pageSize, err = buildPragmaInt(b.conn, "PRAGMA page_size")
+	if err != nil || b.pageSize <= 0 {
+		b.conn.Close()
+		return b.fail(0, 0, sqlexec.KindUnavailable, err, "reading the page size: %v", err)
+	}
+	b.maxPages = max(b.opt.MaxBytes/b.pageSize, 1)
+	for _, schema := range []string{"main", "temp"} {
+		if _, err := b.conn.Exec(fmt.Sprintf("PRAGMA %s.max_page_count = %d", schema, b.maxPages), nil); err != nil {
+			b.conn.Close()
+			return b.fail(0, 0, sqlexec.KindUnavailable, err, "setting the size limit: %v", err)
+		}
+	}
+	b.auth = &buildAuth{}
+	b.conn.RegisterAuthorizer(b.auth.authorize)
+	return nil
+}
+
+// run runs the script's statements one at a time, within bctx (ctx with
+// the time limit).
+func (b *builder) run(ctx, bctx context.Context, script string) error {
 	stmts := sqlexec.SplitStatements(script)
 	lines := buildLines(script, stmts)
 	nums := make([]int, len(stmts)) // statement numbers, for messages
@@ -167,73 +201,89 @@ func Build(ctx context.Context, script, dest string, opt BuildOptions) (err erro
 	for i := 0; i < len(stmts); i++ {
 		text, n, line := stmts[i], nums[i], lines[i]
 		if bctx.Err() != nil {
-			return timeUp(n, line)
+			return b.timeUp(ctx, n, line)
 		}
-		kw := buildFirstKeyword(text)
-		if why, ok := buildStatements[kw]; !ok || why != "" {
-			switch {
-			case why != "":
-			case kw == "":
-				why = "the statement does not begin with a keyword"
-			default:
-				why = kw + " statements are not allowed in a build script, which may only create and fill its database " +
-					"(CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, SELECT, transactions, ANALYZE, REINDEX, some pragmas)"
-			}
-			return fail(n, line, sqlexec.KindDenied, nil, "%s: %s", firstWords(text, 4), why)
+		if why := buildDenial(text); why != "" {
+			return b.fail(n, line, sqlexec.KindDenied, nil, "%s: %s", firstWords(text, 4), why)
 		}
-		auth.reset()
-		ds, err := conn.Prepare(text)
+		incomplete, err := b.exec(ctx, bctx, text, n, line, i+1 < len(stmts))
+		if incomplete {
+			// The splitter ended the statement early (a CASE ... END; inside a
+			// trigger body): join it with the next one and prepare again. The
+			// first keyword, checked above, stays the same.
+			stmts[i+1] = text + ";\n" + stmts[i+1]
+			lines[i+1], nums[i+1] = line, n
+			continue
+		}
 		if err != nil {
-			var se sqlite3.Error
-			if i+1 < len(stmts) && errors.As(err, &se) && se.Code == sqlite3.ErrError && strings.Contains(se.Error(), "incomplete input") {
-				// The splitter ended the statement early (a CASE ... END; inside a
-				// trigger body): join it with the next one and prepare again. The
-				// first keyword, checked above, stays the same.
-				stmts[i+1] = text + ";\n" + stmts[i+1]
-				lines[i+1], nums[i+1] = line, n
-				continue
-			}
-			return buildStmtError(opt.Name, n, line, text, err, auth, bctx, timeUp)
+			return err
 		}
-		s := ds.(*sqlite3.SQLiteStmt)
-		if s.NumInput() > 0 {
-			s.Close()
-			return fail(n, line, sqlexec.KindDenied, nil, "%s: the statement has a bound parameter (?, :name, @name or $name), and a build script has no arguments", firstWords(text, 4))
-		}
-		_, err = s.ExecContext(bctx, nil)
-		s.Close()
-		if err != nil {
-			if se := (sqlite3.Error{}); errors.As(err, &se) && se.Code == sqlite3.ErrFull {
-				return fail(n, line, sqlexec.KindTooManyBytes, err,
-					"%s: the database reached the build size limit of %d bytes (%d pages of %d bytes) or the disk is full",
-					firstWords(text, 4), maxPages*pageSize, maxPages, pageSize)
-			}
-			return buildStmtError(opt.Name, n, line, text, err, auth, bctx, timeUp)
-		}
-	}
-	if !conn.AutoCommit() {
-		return fail(0, 0, sqlexec.KindExecution, nil, "the script ends inside a transaction (a BEGIN without COMMIT): its changes would be lost")
 	}
 	return nil
 }
 
-// buildStmtError classifies the failure of one statement.
-func buildStmtError(script string, n, line int, text string, err error, auth *buildAuth, bctx context.Context,
-	timeUp func(n, line int) error) error {
+// buildDenial returns why a build script may not run a statement, by its
+// first keyword, or "".
+func buildDenial(text string) string {
+	kw := buildFirstKeyword(text)
+	why, ok := buildStatements[kw]
+	switch {
+	case ok:
+		return why
+	case kw == "":
+		return "the statement does not begin with a keyword"
+	}
+	return kw + " statements are not allowed in a build script, which may only create and fill its database " +
+		"(CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, SELECT, transactions, ANALYZE, REINDEX, some pragmas)"
+}
+
+// exec prepares and runs statement n (text, starting on line); incomplete
+// reports a statement SQLite finds unfinished while more follow (hasNext),
+// to be joined with the next one.
+func (b *builder) exec(ctx, bctx context.Context, text string, n, line int, hasNext bool) (incomplete bool, err error) {
+	b.auth.reset()
+	ds, err := b.conn.Prepare(text)
+	if err != nil {
+		var se sqlite3.Error
+		if hasNext && errors.As(err, &se) && se.Code == sqlite3.ErrError && strings.Contains(se.Error(), "incomplete input") {
+			return true, nil
+		}
+		return false, b.stmtError(ctx, bctx, n, line, text, err)
+	}
+	s := ds.(*sqlite3.SQLiteStmt)
+	if s.NumInput() > 0 {
+		s.Close()
+		return false, b.fail(n, line, sqlexec.KindDenied, nil, "%s: the statement has a bound parameter (?, :name, @name or $name), and a build script has no arguments", firstWords(text, 4))
+	}
+	_, err = s.ExecContext(bctx, nil)
+	s.Close()
+	if err == nil {
+		return false, nil
+	}
+	if se := (sqlite3.Error{}); errors.As(err, &se) && se.Code == sqlite3.ErrFull {
+		return false, b.fail(n, line, sqlexec.KindTooManyBytes, err,
+			"%s: the database reached the build size limit of %d bytes (%d pages of %d bytes) or the disk is full",
+			firstWords(text, 4), b.maxPages*b.pageSize, b.maxPages, b.pageSize)
+	}
+	return false, b.stmtError(ctx, bctx, n, line, text, err)
+}
+
+// stmtError classifies the failure of statement n.
+func (b *builder) stmtError(ctx, bctx context.Context, n, line int, text string, err error) error {
 	fail := func(k sqlexec.ErrorKind, format string, args ...any) error {
-		return &BuildError{Script: script, Stmt: n, Line: line, Err: sqlexec.Errorf(k, err, format, args...)}
+		return b.fail(n, line, k, err, format, args...)
 	}
 	if bctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return timeUp(n, line)
+		return b.timeUp(ctx, n, line)
 	}
-	if auth.denied != "" {
-		return fail(sqlexec.KindDenied, "%s: %s", firstWords(text, 4), auth.denied)
+	if b.auth.denied != "" {
+		return fail(sqlexec.KindDenied, "%s: %s", firstWords(text, 4), b.auth.denied)
 	}
 	var se sqlite3.Error
 	if errors.As(err, &se) {
 		switch se.Code {
 		case sqlite3.ErrInterrupt:
-			return timeUp(n, line)
+			return b.timeUp(ctx, n, line)
 		case sqlite3.ErrAuth:
 			return fail(sqlexec.KindDenied, "%s: not authorized", firstWords(text, 4))
 		case sqlite3.ErrFull:

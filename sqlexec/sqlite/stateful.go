@@ -22,7 +22,6 @@ package sqlite
 // table, an open transaction) can pass from one job to the next.
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -34,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"avtgym/internal/cache"
 	"avtgym/sqlexec"
 
 	"golang.org/x/sync/semaphore"
@@ -51,6 +51,9 @@ const (
 	DefaultCopyWait = 10 * time.Second
 	// DefaultMaxCachedReferences is how many reference sides are kept.
 	DefaultMaxCachedReferences = 4096
+	// DefaultMaxCachedReferenceBytes is how large the kept reference sides
+	// may be together.
+	DefaultMaxCachedReferenceBytes int64 = 256 << 20
 )
 
 // ErrTestsUnsupported is returned (wrapped) for a job with Python tests:
@@ -81,9 +84,13 @@ type StatefulOptions struct {
 	// KindBusy. 0 means DefaultCopyWait.
 	Wait time.Duration
 	// MaxCached is how many reference sides (the expected results of a job's
-	// checks) are kept; the oldest is dropped first. 0 means
+	// checks) are kept; the least recently used is dropped first. 0 means
 	// DefaultMaxCachedReferences.
 	MaxCached int
+	// MaxCachedBytes bounds the kept reference sides' results together
+	// (sqlexec.Result.Bytes); the least recently used is dropped first. 0
+	// means DefaultMaxCachedReferenceBytes.
+	MaxCachedBytes int64
 }
 
 func (o StatefulOptions) withDefaults() StatefulOptions {
@@ -102,6 +109,9 @@ func (o StatefulOptions) withDefaults() StatefulOptions {
 	if o.MaxCached <= 0 {
 		o.MaxCached = DefaultMaxCachedReferences
 	}
+	if o.MaxCachedBytes <= 0 {
+		o.MaxCachedBytes = DefaultMaxCachedReferenceBytes
+	}
 	return o
 }
 
@@ -113,7 +123,11 @@ type Stateful struct {
 	db     *DB
 	opt    StatefulOptions
 	budget *semaphore.Weighted
-	refs   *refCache
+	// refs keeps the reference sides' results by refKey; like sqlexec.Cache
+	// it does not keep failures that say nothing about the key (the
+	// computing caller's context ended, or the environment failed:
+	// KindUnavailable, KindBusy).
+	refs *cache.Cache[string, []*sqlexec.Result]
 
 	mu     sync.Mutex
 	img    *pristine // the pristine image, once taken
@@ -133,7 +147,7 @@ var _ sqlexec.Stateful = (*Stateful)(nil)
 // until the first job, so it costs nothing where no job comes.
 func NewStateful(db *DB, opt StatefulOptions) *Stateful {
 	opt = opt.withDefaults()
-	return &Stateful{db: db, opt: opt, budget: semaphore.NewWeighted(opt.MaxCopyBytes), refs: newRefCache(opt.MaxCached)}
+	return &Stateful{db: db, opt: opt, budget: semaphore.NewWeighted(opt.MaxCopyBytes), refs: newRefCache(opt)}
 }
 
 // Verify runs j (see sqlexec.Job) on private copies of the database and
@@ -239,7 +253,7 @@ func (s *Stateful) expected(ctx context.Context, img *pristine, j sqlexec.Job, p
 	if j.Key == "" {
 		return compute(ctx)
 	}
-	return s.refs.get(ctx, refKey(j), compute)
+	return s.refs.Get(ctx, refKey(j), compute)
 }
 
 // reference runs the reference side on a copy of its own.
@@ -489,88 +503,20 @@ func refKey(j sqlexec.Job) string {
 	return fmt.Sprintf("%s\x00%x", j.Key, h.Sum(nil))
 }
 
-// refCache computes each key once (concurrent callers wait for one
-// computation) and keeps at most max outcomes, dropping the oldest. Like
-// sqlexec.Cache it does not keep failures that say nothing about the key:
-// the computing caller's context ended, or the environment failed
-// (KindUnavailable, KindBusy).
-type refCache struct {
-	mu    sync.Mutex
-	m     map[string]*refEntry
-	order *list.List // keys of m, oldest first
-	max   int
-}
-
-type refEntry struct {
-	done  chan struct{}
-	res   []*sqlexec.Result
-	err   error
-	retry bool
-	elem  *list.Element
-}
-
-func newRefCache(max int) *refCache {
-	return &refCache{m: map[string]*refEntry{}, order: list.New(), max: max}
-}
-
-func (c *refCache) get(ctx context.Context, key string, compute func(context.Context) ([]*sqlexec.Result, error)) ([]*sqlexec.Result, error) {
-	for {
-		c.mu.Lock()
-		e := c.m[key]
-		if e == nil {
-			for len(c.m) >= c.max {
-				old := c.order.Front()
-				delete(c.m, old.Value.(string))
-				c.order.Remove(old)
-			}
-			e = &refEntry{done: make(chan struct{})}
-			e.elem = c.order.PushBack(key)
-			c.m[key] = e
-			c.mu.Unlock()
-			c.fill(ctx, key, e, compute)
-			return e.res, e.err
-		}
-		c.mu.Unlock()
-		select {
-		case <-e.done:
-			if e.retry {
-				if err := ctx.Err(); err != nil {
-					return nil, err
+// newRefCache returns the cache of reference sides, bounded by opt.
+func newRefCache(opt StatefulOptions) *cache.Cache[string, []*sqlexec.Result] {
+	return cache.New(cache.Options[string, []*sqlexec.Result]{
+		MaxEntries: opt.MaxCached,
+		MaxBytes:   opt.MaxCachedBytes,
+		Size: func(key string, rs []*sqlexec.Result, _ error) int64 {
+			n := int64(len(key)) + 64
+			for _, r := range rs {
+				if r != nil {
+					n += r.Bytes
 				}
-				continue
 			}
-			return e.res, e.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (c *refCache) fill(ctx context.Context, key string, e *refEntry, compute func(context.Context) ([]*sqlexec.Result, error)) {
-	finished := false
-	defer func() {
-		if !finished { // compute panicked: let waiters retry, then re-panic
-			e.retry, e.err = true, errors.New("sqlite: reference computation panicked")
-		}
-		if e.retry {
-			c.mu.Lock()
-			if c.m[key] == e {
-				delete(c.m, key)
-				c.order.Remove(e.elem)
-			}
-			c.mu.Unlock()
-		}
-		close(e.done)
-	}()
-	e.res, e.err = compute(ctx)
-	if e.err != nil && (ctx.Err() != nil || sqlexec.KindOf(e.err) == sqlexec.KindUnavailable || sqlexec.KindOf(e.err) == sqlexec.KindBusy) {
-		e.retry = true
-	}
-	finished = true
-}
-
-func (c *refCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
+			return n
+		},
+		KeepError: sqlexec.Lasting,
+	})
 }

@@ -661,8 +661,8 @@ func TestStatefulLimits(t *testing.T) {
 	third.Key = "third"
 	verify(t, c, third)
 	verify(t, c, ok) // dropped as the oldest when "third" came
-	if runs() != 4 || c.refs.len() != 2 {
-		t.Fatalf("with 2 kept: %d runs, %d kept; want 4 and 2", runs(), c.refs.len())
+	if runs() != 4 || c.refs.Len() != 2 {
+		t.Fatalf("with 2 kept: %d runs, %d kept; want 4 and 2", runs(), c.refs.Len())
 	}
 	noKey := ok
 	noKey.Key = ""
