@@ -1,7 +1,19 @@
-// Package env owns the episode state machine of the ask-then-solve protocol
-// (PROTOCOL.md §2): task selection, budgets, phases and terminal statuses,
-// the fixed solvers, rewards, and the sealed tokens that carry each
-// episode's whole state between calls, so that the server holds none.
+// Package env owns avtgym's episodes: the rules of every protocol
+// (AMBITAB's ask-then-solve, BIRD-Interact's BIRD_C and BIRD_A, TIDE's
+// TIDE_F and TIDE_P; PROTOCOL.md §2, §8, §9, §11), task selection,
+// budgets, phases and terminal statuses, the fixed solvers (lookup, LLM),
+// BIRD_A's tools, the oracle service's checks, and the sealed tokens that
+// carry each episode's whole state between calls, so that the server
+// holds none. Each protocol is one rules value (protocol.go) with its own
+// state message; the moves they share are in episode.go, and the numbers
+// of every reward come from package reward.
+//
+// env speaks the wire on purpose: Reset, Step, Ask and the listings take
+// and return the avtgym.v1 messages themselves (observations, actions,
+// rewards), so that the server is a thin adapter and audit can drive
+// episodes in process exactly as the server does. What env keeps behind
+// interfaces it declares is technology: the oracles (Oracle), the solver
+// model (Solver), and the SQL engines (through corpus and sqlexec).
 package env
 
 import (
@@ -9,12 +21,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
@@ -38,13 +48,6 @@ type Oracle interface {
 type Solver interface {
 	Solve(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (string, error)
 }
-
-// Defaults of the episode options (PROTOCOL.md §2).
-// (The limits are in limits.go.)
-const (
-	DefaultExtraQuestions      = 2
-	DefaultZeroAmbiguityBudget = 0
-)
 
 // Config is what an Env needs.
 type Config struct {
@@ -73,13 +76,11 @@ type Env struct {
 	cfg     Config
 	corpora map[string]*corpus.Corpus
 	views   map[*corpus.Task]*pb.TaskView
-	splits  map[*corpus.Corpus]map[string][]*corpus.Task
-	// twoPhase holds the tasks with a follow-up by split (the tasks
-	// PROTOCOL_BIRD_C and PROTOCOL_BIRD_A draw from).
-	twoPhase map[*corpus.Corpus]map[string][]*corpus.Task
-	// tide holds, per TIDE protocol, the TIDE samples it serves by split
-	// (the tasks a TIDE reset without a task id draws from).
-	tide map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task
+	// pools holds, per protocol, corpus and split ("": all), the tasks a
+	// reset without a task id draws from (rules.draws).
+	pools map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task
+	// commitments caches TIDE's commitment sets (tide.go).
+	commitments commitSets
 	// maxState bounds every state seal writes, and maxToken every token
 	// open reads (limits.go); maxStep bounds one StepResponse.
 	maxState, maxToken, maxStep int
@@ -113,51 +114,27 @@ func New(cfg Config) (*Env, error) {
 		cfg.Now = time.Now
 	}
 	e := &Env{
-		cfg:      cfg,
-		corpora:  map[string]*corpus.Corpus{},
-		views:    map[*corpus.Task]*pb.TaskView{},
-		splits:   map[*corpus.Corpus]map[string][]*corpus.Task{},
-		twoPhase: map[*corpus.Corpus]map[string][]*corpus.Task{},
-		tide:     map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task{},
+		cfg:         cfg,
+		corpora:     map[string]*corpus.Corpus{},
+		views:       map[*corpus.Task]*pb.TaskView{},
+		pools:       map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task{},
+		commitments: newCommitSets(),
 	}
 	for _, c := range cfg.Corpora {
 		if _, dup := e.corpora[c.Name]; dup {
 			return nil, errorf(Internal, ReasonInternal, "", "env: two corpora are named %q", c.Name)
 		}
 		e.corpora[c.Name] = c
-		bySplit := map[string][]*corpus.Task{"": c.Tasks}
-		twoPhase := map[string][]*corpus.Task{}
 		for _, t := range c.Tasks {
 			e.views[t] = PublicView(t)
-			if t.Split != "" {
-				bySplit[t.Split] = append(bySplit[t.Split], t)
-			}
-			if t.FollowUp != nil {
-				twoPhase[""] = append(twoPhase[""], t)
-				if t.Split != "" {
-					twoPhase[t.Split] = append(twoPhase[t.Split], t)
-				}
-			}
 			e.maxState = max(e.maxState, StateBound(len(c.Name), len(t.ID)))
 			e.maxStep = max(e.maxStep, StepResponseBound(t))
 		}
-		e.splits[c] = bySplit
-		e.twoPhase[c] = twoPhase
-		for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P} {
-			pools := map[string][]*corpus.Task{}
-			for _, t := range c.Tasks {
-				if t.SampleType == "" || tideServes(t, p) != "" {
-					continue
-				}
-				pools[""] = append(pools[""], t)
-				if t.Split != "" {
-					pools[t.Split] = append(pools[t.Split], t)
-				}
+		for _, p := range protocols {
+			if e.pools[p] == nil {
+				e.pools[p] = map[*corpus.Corpus]map[string][]*corpus.Task{}
 			}
-			if e.tide[p] == nil {
-				e.tide[p] = map[*corpus.Corpus]map[string][]*corpus.Task{}
-			}
-			e.tide[p][c] = pools
+			e.pools[p][c] = pools(c, rulesOf(p))
 		}
 	}
 	longest := func(f func(*corpus.Task) int) int {
@@ -171,6 +148,21 @@ func New(cfg Config) (*Env, error) {
 	}
 	e.maxToken = TokenBound(longest(func(t *corpus.Task) int { return len(t.Corpus.Name) }), longest(func(t *corpus.Task) int { return len(t.ID) }))
 	return e, nil
+}
+
+// pools sorts the tasks of c that r draws by split ("": all of them).
+func pools(c *corpus.Corpus, r rules) map[string][]*corpus.Task {
+	out := map[string][]*corpus.Task{}
+	for _, t := range c.Tasks {
+		if !r.draws(t) {
+			continue
+		}
+		out[""] = append(out[""], t)
+		if t.Split != "" {
+			out[t.Split] = append(out[t.Split], t)
+		}
+	}
+	return out
 }
 
 // MaxTokenBytes is the longest episode token this server accepts: the
@@ -232,7 +224,7 @@ type ResetPlan struct {
 	Size int
 
 	task *corpus.Task
-	base *statepb.EpisodeState
+	base *statepb.EpisodeState // every episode's state but for its seed and index
 	seed uint64
 	obs  *pb.Observation // the first observation, shared by the group
 	priv *pb.Privileged  // nil unless asked for; shared by the group
@@ -257,23 +249,16 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 			return nil, err
 		}
 	} else {
-		pool := e.splits[c][req.GetSplit()]
-		if p := req.GetOptions().GetProtocol(); p == pb.Protocol_PROTOCOL_BIRD_C || p == pb.Protocol_PROTOCOL_BIRD_A {
-			// BIRD-Interact's protocols play tasks with a follow-up only.
-			pool = e.twoPhase[c][req.GetSplit()]
-			if len(pool) == 0 {
-				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task with a follow-up in split %q (%s needs two sub-tasks)", c.Name, req.GetSplit(), p)
-			}
-		} else if isTide(p) {
-			// TIDE's protocols draw from TIDE's samples (those TIDE_P
-			// serves, under TIDE_P); a task id may name any task they serve.
-			pool = e.tide[p][c][req.GetSplit()]
-			if len(pool) == 0 {
-				return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no TIDE sample that %s serves in split %q", c.Name, p, req.GetSplit())
-			}
+		p := protocolOf(req.GetOptions())
+		r := rulesOf(p)
+		if r == nil {
+			// An unknown protocol draws as AMBITAB does; newState rejects
+			// it below.
+			p, r = pb.Protocol_PROTOCOL_AMBITAB, ambiTabRules
 		}
+		pool := e.pools[p][c][req.GetSplit()]
 		if len(pool) == 0 {
-			return nil, errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no task in split %q", c.Name, req.GetSplit())
+			return nil, r.noTasks(c, req.GetSplit())
 		}
 		task = pool[mix(seed)%uint64(len(pool))]
 	}
@@ -289,24 +274,15 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		return nil, err
 	}
 	p := &ResetPlan{Episodes: n, task: task, base: base, seed: seed}
-	if sqlRequired(base) {
-		base.Phase = pb.Phase_PHASE_SOLVING // BIRD_C with one turn
-	}
-	p.obs = &pb.Observation{
-		Task:  e.views[task],
-		Turns: []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: task.Request}},
-	}
-	if base.Prefilled > 0 {
-		p.obs.Turns = append(p.obs.Turns, tidePrefill(base)...)
-	}
-	observe(p.obs, base, new(pb.Budget))
+	p.obs = &pb.Observation{Task: e.views[task], Turns: openingTurns(task, base)}
+	observe(p.obs, base, rulesOf(base.Protocol), new(pb.Budget))
 	if req.GetIncludePrivileged() {
 		p.priv = resetPrivileged(task)
 	}
-	// The template: the widest seed and group index there are.
-	widest := proto.Clone(base).(*statepb.EpisodeState)
-	widest.Seed, widest.GroupIndex = math.MaxUint64, int32(n-1)
-	tok := e.cfg.Sealer.TokenSize(widest.SizeVT())
+	// The template: the widest seed and group index there are (BuildReset
+	// sets each episode's own).
+	base.Seed, base.GroupIndex = math.MaxUint64, int32(n-1)
+	tok := e.cfg.Sealer.TokenSize(base.SizeVT())
 	tmpl := &pb.Episode{
 		Seed:        math.MaxUint64,
 		GroupIndex:  int32(n - 1),
@@ -319,11 +295,26 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	return p, nil
 }
 
-// BuildReset seals and builds the planned episodes.
+// openingTurns are a reset's turns: the request, then the questions the
+// environment pre-filled (ROLE_PREFILLED) with their answers.
+func openingTurns(t *corpus.Task, st *statepb.EpisodeState) []*pb.Turn {
+	turns := []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: t.Request}}
+	for _, q := range st.Questions[:min(len(st.Questions), max(0, int(st.Prefilled)))] {
+		turns = append(turns,
+			&pb.Turn{Role: pb.Role_ROLE_PREFILLED, Kind: pb.TurnKind_TURN_KIND_QUESTION, Text: q.Question},
+			&pb.Turn{Role: pb.Role_ROLE_ORACLE, Kind: pb.TurnKind_TURN_KIND_REPLY, Text: q.Reply})
+	}
+	return turns
+}
+
+// BuildReset seals and builds the planned episodes. It seals the plan's
+// one state once per episode, setting the episode's seed and index before
+// each seal (a group's states differ in nothing else), so a plan is built
+// by one goroutine at a time.
 func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 	resp := &pb.ResetResponse{Episodes: make([]*pb.Episode, p.Episodes)}
+	st := p.base
 	for i := range p.Episodes {
-		st := proto.Clone(p.base).(*statepb.EpisodeState)
 		st.Seed = p.seed + uint64(i)
 		st.GroupIndex = int32(i)
 		tok, err := e.seal(st)
@@ -342,12 +333,13 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 	return resp, nil
 }
 
+// newState resolves a reset's options on task t: the shared ones here
+// (reward, solver, oracle, strict credit), the protocol's by its rules.
 func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeState, error) {
 	st := &statepb.EpisodeState{
 		Version:    stateVersion,
 		Corpus:     t.Corpus.Name,
 		RecordId:   t.ID,
-		RecordHash: t.Hash[:recordHashSize],
 		Reward:     pb.RewardType_REWARD_TYPE_QUESTION_F1,
 		Solver:     pb.Solver_SOLVER_CLIENT,
 		Oracle:     pb.OracleType_ORACLE_TYPE_DETERMINISTIC,
@@ -355,66 +347,63 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 		Status:     pb.EpisodeStatus_EPISODE_STATUS_RUNNING,
 		IssuedUnix: e.cfg.Now().Unix(),
 	}
+	st.RecordHashHi, st.RecordHashLo = recordHash(t)
+	if err := e.resolveShared(o, st); err != nil {
+		return nil, err
+	}
+	p := protocolOf(o)
+	r := rulesOf(p)
+	if r == nil {
+		return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "unknown protocol %d", p)
+	}
+	st.Protocol = p
+	if err := r.resolve(t, o, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// resolveShared checks the options every protocol reads (reward, solver,
+// oracle, strict credit) and records them in st.
+func (e *Env) resolveShared(o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
 	if r := o.GetReward(); r != pb.RewardType_REWARD_TYPE_UNSPECIFIED {
 		if _, ok := pb.RewardType_name[int32(r)]; !ok {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "unknown reward type %d", r)
+			return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "unknown reward type %d", r)
 		}
 		st.Reward = r
 	}
 	if s := o.GetSolver(); s != pb.Solver_SOLVER_UNSPECIFIED {
 		if _, ok := pb.Solver_name[int32(s)]; !ok {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "unknown solver %d", s)
+			return errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "unknown solver %d", s)
 		}
 		if s == pb.Solver_SOLVER_LLM && e.cfg.LLMSolver == nil {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "no solver model is configured on this server (serve --solver-url)")
+			return errorf(InvalidArgument, ReasonInvalidOption, "options.solver", "no solver model is configured on this server (serve --solver-url)")
 		}
 		st.Solver = s
 	}
 	if k := o.GetOracle(); k != pb.OracleType_ORACLE_TYPE_UNSPECIFIED {
 		if e.cfg.Oracles[k] == nil {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.oracle", "oracle %s is not available on this server", k)
+			return errorf(InvalidArgument, ReasonInvalidOption, "options.oracle", "oracle %s is not available on this server", k)
 		}
 		st.Oracle = k
 	}
 	st.StrictCredit = o.GetStrictCredit()
-	if err := resolveProtocol(t, o, st); err != nil {
-		return nil, err
-	}
-	if st.Protocol != pb.Protocol_PROTOCOL_AMBITAB {
-		return st, nil // its budget is set
-	}
-	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
-	if o != nil && o.ExtraQuestions != nil {
-		extra = o.GetExtraQuestions()
-		if extra < 0 || extra > MaxExtraQuestions {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "%d is outside 0..%d", extra, MaxExtraQuestions)
-		}
-	}
-	if o != nil && o.ZeroAmbiguityBudget != nil {
-		zero = o.GetZeroAmbiguityBudget()
-		if zero < 0 || zero > MaxExtraQuestions {
-			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.zero_ambiguity_budget", "%d is outside 0..%d", zero, MaxExtraQuestions)
-		}
-	}
-	if m := int32(len(t.Counted())); m > 0 {
-		st.Budget = m + extra
-	} else {
-		st.Budget = zero
-	}
-	return st, nil
+	return nil
 }
 
 // Step applies one action. The old token stays valid: stepping it again
 // with the same action gives the same result, and with another action
 // forks the episode.
 func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
-	st, task, err := e.open(req.GetToken())
+	// One allocation holds the episode, its decoded state, the response,
+	// its observation and the turns a step can add (a step is the hot
+	// path; see bench/).
+	ep := &episode{env: e, priv: req.GetIncludePrivileged()}
+	task, err := e.openInto(req.GetToken(), &ep.state)
 	if err != nil {
 		return nil, err
 	}
-	// One allocation holds the episode, the response, its observation and
-	// the turns a step can add (a step is the hot path; see bench/).
-	ep := &episode{env: e, st: st, task: task, priv: req.GetIncludePrivileged()}
+	ep.st, ep.task, ep.rules = &ep.state.st, task, rulesOf(ep.state.st.Protocol)
 	ep.out = &ep.resp
 	ep.out.Observation = &ep.obs
 	ep.obs.Turns = ep.turnPtrs[:0]
@@ -430,91 +419,10 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 		return nil, err
 	}
 	ep.finish()
-	if ep.out.Token, err = e.seal(st); err != nil {
+	if ep.out.Token, err = e.seal(ep.st); err != nil {
 		return nil, err
 	}
 	return ep.out, nil
-}
-
-const stateVersion = 1
-
-// buffers recycles the plaintext buffers of opening tokens: every step
-// opens one.
-var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
-// recordHashSize is how much of a task's content hash a token keeps:
-// 128 bits tell a changed record apart, and every byte is sent twice per
-// step.
-const recordHashSize = 16
-
-func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
-	n := st.SizeVT()
-	if n > e.maxState {
-		// Unreachable while limits.go's arithmetic covers every field.
-		return nil, errorf(Internal, ReasonInternal, "", "the episode state is %d bytes, more than the bound of %d (env/limits.go)", n, e.maxState)
-	}
-	// The generated (non-reflective) vtprotobuf codec writes the state
-	// straight into the token: reflection-based proto.Marshal was one of
-	// the largest costs of a step (bench/RESULTS.md).
-	var err error
-	tok := e.cfg.Sealer.SealFunc(n, func(buf []byte) {
-		_, err = st.MarshalToSizedBufferVT(buf)
-	})
-	if err != nil {
-		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
-	}
-	return tok, nil
-}
-
-func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
-	if len(token) == 0 {
-		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "the episode token is missing")
-	}
-	if len(token) > e.maxToken {
-		// Checked before decrypting: no token this server seals is longer.
-		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode token is %d bytes, longer than any token this server issues (%d)", len(token), e.maxToken)
-	}
-	bp := buffers.Get().(*[]byte)
-	defer buffers.Put(bp)
-	if cap(*bp) < len(token) {
-		// Big enough for any plaintext of this token, so that Open never
-		// reallocates and the pooled slice keeps its whole capacity.
-		*bp = make([]byte, 0, 2*len(token))
-	}
-	plain, err := e.cfg.Sealer.OpenAppend(*bp, token)
-	if err != nil {
-		return nil, nil, err
-	}
-	st := &statepb.EpisodeState{}
-	// UnmarshalVT copies strings and bytes out of plain, so the buffer can
-	// go back to the pool.
-	if err := st.UnmarshalVT(plain); err != nil {
-		return nil, nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "episode state does not decode: %v", err)
-	}
-	if st.Version != stateVersion {
-		return nil, nil, errorf(FailedPrecondition, ReasonTokenMalformed, "token", "episode state version %d is not supported (want %d)", st.Version, stateVersion)
-	}
-	if e.cfg.Oracles[st.Oracle] == nil || st.Solver == pb.Solver_SOLVER_LLM && e.cfg.LLMSolver == nil {
-		// Sealed by a server configured otherwise that shares the key (a
-		// replica, or this one before a restart): stepping it would call a
-		// nil oracle or solver.
-		return nil, nil, errorf(FailedPrecondition, ReasonInvalidOption, "token", "the episode's oracle (%s) or solver (%s) is not available on this server", st.Oracle, st.Solver)
-	}
-	if ttl := e.cfg.TokenTTL; ttl > 0 && e.cfg.Now().Sub(time.Unix(st.IssuedUnix, 0)) > ttl {
-		return nil, nil, errorf(FailedPrecondition, ReasonTokenExpired, "token", "the episode was reset more than %s ago", ttl)
-	}
-	c, ok := e.corpora[st.Corpus]
-	if !ok {
-		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "corpus %q is no longer served", st.Corpus)
-	}
-	t, ok := c.Task(st.RecordId)
-	if !ok {
-		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q is no longer in corpus %q", st.RecordId, st.Corpus)
-	}
-	if string(t.Hash[:recordHashSize]) != string(st.RecordHash) {
-		return nil, nil, errorf(FailedPrecondition, ReasonRecordChanged, "token", "task %q changed since the episode was reset", st.RecordId)
-	}
-	return st, t, nil
 }
 
 // mix is SplitMix64's finaliser: it spreads consecutive seeds over the

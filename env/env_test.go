@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
@@ -241,7 +242,7 @@ func TestTokenStateChecks(t *testing.T) {
 	if err := step(reseal(t, s, ep.Token, func(*statepb.EpisodeState) {})); err != nil {
 		t.Fatalf("resealed unchanged state: %v", err)
 	}
-	for _, v := range []uint32{0, 2, 1 << 31} {
+	for _, v := range []uint32{0, 1, 3, 1 << 31} {
 		err := step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Version = v }))
 		wantEnvError(t, err, FailedPrecondition, ReasonTokenMalformed)
 	}
@@ -249,10 +250,22 @@ func TestTokenStateChecks(t *testing.T) {
 	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
 	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordId = "gone" }))
 	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
-	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHash = bytes.Repeat([]byte{1}, len(st.RecordHash)) }))
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHashLo ^= 1 }))
 	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
-	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHash = nil }))
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.RecordHashHi, st.RecordHashLo = 0, 0 }))
 	wantEnvError(t, err, FailedPrecondition, ReasonRecordChanged)
+	// A protocol whose state message is not the one its rules keep, and a
+	// protocol this server does not know.
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Protocol = pb.Protocol_PROTOCOL_TIDE_F }))
+	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+	err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) {
+		st.Protocol, st.Rules = pb.Protocol_PROTOCOL_BIRD_C, nil
+	}))
+	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+	for _, p := range []pb.Protocol{pb.Protocol_PROTOCOL_UNSPECIFIED, 99} {
+		err = step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Protocol = p }))
+		wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+	}
 
 	// A sealed plaintext that is not an episode state.
 	err = step(s.Seal([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}))
@@ -260,6 +273,37 @@ func TestTokenStateChecks(t *testing.T) {
 	// No token at all.
 	err = step(nil)
 	wantEnvError(t, err, InvalidArgument, ReasonTokenMalformed)
+}
+
+// TestOldStateVersionIsRefused: a token sealed by a server of state
+// version 1 (every protocol's fields side by side, the record hash as
+// bytes) is refused as TOKEN_MALFORMED with a message that names the
+// version change, not as a state that does not decode.
+func TestOldStateVersionIsRefused(t *testing.T) {
+	key := RandomKey()
+	e, _ := newEnv(t, loadTiny(t), key)
+	var v1 []byte
+	v1 = protowire.AppendTag(v1, 1, protowire.VarintType)
+	v1 = protowire.AppendVarint(v1, 1) // version 1
+	v1 = protowire.AppendTag(v1, 2, protowire.BytesType)
+	v1 = protowire.AppendString(v1, "tiny")
+	v1 = protowire.AppendTag(v1, 3, protowire.BytesType)
+	v1 = protowire.AppendString(v1, "top-a")
+	v1 = protowire.AppendTag(v1, 4, protowire.BytesType) // the record hash, as bytes
+	v1 = protowire.AppendBytes(v1, bytes.Repeat([]byte{7}, 16))
+	v1 = protowire.AppendTag(v1, 21, protowire.VarintType) // protocol
+	v1 = protowire.AppendVarint(v1, uint64(pb.Protocol_PROTOCOL_BIRD_C))
+	v1 = protowire.AppendTag(v1, 22, protowire.VarintType) // sub-task
+	v1 = protowire.AppendVarint(v1, 1)
+	v1 = protowire.AppendTag(v1, 27, protowire.BytesType) // phase 1's SQL
+	v1 = protowire.AppendString(v1, "SELECT 1")
+	v1 = protowire.AppendTag(v1, 34, protowire.BytesType) // BIRD_A's action log
+	v1 = protowire.AppendBytes(v1, []byte{1, 5})
+	_, err := e.Step(context.Background(), &pb.StepRequest{Token: mustSealer(t, key).Seal(v1), Action: stopAction()})
+	wantEnvError(t, err, FailedPrecondition, ReasonTokenMalformed)
+	if msg := err.Error(); !strings.Contains(msg, "version 1") || !strings.Contains(msg, "layout changed") {
+		t.Errorf("a version 1 token: %q, want a message naming the version change", msg)
+	}
 }
 
 func TestResetSeeds(t *testing.T) {
@@ -537,34 +581,7 @@ func TestActionTextLimits(t *testing.T) {
 		"huge invalid question":   askAction(strings.Repeat("big sales \xff", 100_000)),
 	}
 	for name, a := range badQuestions {
-		spy.calls.Store(0)
-		resp := mustStep(t, e, ep.Token, a, true)
-		if spy.calls.Load() != 0 {
-			t.Errorf("%s: the oracle was called", name)
-		}
-		if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || resp.Observation.QuestionsAsked != 1 || resp.Observation.QuestionsRemaining != 3 {
-			t.Errorf("%s: status %s asked %d remaining %d, want a counted question", name, resp.Status, resp.Observation.QuestionsAsked, resp.Observation.QuestionsRemaining)
-		}
-		turns := resp.Observation.Turns
-		if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL || !strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") {
-			t.Errorf("%s: turns %v, want the question and a refusal", name, turns)
-			continue
-		}
-		if q := turns[0].Text; !utf8.ValidString(q) || len(q) > MaxQuestionBytes {
-			t.Errorf("%s: the question turn is %d bytes, valid UTF-8 %v", name, len(q), utf8.ValidString(q))
-		}
-		if len(resp.Privileged.GetCredits()) != 0 {
-			t.Errorf("%s: credited %v", name, resp.Privileged.GetCredits())
-		}
-		st := openState(t, s, resp.Token)
-		if len(st.Questions) != 1 || st.Questions[0].Question != turns[0].Text || st.Questions[0].Reply != turns[1].Text || st.Questions[0].GetCreditMask() != 0 {
-			t.Errorf("%s: the state keeps %v", name, st.Questions)
-		}
-		// The episode goes on: it ends with a reward that counts the question.
-		end := mustStep(t, e, resp.Token, submitAction("SELECT 1"), false)
-		if !end.Done || end.Reward == nil {
-			t.Errorf("%s: the episode did not end normally: %v", name, end)
-		}
+		checkBadQuestion(t, e, s, spy, ep.Token, name, a)
 	}
 	if got := mustStep(t, e, ep.Token, badQuestions["question over 16 KiB"], false).Observation.Turns[1].Text; !strings.Contains(got, "longer than the limit of 16384 bytes") {
 		t.Errorf("the refusal of a long question does not say why: %q", got)
@@ -581,28 +598,69 @@ func TestActionTextLimits(t *testing.T) {
 		"submit with nil submit_sq": {&pb.Action{Kind: &pb.Action_SubmitSql_{}}, "empty"},
 	}
 	for name, tc := range badSQL {
-		resp := mustStep(t, e, ep.Token, tc.a, true)
-		if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || resp.Reward.GetValue() != 0 || resp.Reward.GetComponents()["outcome"] != 0 {
-			t.Errorf("%s: done %v status %s reward %v, want a failed solution", name, resp.Done, resp.Status, resp.Reward)
-			continue
-		}
-		turns := resp.Observation.Turns
-		if len(turns) != 2 || turns[0].Kind != pb.TurnKind_TURN_KIND_SQL || turns[1].Kind != pb.TurnKind_TURN_KIND_FEEDBACK || !strings.Contains(turns[1].Text, tc.why) {
-			t.Errorf("%s: turns %v, want the SQL and feedback saying %q", name, turns, tc.why)
-			continue
-		}
-		if !utf8.ValidString(turns[0].Text) || len(turns[0].Text) > MaxSQLBytes {
-			t.Errorf("%s: the SQL turn is %d bytes, valid UTF-8 %v", name, len(turns[0].Text), utf8.ValidString(turns[0].Text))
-		}
-		if !strings.Contains(resp.Privileged.GetVerifierReason(), tc.why) {
-			t.Errorf("%s: verifier reason %q", name, resp.Privileged.GetVerifierReason())
-		}
+		checkBadSQL(t, e, ep.Token, name, tc.a, tc.why)
 	}
-
 	for name, a := range map[string]*pb.Action{"no action kind": {}, "nil action": nil} {
 		_, err := e.Step(context.Background(), &pb.StepRequest{Token: ep.Token, Action: a})
 		wantEnvError(t, err, InvalidArgument, ReasonInvalidAction)
 		_ = name
+	}
+}
+
+// checkBadQuestion steps a question the policy cannot ask as the first
+// question of the episode at tok: the environment refuses it in the
+// oracle's place, it counts and credits nothing, and the episode goes on.
+func checkBadQuestion(t *testing.T, e *Env, s *Sealer, spy *spyOracle, tok []byte, name string, a *pb.Action) {
+	t.Helper()
+	spy.calls.Store(0)
+	resp := mustStep(t, e, tok, a, true)
+	if spy.calls.Load() != 0 {
+		t.Errorf("%s: the oracle was called", name)
+	}
+	if resp.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || resp.Observation.QuestionsAsked != 1 || resp.Observation.QuestionsRemaining != 3 {
+		t.Errorf("%s: status %s asked %d remaining %d, want a counted question", name, resp.Status, resp.Observation.QuestionsAsked, resp.Observation.QuestionsRemaining)
+	}
+	turns := resp.Observation.Turns
+	if len(turns) != 2 || turns[1].Role != pb.Role_ROLE_ORACLE || turns[1].Kind != pb.TurnKind_TURN_KIND_REFUSAL || !strings.HasPrefix(turns[1].Text, "I can't answer that: the question ") {
+		t.Errorf("%s: turns %v, want the question and a refusal", name, turns)
+		return
+	}
+	if q := turns[0].Text; !utf8.ValidString(q) || len(q) > MaxQuestionBytes {
+		t.Errorf("%s: the question turn is %d bytes, valid UTF-8 %v", name, len(q), utf8.ValidString(q))
+	}
+	if len(resp.Privileged.GetCredits()) != 0 {
+		t.Errorf("%s: credited %v", name, resp.Privileged.GetCredits())
+	}
+	st := openState(t, s, resp.Token)
+	if len(st.Questions) != 1 || st.Questions[0].Question != turns[0].Text || st.Questions[0].Reply != turns[1].Text || st.Questions[0].GetCreditMask() != 0 {
+		t.Errorf("%s: the state keeps %v", name, st.Questions)
+	}
+	// The episode goes on: it ends with a reward that counts the question.
+	end := mustStep(t, e, resp.Token, submitAction("SELECT 1"), false)
+	if !end.Done || end.Reward == nil {
+		t.Errorf("%s: the episode did not end normally: %v", name, end)
+	}
+}
+
+// checkBadSQL steps SQL the policy cannot submit: a failed solution whose
+// feedback and reason say why.
+func checkBadSQL(t *testing.T, e *Env, tok []byte, name string, a *pb.Action, why string) {
+	t.Helper()
+	resp := mustStep(t, e, tok, a, true)
+	if !resp.Done || resp.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || resp.Reward.GetValue() != 0 || resp.Reward.GetComponents()["outcome"] != 0 {
+		t.Errorf("%s: done %v status %s reward %v, want a failed solution", name, resp.Done, resp.Status, resp.Reward)
+		return
+	}
+	turns := resp.Observation.Turns
+	if len(turns) != 2 || turns[0].Kind != pb.TurnKind_TURN_KIND_SQL || turns[1].Kind != pb.TurnKind_TURN_KIND_FEEDBACK || !strings.Contains(turns[1].Text, why) {
+		t.Errorf("%s: turns %v, want the SQL and feedback saying %q", name, turns, why)
+		return
+	}
+	if !utf8.ValidString(turns[0].Text) || len(turns[0].Text) > MaxSQLBytes {
+		t.Errorf("%s: the SQL turn is %d bytes, valid UTF-8 %v", name, len(turns[0].Text), utf8.ValidString(turns[0].Text))
+	}
+	if !strings.Contains(resp.Privileged.GetVerifierReason(), why) {
+		t.Errorf("%s: verifier reason %q", name, resp.Privileged.GetVerifierReason())
 	}
 }
 

@@ -5,31 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"strings"
 	"time"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
-	"avtgym/reward"
 	"avtgym/sqlexec"
 )
 
-// budgetNotice is shown when an ask comes after the question budget is
-// spent (PROTOCOL.md §2): the question is not answered and asking ends.
-const budgetNotice = "The question budget is spent: this question was not answered, and asking has ended."
+// The shared moves of every protocol: an episode's step in progress, its
+// turns, an ask, a verification, a rejection, a failure, and the
+// observation, credits and reward of the finished step. What differs by
+// protocol is in its rules value (protocol.go).
 
-// episode is one Step in progress: the decoded state, its task and the
-// response being built.
+// episode is one Step in progress: the decoded state, its task, the
+// protocol's rules and the response being built.
 type episode struct {
-	env  *Env
-	st   *statepb.EpisodeState
-	task *corpus.Task
-	priv bool
-	out  *pb.StepResponse
+	env   *Env
+	st    *statepb.EpisodeState
+	task  *corpus.Task
+	rules rules
+	priv  bool
+	out   *pb.StepResponse
 
-	// Storage for out, its observation and up to maxStepTurns turns.
+	// Storage for st (when the step decoded it), out, its observation and
+	// up to maxStepTurns turns: one allocation per step.
+	state    decoded
 	resp     pb.StepResponse
 	obs      pb.Observation
 	turns    [maxStepTurns]pb.Turn
@@ -45,6 +47,10 @@ const inlineQuestions = 4
 // SQL, feedback, and a notice if verification fails).
 const maxStepTurns = 3
 
+// verifierBusyDelay is the retry delay suggested when the verifier is
+// saturated.
+const verifierBusyDelay = time.Second
+
 func (ep *episode) turn(role pb.Role, kind pb.TurnKind, text string) {
 	o := ep.out.Observation
 	var t *pb.Turn
@@ -57,60 +63,12 @@ func (ep *episode) turn(role pb.Role, kind pb.TurnKind, text string) {
 	o.Turns = append(o.Turns, t)
 }
 
+// apply applies one action under the episode's protocol.
 func (ep *episode) apply(ctx context.Context, a *pb.Action) error {
-	st := ep.st
-	if st.Phase == pb.Phase_PHASE_DONE {
+	if st := ep.st; st.Phase == pb.Phase_PHASE_DONE {
 		return errorf(FailedPrecondition, ReasonEpisodeDone, "action", "the episode is done (%s); reset a new one", st.Status)
 	}
-	switch st.Protocol {
-	case pb.Protocol_PROTOCOL_BIRD_C:
-		return ep.applyBirdC(ctx, a)
-	case pb.Protocol_PROTOCOL_BIRD_A:
-		return ep.applyBirdA(ctx, a)
-	case pb.Protocol_PROTOCOL_TIDE_F, pb.Protocol_PROTOCOL_TIDE_P:
-		return ep.applyTide(ctx, a)
-	}
-	if u, ok := a.GetKind().(*pb.Action_Unparsed_); ok {
-		return ep.applyUnparsed(ctx, u.Unparsed.GetText())
-	}
-	st.UnparsedInRow = 0
-	switch k := a.GetKind().(type) {
-	case *pb.Action_Ask_:
-		if st.Phase != pb.Phase_PHASE_ASKING {
-			return errorf(FailedPrecondition, ReasonWrongPhase, "action.ask", "asking has ended; only submit_sql is allowed now")
-		}
-		// An ask without text is an empty question (on the wire the two
-		// cannot be told apart): the policy's fault, scored.
-		return ep.ask(ctx, k.Ask.GetText())
-	case *pb.Action_Stop_:
-		if st.Phase != pb.Phase_PHASE_ASKING {
-			return errorf(FailedPrecondition, ReasonWrongPhase, "action.stop", "asking has already ended; only submit_sql is allowed now")
-		}
-		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_STOP, "")
-		return ep.endAsking(ctx, false)
-	case *pb.Action_SubmitSql_:
-		sql := k.SubmitSql.GetSql()
-		if st.Phase == pb.Phase_PHASE_ASKING {
-			// STOP followed by this submission (PROTOCOL.md §2).
-			st.Phase = pb.Phase_PHASE_SOLVING
-			st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
-		}
-		if fault := policyFault(sql, MaxSQLBytes); fault != "" {
-			// Not run: a failed solution, and the policy is told why.
-			clean := BoundText(sql, MaxSQLBytes)
-			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, clean)
-			ep.reject(clean, "the SQL "+fault)
-			ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, "Your SQL was not run: it "+fault+".")
-			return nil
-		}
-		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-		return ep.verify(ctx, sql)
-	default:
-		if actionField(a) != 0 {
-			return errorf(InvalidArgument, ReasonInvalidAction, "action", "tools are PROTOCOL_BIRD_A's; AMBITAB takes ask, stop, submit_sql or unparsed")
-		}
-		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, stop, submit_sql or unparsed)")
-	}
+	return ep.rules.apply(ctx, ep, a)
 }
 
 // questionRefusal is the environment's refusal, in the oracle's place, of
@@ -119,23 +77,34 @@ func questionRefusal(fault string) string {
 	return "I can't answer that: the question " + fault + "."
 }
 
-func (ep *episode) ask(ctx context.Context, q string) error {
-	st := ep.st
-	st.Attempted++
-	// The history keeps the question's bounded, valid UTF-8 form; a usable
-	// question is its own bounded form.
-	fault := policyFault(q, MaxQuestionBytes)
+// ask puts the policy's question to the oracle (pose, then answer): rec is
+// the record the oracle answers about, and from the first question of the
+// dialogue it reads (BIRD's sub-task 2 reads its own questions only).
+func (ep *episode) ask(ctx context.Context, text string, rec *corpus.Record, from int) error {
+	q, fault := ep.pose(text)
+	return ep.answer(ctx, q, fault, rec, from)
+}
+
+// pose counts the policy's question as attempted and adds its turn. The
+// history keeps the question's bounded, valid UTF-8 form (a usable question
+// is its own bounded form): q is that form, and fault says why the
+// question cannot be put to the oracle ("" when it can).
+func (ep *episode) pose(text string) (q, fault string) {
+	ep.st.Attempted++
+	q, fault = text, policyFault(text, MaxQuestionBytes)
 	if fault != "" {
-		q = BoundText(q, MaxQuestionBytes)
+		q = BoundText(text, MaxQuestionBytes)
 	}
 	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_QUESTION, q)
-	if st.Protocol == pb.Protocol_PROTOCOL_AMBITAB && int32(len(st.Questions)) >= st.Budget {
-		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, budgetNotice)
-		return ep.endAsking(ctx, true)
-	}
+	return q, fault
+}
+
+// answer has the oracle answer the posed question q (or refuses it, for a
+// fault) and records the answered question with its credits.
+func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Record, from int) error {
+	st := ep.st
 	var (
 		reply   oracle.Reply
-		rec     = ep.subtaskRecord()
 		history []oracle.Turn
 	)
 	if fault != "" {
@@ -144,7 +113,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
-		history = ep.subtaskDialogue()
+		history = dialogue(st, from)
 		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, rec, history, q, oracle.AskOptions{StrictCredit: st.StrictCredit})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
@@ -188,7 +157,7 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 		ep.out.Privileged.OracleAction = BoundText(reply.Action.String(), MaxReplyBytes)
 		if rec.HasChain() {
 			if history == nil {
-				history = ep.subtaskDialogue()
+				history = dialogue(st, from)
 			}
 			ep.out.Privileged.Routing = oracle.Routing(rec, history, reply.Credits)
 		}
@@ -196,86 +165,52 @@ func (ep *episode) ask(ctx context.Context, q string) error {
 	return nil
 }
 
-// endAsking moves the episode out of the asking phase. With the lookup
-// solver the server solves at once; with the question-F1 reward and the
-// client as solver no SQL is needed and the episode ends; otherwise it
-// waits for the client's SQL. The error is verify's.
-func (ep *episode) endAsking(ctx context.Context, truncated bool) error {
-	st := ep.st
-	st.Phase = pb.Phase_PHASE_SOLVING
-	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
-	if truncated {
-		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
+// checker verifies SQL against the current (sub-)task's reference: a
+// corpus.Task method, or the follow-up's verification on the state phase
+// 1 left.
+type checker func(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error)
+
+// verifySubmission verifies a submission of a protocol where the policy
+// submits SQL step by step (BIRD_C, BIRD_A, TIDE) with check, the
+// protocol's verification for the current sub-task, and records it in
+// the state: the SQL turn, the solution and the verdict. ok is false when
+// the step ends here: err is the step's error (a busy verifier: nothing of
+// the step is kept, the state is not sealed), or the environment failed
+// (ERROR). Text the policy cannot submit is a failed verdict whose message
+// says why, as a database error would.
+func (ep *episode) verifySubmission(ctx context.Context, sql string, check checker) (v sqlexec.Verdict, ok bool, err error) {
+	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
+		sql = BoundText(sql, MaxSQLBytes)
+		v = sqlexec.Verdict{Reason: "the SQL " + fault, Err: &sqlexec.Error{Kind: sqlexec.KindSyntax, Msg: "the SQL was not run: it " + fault}}
+	} else {
+		var verr error
+		v, verr = check(ctx, sql, ep.env.cfg.Limits)
+		if verr != nil {
+			if busy := ep.verifierError(verr); busy != nil {
+				return v, false, busy
+			}
+			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
+			ep.fail("the verifier failed: " + verr.Error())
+			return v, false, nil
+		}
 	}
-	switch st.Solver {
-	case pb.Solver_SOLVER_LOOKUP:
-		sql := ep.lookup()
-		if ep.priv {
-			ep.out.Privileged.SolverSql = BoundText(sql, MaxSQLBytes)
-		}
-		return ep.verify(ctx, sql)
-	case pb.Solver_SOLVER_LLM:
-		sql, err := ep.env.cfg.LLMSolver.Solve(ctx, ep.task, dialogue(st))
-		if err != nil {
-			ep.fail("the solver failed: " + err.Error())
-			return nil
-		}
-		if ep.priv {
-			ep.out.Privileged.SolverSql = BoundText(sql, MaxSQLBytes)
-		}
-		if strings.TrimSpace(sql) == "" {
-			// Not the environment's fault: a solution that is no SQL.
-			ep.reject("", "the solver wrote no SQL")
-			return nil
-		}
-		if fault := policyFault(sql, MaxSQLBytes); fault != "" {
-			// Held to the policy's rules: a failed solution.
-			ep.reject(BoundText(sql, MaxSQLBytes), "the solver's SQL "+fault)
-			return nil
-		}
-		return ep.verify(ctx, sql)
-	}
-	if st.Reward == pb.RewardType_REWARD_TYPE_QUESTION_F1 {
-		st.Phase = pb.Phase_PHASE_DONE // no SQL needed
-	}
-	return nil
+	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
+	ep.recordVerdict(sql, v)
+	return v, true, nil
 }
 
-// verifierBusyDelay is the retry delay suggested when the verifier is
-// saturated.
-const verifierBusyDelay = time.Second
-
-// verify runs the solution against the reference and ends the episode. A
-// verifier that is saturated (no query slot within its wait bound) is an
-// environment condition that says nothing about the SQL: the step fails
-// with RESOURCE_EXHAUSTED / VERIFIER_BUSY and the same token can be
-// retried; any other failure of the verifier ends the episode in ERROR.
-func (ep *episode) verify(ctx context.Context, sql string) error {
-	st, t := ep.st, ep.task
-	v, err := t.Verify(ctx, sql, ep.env.cfg.Limits)
-	if verr := ep.verifierError(err); verr != nil {
-		return verr
-	}
-	if err != nil {
-		ep.fail("the verifier failed: " + err.Error())
-		return nil
-	}
-	// The solution as the state keeps it: a server solver's SQL (the lookup
-	// solver's is a reference) may be longer than a policy's may be.
+// recordVerdict keeps a verified solution and its verdict in the state:
+// the SQL as the state keeps it (a server solver's SQL, a reference for the
+// lookup solver, may be longer than a policy's may be), the outcome and
+// the verifier's reason (the database's error when it gives none).
+func (ep *episode) recordVerdict(sql string, v sqlexec.Verdict) {
+	st := ep.st
 	st.SolutionSql = BoundText(sql, MaxSQLBytes)
-	st.Verified = true
-	st.Outcome = v.Success
+	st.Verified, st.Outcome = true, v.Success
 	st.VerifierReason = BoundText(v.Reason, MaxNoticeBytes)
-	if v.Err != nil {
-		// The policy's own SQL failed: a failed solution, shown to the
-		// policy because the database's message is about its own SQL.
-		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, BoundText("Your SQL failed: "+v.Err.Error(), MaxNoticeBytes))
-		if st.VerifierReason == "" {
-			st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
-		}
+	if v.Err != nil && st.VerifierReason == "" {
+		st.VerifierReason = BoundText(v.Err.Error(), MaxNoticeBytes)
 	}
-	st.Phase = pb.Phase_PHASE_DONE
-	return nil
 }
 
 // verifierError is the step's error for a verifier that is saturated
@@ -301,6 +236,8 @@ func (ep *episode) reject(sql, reason string) {
 	st.Phase = pb.Phase_PHASE_DONE
 }
 
+// fail ends the episode in ERROR: the environment failed (an oracle, a
+// solver, a verifier, a database), and the episode cannot be scored.
 func (ep *episode) fail(reason string) {
 	ep.st.Phase = pb.Phase_PHASE_DONE
 	ep.st.Status = pb.EpisodeStatus_EPISODE_STATUS_ERROR
@@ -312,13 +249,7 @@ func (ep *episode) fail(reason string) {
 // the reward.
 func (ep *episode) finish() {
 	st, o := ep.st, ep.out.Observation
-	if st.Protocol != pb.Protocol_PROTOCOL_AMBITAB && st.Phase != pb.Phase_PHASE_DONE {
-		st.Phase = pb.Phase_PHASE_ASKING
-		if sqlRequired(st) {
-			st.Phase = pb.Phase_PHASE_SOLVING
-		}
-	}
-	observe(o, st, &ep.budget)
+	observe(o, st, ep.rules, &ep.budget)
 	ep.out.Status = st.Status
 	if st.Phase != pb.Phase_PHASE_DONE {
 		ep.out.Status = pb.EpisodeStatus_EPISODE_STATUS_RUNNING
@@ -329,35 +260,39 @@ func (ep *episode) finish() {
 		ep.out.Privileged.VerifierReason = st.VerifierReason
 		ep.out.Privileged.EpisodeCredits = ep.credits(unionCredits(st))
 	}
-	ep.out.Reward = score(ep.task, st) // nil for ERROR: never scored
+	ep.out.Reward = score(ep.rules, ep.task, st) // nil for ERROR: never scored
 }
 
-func rewardKind(t pb.RewardType) reward.Kind {
-	if t == pb.RewardType_REWARD_TYPE_OUTCOME {
-		return reward.Outcome
-	}
-	return reward.QuestionF1
+// observe fills an observation's counters from st: the phase, the
+// question counters and the protocol here, the rest by the protocol's
+// rules; the budget goes into b (the step's own storage: no allocation on
+// the hot path).
+func observe(o *pb.Observation, st *statepb.EpisodeState, r rules, b *pb.Budget) {
+	o.Phase = st.Phase
+	o.QuestionBudget = st.Budget
+	// Pre-filled questions are not the policy's.
+	o.QuestionsAsked = int32(len(st.Questions)) - st.Prefilled
+	o.Protocol = st.Protocol
+	o.Subtask = 1
+	r.observe(o, st, b)
+	b.RemainingMilli = max(0, b.TotalMilli-b.UsedMilli)
+	o.Budget = b
 }
 
-// Quantities is the reward package's view of an episode state.
-func Quantities(t *corpus.Task, st *statepb.EpisodeState) reward.Episode {
-	e := reward.Episode{Counted: t.Counted(), Attempted: int(st.Attempted)}
-	e.Credits = make([][]int, len(st.Questions))
-	for i, q := range st.Questions {
-		e.Credits[i] = maskToInts(q.GetCreditMask())
+// score is a finished episode's reward (nil for ERROR, and while it runs).
+func score(r rules, t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
+	if st.Phase != pb.Phase_PHASE_DONE || st.Status == pb.EpisodeStatus_EPISODE_STATUS_ERROR {
+		return nil
 	}
-	if st.Verified {
-		ok := st.Outcome
-		e.Outcome = &ok
-	}
-	return e
+	return r.score(t, st)
 }
 
-// dialogue is the episode's answered questions as the oracle and solvers
-// read them.
-func dialogue(st *statepb.EpisodeState) []oracle.Turn {
-	d := make([]oracle.Turn, len(st.Questions))
-	for i, aq := range st.Questions {
+// dialogue is the episode's answered questions from index from on, as the
+// oracle and solvers read them.
+func dialogue(st *statepb.EpisodeState, from int) []oracle.Turn {
+	qs := st.Questions[min(len(st.Questions), max(0, from)):]
+	d := make([]oracle.Turn, len(qs))
+	for i, aq := range qs {
 		d[i] = oracle.Turn{Question: aq.Question, Reply: aq.Reply, Credits: maskToInts(aq.GetCreditMask())}
 	}
 	return d
@@ -375,11 +310,17 @@ func (ep *episode) credits(mask uint64) []*pb.Credit {
 	return out
 }
 
+// policyQuestions are the questions the policy asked: all but the
+// pre-filled ones.
+func policyQuestions(st *statepb.EpisodeState) []*statepb.AnsweredQuestion {
+	return st.Questions[min(len(st.Questions), max(0, int(st.Prefilled))):]
+}
+
 // unionCredits is every ambiguity the policy's questions were credited
-// with (TIDE_P's pre-filled question is not the policy's).
+// with.
 func unionCredits(st *statepb.EpisodeState) uint64 {
 	var all uint64
-	for _, q := range st.Questions[min(len(st.Questions), int(st.Prefilled)):] {
+	for _, q := range policyQuestions(st) {
 		all |= q.GetCreditMask()
 	}
 	return all

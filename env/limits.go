@@ -30,14 +30,16 @@ import (
 // mask.
 //
 // From those, StateBound is a hard bound on the encoded episode state: the
-// fixed-width fields at their widest encodings, the corpus name and record
-// id (the only corpus-dependent terms), MaxAnswered answered questions,
-// one SQL solution and one verifier reason. TokenBound adds the token's
-// header, nonce, length prefix, tag and padding bucket. StepResponseBound
-// bounds one StepResponse: the token, the turns one step can add (at most
-// three: question + reply, question + two notices, or SQL + feedback), the
-// counters, the reward and the privileged field (whose corpus-dependent
-// terms are the ambiguity terms and AVT labels of the task).
+// shared fields at their widest encodings, the corpus name and record id
+// (the only corpus-dependent terms), MaxAnswered answered questions, one
+// SQL solution and one verifier reason, plus the largest protocol state
+// message (each protocol's stateBound, beside its rules: the rules oneof
+// holds one). TokenBound adds the token's header, nonce, length prefix,
+// tag and padding bucket. StepResponseBound bounds one StepResponse: the
+// token, the turns one step can add (at most three: question + reply,
+// question + two notices, or SQL + feedback), the counters, the reward and
+// the privileged field (whose corpus-dependent terms are the ambiguity
+// terms and AVT labels of the task).
 //
 // Policy faults are scored, not rejected: a question that is empty, not
 // valid UTF-8 or longer than MaxQuestionBytes is answered by the
@@ -50,27 +52,28 @@ import (
 // Internal error: it would be a bug in this arithmetic), and open rejects
 // a token longer than TokenBound before decrypting it (TOKEN_MALFORMED).
 //
-// Later protocols extend the arithmetic by adding terms where the state or
-// a step grows. BIRD_C's follow-up adds phase 1's accepted SQL to
-// StateBound (MaxSQLBytes) and, to StepResponseBound, the step that
-// releases the follow-up (the SQL and the follow-up's request turn: a
-// corpus-dependent term) with the follow-up's reference in the privileged
-// field; its questions stay within MaxAnswered (m + patience ≤ 64 + 32 +
-// 1). An unparsed output is kept like a question (MaxQuestionBytes).
-// BIRD_A keeps its coins and a one-byte-per-action log (maxActionLog), not
-// its tool outputs; a tool step adds the call (an execute holds up to
-// MaxSQLBytes of SQL) and the output
-// (MaxToolResultBytes) to StepResponseBound. Its questions stay within
-// MaxAnswered (the coins buy at most (6 + 2·64 + 32) / 2 = 83).
-// TIDE_F and TIDE_P keep at most TideTurns questions plus TIDE_P's one
-// pre-filled question (its text cut to MaxQuestionBytes and its answer to
-// MaxReplyBytes at reset), within MaxAnswered; their two SQLs are phase 1's
-// and the solution's fields; a step may add the turn-limit notice after a
-// question and its reply, and the drift step adds the SQL, the drift
-// utterance (a corpus-dependent term) and that notice; the privileged
-// field adds the question's routing (maxRoutingBytes). Each new term gets its per-turn limit here, enforced by
-// env at the point where the text enters the episode, and a field in
-// TestStateBound's worst-case state.
+// A protocol extends the arithmetic where its state or a step grows: its
+// state message's bound is its rules' stateBound, and its step shapes are
+// terms of StepResponseBound. BIRD-Interact's message (bird.go) keeps
+// sub-task 1's accepted SQL (MaxSQLBytes) for the follow-up, BIRD_C's turns
+// and BIRD_A's coins and one-byte-per-action log (maxActionLog), not its
+// tool outputs; its questions stay within MaxAnswered (BIRD_C: m + patience
+// ≤ 64 + 32 + 1; BIRD_A: the coins buy at most (6 + 2·64 + 32) / 2 = 83).
+// To StepResponseBound, BIRD_C's release adds the SQL and the follow-up's
+// request turn (a corpus-dependent term) with the follow-up's reference in
+// the privileged field, and a BIRD_A tool step the call (an execute holds
+// up to MaxSQLBytes of SQL) and the output (MaxToolResultBytes). An
+// unparsed output is kept like a question (MaxQuestionBytes). TIDE's
+// message (tide.go) keeps its counters and its first SQL (MaxSQLBytes; the
+// second is the shared solution); its questions are at most TideTurns
+// plus TIDE_P's one pre-filled question (its text cut to MaxQuestionBytes
+// and its answer to MaxReplyBytes at reset), within MaxAnswered. A TIDE
+// step may add the turn-limit notice after a question and its reply, and
+// the drift step adds the SQL, the drift utterance (a corpus-dependent
+// term) and that notice; the privileged field adds the question's routing
+// (maxRoutingBytes). Each new term gets its per-turn limit here, enforced
+// by env at the point where the text enters the episode, and a field in
+// TestStateBoundIsExact's worst-case state.
 const (
 	// MaxQuestionBytes bounds a question.
 	MaxQuestionBytes = 16 << 10
@@ -129,14 +132,31 @@ func answeredBound() int {
 }
 
 // StateBound bounds the encoded statepb.EpisodeState of an episode whose
-// corpus name is corpusBytes long and whose record id is idBytes long. Each
-// term is one field at its largest; TestStateBound fills every field to
-// its limit and checks that the sum is exact.
+// corpus name is corpusBytes long and whose record id is idBytes long:
+// the shared fields (sharedStateBound) and the largest protocol state
+// message (each protocol's rules.stateBound, beside its rules).
+// TestStateBoundIsExact fills every field of every protocol's state to its
+// limit and checks that the sums are exact.
 func StateBound(corpusBytes, idBytes int) int {
+	return sharedStateBound(corpusBytes, idBytes) + maxRulesStateBound
+}
+
+// maxRulesStateBound is the largest protocol state message's bound (the
+// rules oneof holds one).
+var maxRulesStateBound = func() int {
+	n := 0
+	for _, p := range protocols {
+		n = max(n, rulesOf(p).stateBound())
+	}
+	return n
+}()
+
+// sharedStateBound bounds EpisodeState's shared fields. Each term is one
+// field at its largest.
+func sharedStateBound(corpusBytes, idBytes int) int {
 	return uint32Field(1) + // version
 		bytesField(2, corpusBytes) + // corpus
 		bytesField(3, idBytes) + // record id
-		bytesField(4, recordHashSize) + // record hash
 		varintField(5) + // seed
 		varintField(6) + // group index
 		varintField(7) + varintField(8) + varintField(9) + // reward, solver, oracle
@@ -149,17 +169,9 @@ func StateBound(corpusBytes, idBytes int) int {
 		bytesField(18, MaxNoticeBytes) + // verifier reason
 		varintField(19) + // issued
 		boolField(20) + // strict credit
-		varintField(21) + varintField(22) + // protocol, subtask
-		varintField(23) + varintField(24) + // BIRD_C turns total, used
-		boolField(25) + // BIRD_C retry pending
-		bytesField(27, MaxSQLBytes) + // BIRD_C phase-1 SQL
-		varintField(28) + varintField(29) + // BIRD_C sub-task rewards
-		varintField(30) + // unparsed in a row
-		varintField(31) + // first question of sub-task 2
-		varintField(32) + varintField(33) + // BIRD_A coins total, used
-		bytesField(34, maxActionLog) + // BIRD_A action log
-		varintField(35) + varintField(36) + // TIDE pre-filled questions, SQLs submitted
-		boolField(37) + boolField(38) + boolField(39) + boolField(40) // TIDE first SQL's outcome, drift injected, drift recognised, first SQL ran
+		varintField(21) + // protocol
+		varintField(41) + // pre-filled questions
+		fixed64Field(42) + fixed64Field(43) // record hash
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound
@@ -202,11 +214,7 @@ func rewardBound() int {
 }
 
 // rewardComponents are every component name a reward may carry.
-var rewardComponents = []string{
-	reward.ComponentQuestionF1, reward.ComponentPrecision, reward.ComponentRecall, reward.ComponentOutcome,
-	reward.ComponentPhase1, reward.ComponentPhase2,
-	ComponentSQL1, ComponentSQL2, ComponentDriftRecognized, ComponentL1Identified, ComponentL2Identified, ComponentAsked,
-}
+var rewardComponents = reward.Components()
 
 // maxRoutingBytes bounds a question's chain routing ("L1", "other", …;
 // layers are at most corpus.MaxAmbiguities).

@@ -15,16 +15,18 @@ import (
 	"avtgym/reward"
 )
 
-// worstState is an episode state with every field at its largest encoding:
-// negative enums and int32s (10-byte varints), the widest seed, and every
-// text at its limit.
-func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
+// worstState is an episode state with every shared field at its largest
+// encoding (negative enums and int32s: 10-byte varints; the widest seed;
+// every text at its limit) and the given protocol state message, itself at
+// its largest (worstRules).
+func worstState(corpusBytes, idBytes, answered int, rulesState func(*statepb.EpisodeState)) *statepb.EpisodeState {
 	mask := uint64(math.MaxUint64)
 	st := &statepb.EpisodeState{
 		Version:        math.MaxUint32,
 		Corpus:         strings.Repeat("c", corpusBytes),
 		RecordId:       strings.Repeat("r", idBytes),
-		RecordHash:     make([]byte, recordHashSize),
+		RecordHashHi:   math.MaxUint64,
+		RecordHashLo:   1,
 		Seed:           math.MaxUint64,
 		GroupIndex:     -1,
 		Reward:         pb.RewardType(-1),
@@ -40,48 +42,88 @@ func worstState(corpusBytes, idBytes, answered int) *statepb.EpisodeState {
 		VerifierReason: strings.Repeat("v", MaxNoticeBytes),
 		IssuedUnix:     -1,
 		StrictCredit:   true,
-
-		Protocol:              pb.Protocol(-1),
-		Subtask:               -1,
-		TurnsTotal:            -1,
-		TurnsUsed:             -1,
-		RetryPending:          true,
-		Phase1Sql:             strings.Repeat("p", MaxSQLBytes),
-		Phase1RewardMilli:     -1,
-		Phase2RewardMilli:     -1,
-		UnparsedInRow:         -1,
-		Subtask2FirstQuestion: -1,
-		CoinsTotalMilli:       -1,
-		CoinsUsedMilli:        -1,
-		ActionLog:             make([]byte, maxActionLog),
-		Prefilled:             -1,
-		SqlsSubmitted:         -1,
-		Sql1Outcome:           true,
-		DriftInjected:         true,
-		DriftRecognized:       true,
-		Sql1Ran:               true,
+		Protocol:       pb.Protocol(-1),
+		Prefilled:      -1,
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
 		st.Questions = append(st.Questions, &statepb.AnsweredQuestion{Question: q, Reply: r, CreditMask: &mask})
 	}
+	rulesState(st)
 	return st
 }
 
-// TestStateBoundIsExact fills every field of the state to its limit: the
-// encoded size is exactly StateBound, so the bound covers every field and
-// no term is counted twice.
+// worstRules sets each protocol's state message with every field at its
+// largest, by protocol: each rules value bounds its own message.
+var worstRules = map[pb.Protocol]func(*statepb.EpisodeState){
+	pb.Protocol_PROTOCOL_AMBITAB: func(st *statepb.EpisodeState) {
+		st.Rules = &statepb.EpisodeState_Ambitab{Ambitab: &statepb.AmbiTabState{UnparsedInRow: -1}}
+	},
+	pb.Protocol_PROTOCOL_BIRD_C: worstBird,
+	pb.Protocol_PROTOCOL_BIRD_A: worstBird,
+	pb.Protocol_PROTOCOL_TIDE_F: worstTide,
+	pb.Protocol_PROTOCOL_TIDE_P: worstTide,
+}
+
+func worstBird(st *statepb.EpisodeState) {
+	st.Rules = &statepb.EpisodeState_Bird{Bird: &statepb.BirdState{
+		Subtask:               -1,
+		Subtask2FirstQuestion: -1,
+		Phase1Sql:             strings.Repeat("p", MaxSQLBytes),
+		Subtask1:              statepb.SubtaskResult(-1),
+		Subtask2:              statepb.SubtaskResult(-1),
+		TurnsTotal:            -1,
+		TurnsUsed:             -1,
+		RetryPending:          true,
+		CoinsTotalMilli:       -1,
+		CoinsUsedMilli:        -1,
+		ActionLog:             make([]byte, maxActionLog),
+	}}
+}
+
+func worstTide(st *statepb.EpisodeState) {
+	st.Rules = &statepb.EpisodeState_Tide{Tide: &statepb.TideState{
+		TurnsUsed:       -1,
+		UnparsedInRow:   -1,
+		SqlsSubmitted:   -1,
+		Sql1:            strings.Repeat("p", MaxSQLBytes),
+		Sql1Outcome:     true,
+		Sql1Ran:         true,
+		DriftInjected:   true,
+		Sql2Outcome:     true,
+		DriftRecognized: true,
+	}}
+}
+
+// TestStateBoundIsExact fills every field of the state to its limit, for
+// each protocol's state message: the encoded size is exactly the shared
+// bound plus the protocol's own (rules.stateBound), the largest of them is
+// exactly StateBound, so the bounds cover every field and no term is
+// counted twice.
 func TestStateBoundIsExact(t *testing.T) {
+	if len(worstRules) != len(protocols) {
+		t.Fatalf("worstRules covers %d protocols, rulesOf knows %d", len(worstRules), len(protocols))
+	}
 	for _, ids := range [][2]int{{1, 1}, {4, 3}, {127, 128}, {300, 20000}} {
-		st := worstState(ids[0], ids[1], MaxAnswered)
-		if got, want := st.SizeVT(), StateBound(ids[0], ids[1]); got != want {
-			t.Errorf("ids %v: worst state is %d bytes, StateBound says %d", ids, got, want)
+		largest := 0
+		for _, p := range protocols {
+			st := worstState(ids[0], ids[1], MaxAnswered, worstRules[p])
+			if !rulesOf(p).holds(st) {
+				t.Fatalf("%s: the worst state does not hold the protocol's message", p)
+			}
+			if got, want := st.SizeVT(), sharedStateBound(ids[0], ids[1])+rulesOf(p).stateBound(); got != want {
+				t.Errorf("ids %v, %s: worst state is %d bytes, its bound says %d", ids, p, got, want)
+			}
+			largest = max(largest, st.SizeVT())
+		}
+		if want := StateBound(ids[0], ids[1]); largest != want {
+			t.Errorf("ids %v: the largest worst state is %d bytes, StateBound says %d", ids, largest, want)
 		}
 		s, err := NewSealer(RandomKey())
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok := s.Seal(make([]byte, st.SizeVT()))
+		tok := s.Seal(make([]byte, largest))
 		if got, want := len(tok), TokenBound(ids[0], ids[1]); got != want {
 			t.Errorf("ids %v: the worst state's token is %d bytes, TokenBound says %d", ids, got, want)
 		}
@@ -96,10 +138,12 @@ func TestSealRefusesStateAboveBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &Env{cfg: Config{Sealer: s}, maxState: StateBound(8, 8)}
-	if _, err := e.seal(worstState(8, 8, MaxAnswered)); err != nil {
-		t.Fatalf("the largest valid state: %v", err)
+	for _, p := range protocols {
+		if _, err := e.seal(worstState(8, 8, MaxAnswered, worstRules[p])); err != nil {
+			t.Fatalf("%s: the largest valid state: %v", p, err)
+		}
 	}
-	_, err = e.seal(worstState(8, 8, MaxAnswered+1))
+	_, err = e.seal(worstState(8, 8, MaxAnswered+1, worstBird))
 	var ee *Error
 	if !errors.As(err, &ee) || ee.Code != Internal {
 		t.Fatalf("a state above the bound: %v, want an Internal error", err)
@@ -173,11 +217,7 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 				Budget: &pb.Budget{Unit: pb.BudgetUnit(-1), TotalMilli: -1, UsedMilli: -1, RemainingMilli: -1}},
 			Done:   true,
 			Status: pb.EpisodeStatus(-1),
-			Reward: &pb.Reward{Type: pb.RewardType(-1), Value: 0.5, Components: map[string]float64{
-				reward.ComponentQuestionF1: 1, reward.ComponentPrecision: 1, reward.ComponentRecall: 1, reward.ComponentOutcome: 1,
-				reward.ComponentPhase1: 1, reward.ComponentPhase2: 1,
-				ComponentSQL1: 1, ComponentSQL2: 1, ComponentDriftRecognized: 1, ComponentL1Identified: 1, ComponentL2Identified: 1, ComponentAsked: 1,
-			}},
+			Reward: &pb.Reward{Type: pb.RewardType(-1), Value: 0.5, Components: allComponents()},
 			Privileged: &pb.Privileged{
 				AvtId: task.AVTID, Interpretation: task.Interpretation,
 				Credits: credits(), EpisodeCredits: credits(),
@@ -197,6 +237,16 @@ func checkStepBound(t *testing.T, taskName string, task *corpus.Task) {
 	if largest != bound {
 		t.Errorf("%s: the largest response of any shape is %d bytes, StepResponseBound says %d", taskName, largest, bound)
 	}
+}
+
+// allComponents is a reward's components map with every name a reward
+// may carry.
+func allComponents() map[string]float64 {
+	m := map[string]float64{}
+	for _, c := range reward.Components() {
+		m[c.String()] = 1
+	}
+	return m
 }
 
 func TestBoundText(t *testing.T) {

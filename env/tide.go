@@ -2,10 +2,10 @@ package env
 
 import (
 	"context"
-	"sync"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
+	"avtgym/internal/cache"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/reward"
 	"avtgym/sqlcommit"
@@ -24,7 +24,7 @@ import (
 //     as a DRIFT turn, whatever that SQL was; the first SQL is verified
 //     against the reference, the second against the post-drift reference,
 //     and the episode ends at the second. Without a drift it ends at the
-//     first.
+//     first. The observation shows the drift's second SQL as sub-task 2.
 //   - The first unparsed output in a row is answered with a notice; the
 //     second is an abstention that ends the episode (TERMINATED, unsolved).
 //     A stop is an abstention too.
@@ -35,10 +35,18 @@ import (
 //     the chain's first layer (ROLE_PREFILLED) and its resolution; the
 //     layer counts as resolved for the oracle, but the question is not the
 //     policy's: it is not counted as asked or identified.
-//   - Reward REWARD_TYPE_OUTCOME: 1 when every SQL matched (TIDE's DEA),
-//     with components sql1, sql2, drift_recognized (the policy's own SQLs
-//     satisfy S(y1) ⊄ S(y2), sqlcommit), l1_identified, l2_identified and
-//     asked.
+//   - Reward REWARD_TYPE_OUTCOME (reward.Tide): 1 when every SQL matched
+//     (TIDE's DEA), with components sql1, sql2, drift_recognized (the
+//     policy's own SQLs satisfy S(y1) ⊄ S(y2), sqlcommit), l1_identified,
+//     l2_identified and asked.
+//
+// Both keep a statepb.TideState.
+type tide struct {
+	protocol pb.Protocol
+	// prefills is TIDE_P's pre-filled first layer.
+	prefills bool
+}
+
 const (
 	// TideTurns is TIDE's agent-turn limit.
 	TideTurns = 20
@@ -56,28 +64,21 @@ const (
 	tideLimit = "The turn limit is reached: the episode ends."
 )
 
-// The reward components of the TIDE protocols.
-const (
-	ComponentSQL1            = "sql1"
-	ComponentSQL2            = "sql2"
-	ComponentDriftRecognized = "drift_recognized"
-	ComponentL1Identified    = "l1_identified"
-	ComponentL2Identified    = "l2_identified"
-	ComponentAsked           = "asked"
-)
+// draws: a reset without a task id draws from TIDE's samples (those TIDE_P
+// serves, under TIDE_P); a task id may name any task the protocol serves.
+func (r tide) draws(t *corpus.Task) bool { return t.SampleType != "" && r.serves(t) == "" }
 
-// isTide reports whether p is TIDE_F or TIDE_P.
-func isTide(p pb.Protocol) bool {
-	return p == pb.Protocol_PROTOCOL_TIDE_F || p == pb.Protocol_PROTOCOL_TIDE_P
+func (r tide) noTasks(c *corpus.Corpus, split string) error {
+	return errorf(NotFound, ReasonNoTasks, "split", "corpus %q has no TIDE sample that %s serves in split %q", c.Name, r.protocol, split)
 }
 
-// Servable reports whether protocol p serves task t, and if not why (for
+// serves reports whether the protocol serves task t, and if not why (for
 // the reset's INVALID_OPTION and for choosing a task at random).
-func tideServes(t *corpus.Task, p pb.Protocol) string {
+func (r tide) serves(t *corpus.Task) string {
 	if t.Stateful() || t.FollowUp != nil {
 		return "TIDE's protocols serve read-only tasks without a follow-up"
 	}
-	if p == pb.Protocol_PROTOCOL_TIDE_P && primeLayer(t) < 0 {
+	if r.prefills && primeLayer(t) < 0 {
 		return "PROTOCOL_TIDE_P needs a chain (an ambiguity another depends on) whose first layer has an annotated question: TIDE's chain_only and joint samples"
 	}
 	return ""
@@ -100,10 +101,11 @@ func primeLayer(t *corpus.Task) int {
 	return -1
 }
 
-// resolveTide checks the options of a TIDE reset on t and sets up st.
-func resolveTide(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
-	p := st.Protocol
-	if r := o.GetReward(); r != pb.RewardType_REWARD_TYPE_UNSPECIFIED && r != pb.RewardType_REWARD_TYPE_OUTCOME {
+// resolve checks the options of a TIDE reset on t and sets up st: the
+// outcome reward, TideTurns turns and, under TIDE_P, the pre-filled layer.
+func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+	p := r.protocol
+	if rw := o.GetReward(); rw != pb.RewardType_REWARD_TYPE_UNSPECIFIED && rw != pb.RewardType_REWARD_TYPE_OUTCOME {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "%s's reward is REWARD_TYPE_OUTCOME (TIDE's DEA, with components); leave reward unset", p)
 	}
 	if s := o.GetSolver(); s != pb.Solver_SOLVER_UNSPECIFIED && s != pb.Solver_SOLVER_CLIENT {
@@ -112,44 +114,40 @@ func resolveTide(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState)
 	if o.ExtraQuestions != nil || o.ZeroAmbiguityBudget != nil || o.Patience != nil {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "extra_questions, zero_ambiguity_budget and patience do not apply to %s: its budget is %d agent turns", p, TideTurns)
 	}
-	if why := tideServes(t, p); why != "" {
+	if why := r.serves(t); why != "" {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "task %q: %s", t.ID, why)
 	}
 	st.Reward, st.Solver = pb.RewardType_REWARD_TYPE_OUTCOME, pb.Solver_SOLVER_CLIENT
-	st.TurnsTotal = TideTurns
 	// The question budget keeps one turn for an SQL, whether or not a
 	// drift will ask for a second: the observation must not tell which.
 	st.Budget = TideTurns - 1
-	if p == pb.Protocol_PROTOCOL_TIDE_P {
-		i := primeLayer(t)
-		a := t.Ambiguities[i]
-		var mask uint64
-		for j, b := range t.Ambiguities {
-			if b.Term == a.Term && j < corpus.MaxAmbiguities {
-				mask |= 1 << j
-			}
-		}
-		st.Questions = []*statepb.AnsweredQuestion{{
-			Question:   BoundText(a.Question, MaxQuestionBytes),
-			Reply:      BoundText(a.Resolution, MaxReplyBytes),
-			CreditMask: &mask,
-		}}
-		st.Prefilled = 1
+	st.Rules = &statepb.EpisodeState_Tide{Tide: &statepb.TideState{}}
+	if r.prefills {
+		prefill(t, st)
 	}
 	return nil
 }
 
-// tidePrefill is the turns TIDE_P's reset shows after the request: the
-// pre-filled question (ROLE_PREFILLED) and its answer.
-func tidePrefill(st *statepb.EpisodeState) []*pb.Turn {
-	var out []*pb.Turn
-	for _, q := range st.Questions[:st.Prefilled] {
-		out = append(out,
-			&pb.Turn{Role: pb.Role_ROLE_PREFILLED, Kind: pb.TurnKind_TURN_KIND_QUESTION, Text: q.Question},
-			&pb.Turn{Role: pb.Role_ROLE_ORACLE, Kind: pb.TurnKind_TURN_KIND_REPLY, Text: q.Reply})
+// prefill puts TIDE_P's question at the head of the history: the prime
+// layer's annotated question, answered by its resolution and credited with
+// every ambiguity of its term.
+func prefill(t *corpus.Task, st *statepb.EpisodeState) {
+	a := t.Ambiguities[primeLayer(t)]
+	var mask uint64
+	for j, b := range t.Ambiguities {
+		if b.Term == a.Term && j < corpus.MaxAmbiguities {
+			mask |= 1 << j
+		}
 	}
-	return out
+	st.Questions = []*statepb.AnsweredQuestion{{
+		Question:   BoundText(a.Question, MaxQuestionBytes),
+		Reply:      BoundText(a.Resolution, MaxReplyBytes),
+		CreditMask: &mask,
+	}}
+	st.Prefilled = 1
 }
+
+func (tide) holds(st *statepb.EpisodeState) bool { return st.GetTide() != nil }
 
 // tideInfo is the TIDE labels of a task for the reset's privileged field
 // (nil for a task without any).
@@ -168,39 +166,39 @@ func tideInfo(t *corpus.Task) *pb.TideInfo {
 	return ti
 }
 
-// applyTide applies one action under TIDE_F or TIDE_P.
-func (ep *episode) applyTide(ctx context.Context, a *pb.Action) error {
-	st := ep.st
+// apply applies one action under TIDE_F or TIDE_P.
+func (r tide) apply(ctx context.Context, ep *episode, a *pb.Action) error {
+	st, ts := ep.st, ep.st.GetTide()
 	switch k := a.GetKind().(type) {
 	case *pb.Action_Ask_:
-		st.UnparsedInRow = 0
-		st.TurnsUsed++
-		if err := ep.ask(ctx, k.Ask.GetText()); err != nil {
+		ts.UnparsedInRow = 0
+		ts.TurnsUsed++
+		if err := ep.ask(ctx, k.Ask.GetText(), ep.task.Record, 0); err != nil {
 			return err
 		}
 	case *pb.Action_SubmitSql_:
-		st.UnparsedInRow = 0
-		st.TurnsUsed++
-		if err := ep.submitTide(ctx, k.SubmitSql.GetSql()); err != nil {
+		ts.UnparsedInRow = 0
+		ts.TurnsUsed++
+		if err := r.submit(ctx, ep, ts, k.SubmitSql.GetSql()); err != nil {
 			return err
 		}
 	case *pb.Action_Unparsed_:
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_UNPARSED, BoundText(k.Unparsed.GetText(), MaxQuestionBytes))
-		st.TurnsUsed++
-		st.UnparsedInRow++
-		if st.UnparsedInRow >= 2 {
-			ep.abstain(tideAbstain)
+		ts.TurnsUsed++
+		ts.UnparsedInRow++
+		if ts.UnparsedInRow >= 2 {
+			abstain(ep, tideAbstain)
 			return nil
 		}
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, tideUnparsed)
 	case *pb.Action_Stop_:
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_STOP, "")
-		ep.abstain(tideStop)
+		abstain(ep, tideStop)
 		return nil
 	default:
-		return errorf(InvalidArgument, ReasonInvalidAction, "action", "%s takes ask, submit_sql, stop or unparsed (tools are PROTOCOL_BIRD_A's)", st.Protocol)
+		return errorf(InvalidArgument, ReasonInvalidAction, "action", "%s takes ask, submit_sql, stop or unparsed (tools are PROTOCOL_BIRD_A's)", r.protocol)
 	}
-	if st.Phase != pb.Phase_PHASE_DONE && st.TurnsUsed >= st.TurnsTotal {
+	if st.Phase != pb.Phase_PHASE_DONE && ts.TurnsUsed >= TideTurns {
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, tideLimit)
 		st.Phase = pb.Phase_PHASE_DONE
 		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
@@ -209,39 +207,84 @@ func (ep *episode) applyTide(ctx context.Context, a *pb.Action) error {
 }
 
 // abstain ends a TIDE episode unsolved: the SQLs not yet submitted fail.
-func (ep *episode) abstain(notice string) {
+func abstain(ep *episode, notice string) {
 	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, notice)
-	ep.st.Phase = pb.Phase_PHASE_DONE
-	ep.st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
+	terminate(ep.st)
 }
 
-// submitTide verifies one TIDE submission: the first against the
-// reference (then, with a drift, the drift turn follows), the second
-// against the post-drift reference. No result or feedback is shown.
-func (ep *episode) submitTide(ctx context.Context, sql string) error {
+// submit verifies one TIDE submission: the first against the reference
+// (then, with a drift, the drift turn follows), the second against the
+// post-drift reference. No result or feedback is shown.
+func (r tide) submit(ctx context.Context, ep *episode, ts *statepb.TideState, sql string) error {
 	st, t := ep.st, ep.task
-	v, ok, err := ep.verifySubmission(ctx, sql)
+	check := checker(t.Verify)
+	if ts.DriftInjected {
+		check = t.VerifyDrift
+	}
+	v, ok, err := ep.verifySubmission(ctx, sql, check)
 	if !ok {
 		return err
 	}
 	sql = st.SolutionSql // its bounded form
-	st.SqlsSubmitted++
-	if st.SqlsSubmitted == 1 {
-		st.Phase1Sql, st.Sql1Outcome, st.Sql1Ran = sql, v.Success, v.Err == nil
+	ts.SqlsSubmitted++
+	if ts.SqlsSubmitted == 1 {
+		ts.Sql1, ts.Sql1Outcome, ts.Sql1Ran = sql, v.Success, v.Err == nil
 		if t.Drift != nil {
-			st.DriftInjected, st.Subtask = true, 2
+			ts.DriftInjected = true
 			ep.turn(pb.Role_ROLE_ORACLE, pb.TurnKind_TURN_KIND_DRIFT, t.Drift.Utterance)
 			return nil
 		}
 	} else {
+		ts.Sql2Outcome = v.Success
 		// Only SQLs that both ran can recognise the drift: two texts that
 		// fail to run (garbage, a missing column) differ in their
 		// commitment sets without meaning anything (issue 25).
-		st.DriftRecognized = st.Sql1Ran && v.Err == nil && driftRecognized(ctx, t, st.Phase1Sql, sql)
+		ts.DriftRecognized = ts.Sql1Ran && v.Err == nil && ep.env.driftRecognized(ctx, t, ts.Sql1, sql)
 	}
-	st.Phase = pb.Phase_PHASE_DONE
-	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
+	terminate(st)
 	return nil
+}
+
+// observe: TIDE's budget is its agent turns, and the drift's SQL is
+// sub-task 2.
+func (tide) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
+	ts := st.GetTide()
+	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_TURNS, TideTurns*1000, int64(ts.GetTurnsUsed())*1000
+	// One turn is kept for an SQL; not one per SQL the task takes, which
+	// would tell a policy whether a drift will come.
+	o.QuestionsRemaining = max(0, TideTurns-ts.GetTurnsUsed()-1)
+	if ts.GetDriftInjected() {
+		o.Subtask = 2
+	}
+}
+
+// score is TIDE's reward (reward.Tide).
+func (tide) score(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
+	ts := st.GetTide()
+	e := reward.TideEpisode{
+		SQL1:            ts.GetSqlsSubmitted() >= 1 && ts.GetSql1Outcome(),
+		Drift:           t.Drift != nil,
+		SQL2:            ts.GetSqlsSubmitted() >= 2 && ts.GetSql2Outcome(),
+		DriftRecognized: ts.GetSqlsSubmitted() >= 2 && ts.GetDriftRecognized(),
+		Asked:           st.Attempted > 0,
+	}
+	if t.HasChain() {
+		e.Layers = t.ChainLayers()
+		for _, q := range policyQuestions(st) {
+			e.Credits = append(e.Credits, maskToInts(q.GetCreditMask()))
+		}
+	}
+	r := reward.Tide(e)
+	return &pb.Reward{Type: pb.RewardType_REWARD_TYPE_OUTCOME, Value: r.Value, Components: r.Components}
+}
+
+// stateBound bounds TideState as EpisodeState's field 46.
+func (tide) stateBound() int {
+	return bytesField(46,
+		varintField(1)+varintField(2)+varintField(3)+ // turns used, unparsed in a row, SQLs submitted
+			bytesField(4, MaxSQLBytes)+ // the first SQL
+			boolField(5)+boolField(6)+boolField(7)+ // first SQL's outcome, ran; drift injected
+			boolField(8)+boolField(9)) // second SQL's outcome; drift recognised
 }
 
 // driftRecognized reports whether the policy's own SQLs satisfy
@@ -249,36 +292,37 @@ func (ep *episode) submitTide(ctx context.Context, sql string) error {
 // resolving SQLite's double-quoted names. SQL whose commitment set cannot
 // be taken (it does not parse) recognises nothing; the caller also
 // requires that both SQLs ran.
-func driftRecognized(ctx context.Context, t *corpus.Task, y1, y2 string) bool {
+func (e *Env) driftRecognized(ctx context.Context, t *corpus.Task, y1, y2 string) bool {
 	schema, _ := t.DB.CommitSchema(ctx) // nil knows nothing: names stay names
-	a := commitments.get(schema, y1)
+	a := e.commitments.get(ctx, t, schema, y1)
 	if a == nil {
 		return false
 	}
-	b := commitments.get(schema, y2)
+	b := e.commitments.get(ctx, t, schema, y2)
 	if b == nil {
 		return false
 	}
 	return sqlcommit.Classify(a, b).Drift
 }
 
-// commitments caches the commitment sets of the SQL TIDE episodes submit:
-// taking one parses the query (pg_query), most of a TIDE episode's cost,
-// and a GRPO group's episodes submit the same texts again and again.
-var commitments = &commitCache{m: map[commitKey]*sqlcommit.Set{}}
-
-// commitCache is a bounded map of commitment sets by schema and SQL text:
-// at most commitCacheEntries, cleared when full; texts longer than
-// commitCacheMaxSQL are not kept. A text that does not parse is kept as
-// nil (it will not parse next time either).
-type commitCache struct {
-	mu sync.Mutex
-	m  map[commitKey]*sqlcommit.Set
+// commitSets caches the commitment sets of the SQL TIDE episodes submit,
+// by database and text: taking one parses the query (pg_query), most of a
+// TIDE episode's cost, and a GRPO group's episodes submit the same texts
+// again and again. A text that does not parse is kept as nil (it will not
+// parse next time either); texts longer than commitCacheMaxSQL are not
+// kept. The Env owns it.
+type commitSets struct {
+	c *cache.Cache[commitKey, *sqlcommit.Set]
 }
 
+// commitKey names a text of SQL on a database: the corpus and the
+// database's id in it (each database has one schema), and whether the
+// schema was known when the set was taken (a schema that could not be read
+// — the verifier saturated — may be read the next time, and a set taken
+// without it must not stand for one taken with it).
 type commitKey struct {
-	schema *sqlcommit.Schema
-	sql    string
+	corpus, db, sql string
+	schemaKnown     bool
 }
 
 const (
@@ -286,61 +330,24 @@ const (
 	commitCacheMaxSQL  = 4 << 10
 )
 
-// get returns sql's commitment set under schema, nil when it does not
-// parse.
-func (c *commitCache) get(schema *sqlcommit.Schema, sql string) *sqlcommit.Set {
-	k := commitKey{schema, sql}
-	c.mu.Lock()
-	set, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
-		return set
-	}
-	set, err := sqlcommit.Extract(sql, schema)
-	if err != nil {
-		set = nil
-	}
-	if len(sql) <= commitCacheMaxSQL {
-		c.mu.Lock()
-		if len(c.m) >= commitCacheEntries {
-			clear(c.m)
-		}
-		c.m[k] = set
-		c.mu.Unlock()
-	}
-	return set
+func newCommitSets() commitSets {
+	return commitSets{c: cache.New(cache.Options[commitKey, *sqlcommit.Set]{MaxEntries: commitCacheEntries})}
 }
 
-// tideScore is a finished TIDE episode's reward.
-func tideScore(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
-	b := func(x bool) float64 {
-		if x {
-			return 1
+// get returns sql's commitment set on t's database (whose schema is
+// schema), nil when it does not parse.
+func (c commitSets) get(ctx context.Context, t *corpus.Task, schema *sqlcommit.Schema, sql string) *sqlcommit.Set {
+	extract := func(context.Context) (*sqlcommit.Set, error) {
+		set, err := sqlcommit.Extract(sql, schema)
+		if err != nil {
+			return nil, nil // kept: it will not parse next time either
 		}
-		return 0
+		return set, nil
 	}
-	sql1 := st.SqlsSubmitted >= 1 && st.Sql1Outcome
-	dea := sql1
-	c := map[string]float64{ComponentSQL1: b(sql1), ComponentAsked: b(st.Attempted > 0)}
-	if t.Drift != nil {
-		sql2 := st.SqlsSubmitted >= 2 && st.Outcome
-		dea = sql1 && sql2
-		c[ComponentSQL2] = b(sql2)
-		c[ComponentDriftRecognized] = b(st.SqlsSubmitted >= 2 && st.DriftRecognized)
+	if len(sql) > commitCacheMaxSQL {
+		set, _ := extract(ctx)
+		return set
 	}
-	if t.HasChain() {
-		layers := t.ChainLayers()
-		var l1, l2 bool
-		for _, q := range st.Questions[st.Prefilled:] {
-			for _, k := range maskToInts(q.GetCreditMask()) {
-				if k < len(layers) {
-					l1 = l1 || layers[k] == 1
-					l2 = l2 || layers[k] == 2
-				}
-			}
-		}
-		c[ComponentL1Identified], c[ComponentL2Identified] = b(l1), b(l2)
-	}
-	c[reward.ComponentOutcome] = b(dea)
-	return &pb.Reward{Type: pb.RewardType_REWARD_TYPE_OUTCOME, Value: b(dea), Components: c}
+	set, _ := c.c.Get(ctx, commitKey{t.Corpus.Name, t.DB.Spec.ID, sql, schema != nil}, extract)
+	return set
 }

@@ -58,7 +58,7 @@ func FuzzSealRoundTrip(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	st := &statepb.EpisodeState{Version: stateVersion, Corpus: "tiny", RecordId: "top-a", RecordHash: bytes.Repeat([]byte{7}, 16), Budget: 3,
+	st := &statepb.EpisodeState{Version: stateVersion, Corpus: "tiny", RecordId: "top-a", RecordHashHi: 7, RecordHashLo: 7, Budget: 3,
 		Questions: []*statepb.AnsweredQuestion{{Question: "Which region?", Reply: "West.", CreditMask: proto.Uint64(1)}}}
 	state, err := proto.Marshal(st)
 	if err != nil {
@@ -184,7 +184,19 @@ var fuzzEnvSQL = []string{"SELECT region FROM sales GROUP BY region ORDER BY SUM
 //   - a state the server builds round-trips through seal and open.
 func FuzzEnvToken(f *testing.F) {
 	e := newFuzzEnv(f)
-	// Seeds: real states, marshaled, and their variants.
+	addEnvTokenSeeds(f, e)
+	f.Fuzz(func(t *testing.T, plain, raw []byte, act uint8, text string) {
+		fuzzArbitraryToken(t, e, raw, act)
+		if !fuzzSealedState(t, e, plain, act, text) {
+			return
+		}
+		fuzzRoundTrip(t, e, plain, act, text)
+	})
+}
+
+// addEnvTokenSeeds adds FuzzEnvToken's seeds: real states, marshaled, and
+// their variants.
+func addEnvTokenSeeds(f *testing.F, e *Env) {
 	var states []*statepb.EpisodeState
 	for _, id := range []string{"top-a", "big", "strong", "count"} {
 		task, err := e.Task("", id)
@@ -227,79 +239,93 @@ func FuzzEnvToken(f *testing.F) {
 	}
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, []byte{tokenVersion, 1, 2, 3, 4, 5}, uint8(1), "")
 	f.Add([]byte{8, 1}, bytes.Repeat([]byte{0}, 64), uint8(2), "\xff")
-	f.Add([]byte{8, 1, 18, 4, 't', 'i', 'n', 'y', 26, 5, 't', 'o', 'p', '-', 'a'}, []byte{}, uint8(3), "best region?")
+	f.Add([]byte{8, stateVersion, 18, 4, 't', 'i', 'n', 'y', 26, 5, 't', 'o', 'p', '-', 'a'}, []byte{}, uint8(3), "best region?")
+	// A state of version 1 (every protocol's fields side by side, a record
+	// hash of bytes) and one whose protocol and state message disagree.
+	f.Add([]byte{8, 1, 18, 4, 't', 'i', 'n', 'y', 26, 5, 't', 'o', 'p', '-', 'a', 34, 2, 7, 7, 0xa8, 1, 1, 0xb0, 1, 1}, []byte{}, uint8(1), "")
+	f.Add([]byte{8, stateVersion, 18, 4, 't', 'i', 'n', 'y', 26, 5, 't', 'o', 'p', '-', 'a', 0xa8, 1, 4, 0xe2, 2, 0}, []byte{}, uint8(0), "a question")
+}
 
-	f.Fuzz(func(t *testing.T, plain, raw []byte, act uint8, text string) {
-		ctx := context.Background()
-		// Arbitrary bytes.
-		if act&0x80 != 0 && len(raw) >= headerSize {
-			raw = bytes.Clone(raw)
-			raw[0] = tokenVersion
-			copy(raw[1:headerSize], e.cfg.Sealer.keyID[:])
-		}
-		if st, _, err := e.open(raw); err == nil {
-			t.Fatalf("open accepted %d arbitrary bytes: %v", len(raw), st)
-		} else {
-			wantTypedTokenError(t, err, "arbitrary token", ReasonTokenMalformed, ReasonTokenForeign, ReasonTokenTampered)
-		}
+// fuzzArbitraryToken: arbitrary bytes as a token (with the server's own
+// header when act's high bit says so) are a typed token error.
+func fuzzArbitraryToken(t *testing.T, e *Env, raw []byte, act uint8) {
+	if act&0x80 != 0 && len(raw) >= headerSize {
+		raw = bytes.Clone(raw)
+		raw[0] = tokenVersion
+		copy(raw[1:headerSize], e.cfg.Sealer.keyID[:])
+	}
+	if st, _, err := e.open(raw); err == nil {
+		t.Fatalf("open accepted %d arbitrary bytes: %v", len(raw), st)
+	} else {
+		wantTypedTokenError(t, err, "arbitrary token", ReasonTokenMalformed, ReasonTokenForeign, ReasonTokenTampered)
+	}
 
-		// An arbitrary sealed state.
-		tok := e.cfg.Sealer.Seal(plain)
-		st, task, err := e.open(tok)
-		if err != nil {
-			wantTypedTokenError(t, err, "sealed plaintext", ReasonTokenMalformed, ReasonTokenExpired, ReasonRecordChanged, ReasonInvalidOption)
-			return
-		}
-		if st.Version != stateVersion || task == nil || task.ID != st.RecordId || task.Corpus.Name != st.Corpus {
-			t.Fatalf("open gave state %v and task %v", st, task)
-		}
-		var a *pb.Action
-		switch act % 4 {
-		case 0:
-			a = &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: text}}}
-		case 1:
-			a = &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}
-		case 2:
-			a = &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: fuzzEnvSQL[int(act/4)%len(fuzzEnvSQL)]}}}
-		default:
-			a = &pb.Action{}
-		}
-		resp, err := e.Step(ctx, &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: act&0x40 != 0})
-		if err != nil {
-			var ee *Error
-			if !errors.As(err, &ee) {
-				t.Fatalf("Step error %v (%T) is not an *env.Error", err, err)
-			}
-			return
-		}
-		next, ntask, err := e.open(resp.Token)
-		if err != nil {
-			t.Fatalf("the token of a step does not open: %v", err)
-		}
-		if ntask != task || next.Seed != st.Seed || next.IssuedUnix != st.IssuedUnix || len(next.Questions) < len(st.Questions) {
-			t.Fatalf("a step changed the episode: %v, then %v", st, next)
-		}
-		if o := resp.Observation; resp.Done != (next.Phase == pb.Phase_PHASE_DONE) || o.QuestionsRemaining < 0 || o.Phase != next.Phase {
-			t.Fatalf("step response %v for state %v", resp, next)
-		}
+}
 
-		// Round trip of a state the server builds.
-		ids := []string{"top-a", "big", "strong", "count"}
-		task, err = e.Task("", ids[int(act)%len(ids)])
-		if err != nil {
-			t.Fatal(err)
+// fuzzSealedState seals plain under the server's key and steps it: a
+// typed error, or a state of this version whose step is a typed error or
+// a response whose token opens to the same episode. It reports whether
+// the step succeeded.
+func fuzzSealedState(t *testing.T, e *Env, plain []byte, act uint8, text string) bool {
+	tok := e.cfg.Sealer.Seal(plain)
+	st, task, err := e.open(tok)
+	if err != nil {
+		wantTypedTokenError(t, err, "sealed plaintext", ReasonTokenMalformed, ReasonTokenExpired, ReasonRecordChanged, ReasonInvalidOption)
+		return false
+	}
+	if st.Version != stateVersion || task == nil || task.ID != st.RecordId || task.Corpus.Name != st.Corpus {
+		t.Fatalf("open gave state %v and task %v", st, task)
+	}
+	var a *pb.Action
+	switch act % 4 {
+	case 0:
+		a = &pb.Action{Kind: &pb.Action_Ask_{Ask: &pb.Action_Ask{Text: text}}}
+	case 1:
+		a = &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}}
+	case 2:
+		a = &pb.Action{Kind: &pb.Action_SubmitSql_{SubmitSql: &pb.Action_SubmitSql{Sql: fuzzEnvSQL[int(act/4)%len(fuzzEnvSQL)]}}}
+	default:
+		a = &pb.Action{}
+	}
+	resp, err := e.Step(context.Background(), &pb.StepRequest{Token: tok, Action: a, IncludePrivileged: act&0x40 != 0})
+	if err != nil {
+		var ee *Error
+		if !errors.As(err, &ee) {
+			t.Fatalf("Step error %v (%T) is not an *env.Error", err, err)
 		}
-		base, err := e.newState(task, &pb.EpisodeOptions{Reward: pb.RewardType(act % 3), Solver: pb.Solver(act % 3)})
-		if err != nil {
-			return // an option this server does not offer
+		return false
+	}
+	next, ntask, err := e.open(resp.Token)
+	if err != nil {
+		t.Fatalf("the token of a step does not open: %v", err)
+	}
+	if ntask != task || next.Seed != st.Seed || next.IssuedUnix != st.IssuedUnix || len(next.Questions) < len(st.Questions) {
+		t.Fatalf("a step changed the episode: %v, then %v", st, next)
+	}
+	if o := resp.Observation; resp.Done != (next.Phase == pb.Phase_PHASE_DONE) || o.QuestionsRemaining < 0 || o.Phase != next.Phase {
+		t.Fatalf("step response %v for state %v", resp, next)
+	}
+	return true
+}
+
+// fuzzRoundTrip: a state the server builds round-trips through seal and
+// open.
+func fuzzRoundTrip(t *testing.T, e *Env, plain []byte, act uint8, text string) {
+	ids := []string{"top-a", "big", "strong", "count"}
+	task, err := e.Task("", ids[int(act)%len(ids)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := e.newState(task, &pb.EpisodeOptions{Reward: pb.RewardType(act % 3), Solver: pb.Solver(act % 3)})
+	if err != nil {
+		return // an option this server does not offer
+	}
+	base.Seed, base.Attempted = uint64(len(plain))<<32|uint64(act), int32(len(text)%8)
+	base.Questions = append(base.Questions, &statepb.AnsweredQuestion{Question: strings.ToValidUTF8(text, "?"), Reply: strings.ToValidUTF8(string(plain), "?"), CreditMask: proto.Uint64(uint64(act))})
+	if sealed, err := e.seal(base); err == nil {
+		back, _, err := e.open(sealed)
+		if err != nil || !proto.Equal(back, base) {
+			t.Fatalf("a state the server sealed opens as %v, %v; want %v", back, err, base)
 		}
-		base.Seed, base.Attempted = uint64(len(plain))<<32|uint64(act), int32(len(text)%8)
-		base.Questions = append(base.Questions, &statepb.AnsweredQuestion{Question: strings.ToValidUTF8(text, "?"), Reply: strings.ToValidUTF8(string(plain), "?"), CreditMask: proto.Uint64(uint64(act))})
-		if sealed, err := e.seal(base); err == nil {
-			back, _, err := e.open(sealed)
-			if err != nil || !proto.Equal(back, base) {
-				t.Fatalf("a state the server sealed opens as %v, %v; want %v", back, err, base)
-			}
-		}
-	})
+	}
 }

@@ -248,7 +248,7 @@ func TestTokenLengthHidesCredits(t *testing.T) {
 	s := newTestSealer(t)
 	state := func(mask uint64) *statepb.EpisodeState {
 		st := &statepb.EpisodeState{
-			Version: stateVersion, Corpus: "tiny", RecordId: "big", RecordHash: make([]byte, 32),
+			Version: stateVersion, Corpus: "tiny", RecordId: "big", RecordHashHi: 1, RecordHashLo: 2,
 			Seed: 42, Budget: 4, Phase: pb.Phase_PHASE_ASKING, Status: pb.EpisodeStatus_EPISODE_STATUS_RUNNING,
 			Attempted: 3, IssuedUnix: 1_700_000_000,
 		}

@@ -82,6 +82,6 @@ func (e *Env) Transcript(token []byte) (*Transcript, error) {
 	tr.Privileged = resetPrivileged(t)
 	tr.Privileged.EpisodeCredits = ep.credits(unionCredits(st))
 	tr.Privileged.VerifierReason = st.VerifierReason
-	tr.Reward = score(t, st)
+	tr.Reward = score(rulesOf(st.Protocol), t, st)
 	return tr, nil
 }

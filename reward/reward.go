@@ -1,10 +1,13 @@
 // Package reward turns a finished episode into its quantities (precision,
-// recall, F1, success) and into the rewards the environment returns
-// (question-F1 and outcome), exactly as PROTOCOL.md §6 defines them.
+// recall, F1, success) and into every reward the environment returns:
+// question-F1 and outcome (AMBITAB, PROTOCOL.md §6), BIRD-Interact's
+// sub-task reward (BIRD_C and BIRD_A, §8) and TIDE's (TIDE_F and TIDE_P,
+// §9), each with its named components (Component).
 //
-// The package reads only the credit bookkeeping of an episode (which
-// counted ambiguities each answered question earned) and the verifier's
-// result; it knows nothing about records, oracles or databases.
+// The package reads only what env records of an episode: the credit
+// bookkeeping (which ambiguities each answered question earned), the
+// verifier's results and how each sub-task ended. It knows nothing about
+// records, oracles, databases or the wire; env asks it for the numbers.
 package reward
 
 import (
@@ -26,26 +29,71 @@ const (
 	Outcome Kind = "outcome"
 )
 
-// Component names used in Reward.Components.
+// Component names one part of a reward (a key of Reward.Components, and
+// of avtgym.v1.Reward.components on the wire).
+type Component string
+
+// String returns the component's name.
+func (c Component) String() string { return string(c) }
+
+// The components of the question-F1 and outcome rewards (Score).
 const (
 	// ComponentQuestionF1 is the question-F1 reward; always present.
-	ComponentQuestionF1 = "question_f1"
+	ComponentQuestionF1 Component = "question_f1"
 	// ComponentPrecision is the episode precision; present iff at least
 	// one question was answered.
-	ComponentPrecision = "precision"
+	ComponentPrecision Component = "precision"
 	// ComponentRecall is the episode recall; present iff the record has at
 	// least one counted ambiguity.
-	ComponentRecall = "recall"
+	ComponentRecall Component = "recall"
 	// ComponentOutcome is the verifier's result as 0 or 1; present iff a
-	// solution was verified.
-	ComponentOutcome = "outcome"
+	// solution was verified. TIDE's reward has it too: 1 when every SQL
+	// matched (Tide).
+	ComponentOutcome Component = "outcome"
+)
+
+// The components of BIRD-Interact's reward (BirdInteract).
+const (
 	// ComponentPhase1 is BIRD-Interact's sub-task 1 reward (0.7, 0.5
 	// after the debug retry, or 0); always present in its reward.
-	ComponentPhase1 = "phase1"
+	ComponentPhase1 Component = "phase1"
 	// ComponentPhase2 is BIRD-Interact's sub-task 2 reward (0.3, 0.2 or
 	// 0); present iff the follow-up was released.
-	ComponentPhase2 = "phase2"
+	ComponentPhase2 Component = "phase2"
 )
+
+// The components of TIDE's reward (Tide), besides ComponentOutcome.
+const (
+	// ComponentSQL1 is 1 when the first SQL matched the reference; always
+	// present.
+	ComponentSQL1 Component = "sql1"
+	// ComponentSQL2 is 1 when the second SQL matched the post-drift
+	// reference; present iff the task has a drift.
+	ComponentSQL2 Component = "sql2"
+	// ComponentDriftRecognized is 1 when the policy's two SQLs satisfy
+	// S(y1) ⊄ S(y2) (TIDE's DRR); present iff the task has a drift.
+	ComponentDriftRecognized Component = "drift_recognized"
+	// ComponentL1Identified is 1 when a question of the policy was
+	// credited with a layer-1 ambiguity of the chain; present iff the
+	// task has a chain.
+	ComponentL1Identified Component = "l1_identified"
+	// ComponentL2Identified is 1 when a question of the policy was
+	// credited with a layer-2 ambiguity; present iff the task has a chain.
+	ComponentL2Identified Component = "l2_identified"
+	// ComponentAsked is 1 when the policy asked at least one question;
+	// always present.
+	ComponentAsked Component = "asked"
+)
+
+// Components lists every component a reward of this package may carry,
+// for those that bound a reward's size (env's limits).
+func Components() []Component {
+	return []Component{
+		ComponentQuestionF1, ComponentPrecision, ComponentRecall, ComponentOutcome,
+		ComponentPhase1, ComponentPhase2,
+		ComponentSQL1, ComponentSQL2, ComponentDriftRecognized, ComponentL1Identified, ComponentL2Identified, ComponentAsked,
+	}
+}
 
 // ParseKind parses a reward name ("question_f1" or "outcome").
 func ParseKind(s string) (Kind, error) {
@@ -182,10 +230,24 @@ func Compute(e Episode) Quantities {
 type Reward struct {
 	// Value is the reward of the requested kind.
 	Value float64
-	// Components holds "question_f1" (always), "precision" (iff a question
-	// was answered), "recall" (iff |Amb| ≥ 1) and "outcome" (iff a
-	// solution was verified). An undefined component is absent, never 0.
+	// Components maps each defined component's name (a Component, as a
+	// string: the wire's shape, so that env hands the map over without
+	// copying it) to its value. Score's reward holds "question_f1"
+	// (always), "precision" (iff a question was answered), "recall" (iff
+	// |Amb| ≥ 1) and "outcome" (iff a solution was verified). An undefined
+	// component is absent, never 0.
 	Components map[string]float64
+}
+
+// set records component c.
+func (r Reward) set(c Component, v float64) { r.Components[string(c)] = v }
+
+// unit is a condition as a reward: 1 or 0.
+func unit(ok bool) float64 {
+	if ok {
+		return 1
+	}
+	return 0
 }
 
 // Score returns the reward of kind k for the episode, with all components
@@ -195,23 +257,20 @@ type Reward struct {
 // unknown kind scores 0 with the components filled in.
 func Score(k Kind, e Episode) Reward {
 	c := tally(e)
-	comp := make(map[string]float64, 4)
+	r := Reward{Components: make(map[string]float64, 4)}
 	qf1 := c.questionF1(e)
-	comp[ComponentQuestionF1] = qf1
+	r.set(ComponentQuestionF1, qf1)
 	if c.n >= 1 {
-		comp[ComponentPrecision] = c.precision()
+		r.set(ComponentPrecision, c.precision())
 	}
 	if c.m >= 1 {
-		comp[ComponentRecall] = c.recall()
+		r.set(ComponentRecall, c.recall())
 	}
 	var outcome float64
 	if e.Outcome != nil {
-		if *e.Outcome {
-			outcome = 1
-		}
-		comp[ComponentOutcome] = outcome
+		outcome = unit(*e.Outcome)
+		r.set(ComponentOutcome, outcome)
 	}
-	r := Reward{Components: comp}
 	switch k {
 	case QuestionF1:
 		r.Value = qf1

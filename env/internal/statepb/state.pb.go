@@ -22,105 +22,137 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SubtaskResult is how a BIRD-Interact sub-task ended.
+type SubtaskResult int32
+
+const (
+	// No SQL of the sub-task has passed: it is unsolved, or not reached.
+	SubtaskResult_SUBTASK_RESULT_UNSPECIFIED SubtaskResult = 0
+	// An SQL passed without the debug retry (BIRD_A: any passing SQL).
+	SubtaskResult_SUBTASK_RESULT_SOLVED SubtaskResult = 1
+	// The debug retry's SQL passed (BIRD_C).
+	SubtaskResult_SUBTASK_RESULT_SOLVED_AFTER_RETRY SubtaskResult = 2
+)
+
+// Enum value maps for SubtaskResult.
+var (
+	SubtaskResult_name = map[int32]string{
+		0: "SUBTASK_RESULT_UNSPECIFIED",
+		1: "SUBTASK_RESULT_SOLVED",
+		2: "SUBTASK_RESULT_SOLVED_AFTER_RETRY",
+	}
+	SubtaskResult_value = map[string]int32{
+		"SUBTASK_RESULT_UNSPECIFIED":        0,
+		"SUBTASK_RESULT_SOLVED":             1,
+		"SUBTASK_RESULT_SOLVED_AFTER_RETRY": 2,
+	}
+)
+
+func (x SubtaskResult) Enum() *SubtaskResult {
+	p := new(SubtaskResult)
+	*p = x
+	return p
+}
+
+func (x SubtaskResult) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubtaskResult) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_internal_state_v1_state_proto_enumTypes[0].Descriptor()
+}
+
+func (SubtaskResult) Type() protoreflect.EnumType {
+	return &file_avtgym_internal_state_v1_state_proto_enumTypes[0]
+}
+
+func (x SubtaskResult) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubtaskResult.Descriptor instead.
+func (SubtaskResult) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{0}
+}
+
 // EpisodeState is the whole state of an episode. It never leaves the server
 // in clear: it is sealed with AES-GCM into the opaque episode token, so it
 // is not part of the public contract and may change between versions
 // (the version field says which).
+//
+// Its fields are what every protocol shares: the episode's identity and
+// options, the phase and status, the dialogue and the latest verdict. What
+// one protocol alone keeps is in that protocol's message of the rules
+// oneof (env's rules value for the protocol owns it), so that no field
+// means one thing under one protocol and another under the next.
 type EpisodeState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The state format version; a token of another version is rejected.
+	// Version 2 moved the per-protocol fields of version 1 (22 to 40) into
+	// the messages of the rules oneof.
 	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The corpus name.
 	Corpus string `protobuf:"bytes,2,opt,name=corpus,proto3" json:"corpus,omitempty"`
 	// The record id within the corpus.
 	RecordId string `protobuf:"bytes,3,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
-	// The record's content hash at reset; a token whose record has changed
-	// since is rejected.
-	RecordHash []byte `protobuf:"bytes,4,opt,name=record_hash,json=recordHash,proto3" json:"record_hash,omitempty"`
-	// The episode seed.
+	// The seed of the episode.
 	Seed uint64 `protobuf:"varint,5,opt,name=seed,proto3" json:"seed,omitempty"`
 	// The index in the GRPO group.
 	GroupIndex int32 `protobuf:"varint,6,opt,name=group_index,json=groupIndex,proto3" json:"group_index,omitempty"`
-	// The resolved options.
+	// The resolved reward.
 	Reward v1.RewardType `protobuf:"varint,7,opt,name=reward,proto3,enum=avtgym.v1.RewardType" json:"reward,omitempty"`
 	// The resolved solver.
 	Solver v1.Solver `protobuf:"varint,8,opt,name=solver,proto3,enum=avtgym.v1.Solver" json:"solver,omitempty"`
 	// The resolved oracle.
 	Oracle v1.OracleType `protobuf:"varint,9,opt,name=oracle,proto3,enum=avtgym.v1.OracleType" json:"oracle,omitempty"`
-	// The question budget B.
+	// The question budget as the observation shows it
+	// (Observation.question_budget): AMBITAB's B, or the questions the
+	// protocol's own budget (turns, coins) leaves room for.
 	Budget int32 `protobuf:"varint,10,opt,name=budget,proto3" json:"budget,omitempty"`
 	// The phase.
 	Phase v1.Phase `protobuf:"varint,11,opt,name=phase,proto3,enum=avtgym.v1.Phase" json:"phase,omitempty"`
 	// The status.
 	Status v1.EpisodeStatus `protobuf:"varint,12,opt,name=status,proto3,enum=avtgym.v1.EpisodeStatus" json:"status,omitempty"`
-	// The answered questions, in order.
+	// The answered questions, in order (the pre-filled ones first).
 	Questions []*AnsweredQuestion `protobuf:"bytes,13,rep,name=questions,proto3" json:"questions,omitempty"`
-	// Questions attempted, including an over-budget one that was not
-	// answered.
+	// Questions the policy attempted, including an over-budget one that was
+	// not answered.
 	Attempted int32 `protobuf:"varint,14,opt,name=attempted,proto3" json:"attempted,omitempty"`
-	// The SQL that was verified (the client's or the solver's).
+	// The latest SQL that was verified (the client's or a solver's).
 	SolutionSql string `protobuf:"bytes,15,opt,name=solution_sql,json=solutionSql,proto3" json:"solution_sql,omitempty"`
 	// Whether a solution was verified.
 	Verified bool `protobuf:"varint,16,opt,name=verified,proto3" json:"verified,omitempty"`
-	// The verifier's verdict when verified.
+	// The verifier's verdict on solution_sql when verified.
 	Outcome bool `protobuf:"varint,17,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// Why the verifier decided as it did (privileged).
+	// Why the verifier (or the environment, ending the episode) decided as
+	// it did (privileged).
 	VerifierReason string `protobuf:"bytes,18,opt,name=verifier_reason,json=verifierReason,proto3" json:"verifier_reason,omitempty"`
 	// When the token chain started, in Unix seconds (for the optional TTL).
 	IssuedUnix int64 `protobuf:"varint,19,opt,name=issued_unix,json=issuedUnix,proto3" json:"issued_unix,omitempty"`
 	// The strict-credit matcher option (EpisodeOptions.strict_credit).
 	StrictCredit bool `protobuf:"varint,20,opt,name=strict_credit,json=strictCredit,proto3" json:"strict_credit,omitempty"`
-	// The protocol (never UNSPECIFIED once resolved).
+	// The protocol (never UNSPECIFIED once resolved); its rules oneof
+	// message is set.
 	Protocol v1.Protocol `protobuf:"varint,21,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
-	// The sub-task being played: 1, or 2 once the follow-up is released.
-	Subtask int32 `protobuf:"varint,22,opt,name=subtask,proto3" json:"subtask,omitempty"`
-	// BIRD_C: the turn budget so far (m + patience, at least 1; one more
-	// when the follow-up is released).
-	TurnsTotal int32 `protobuf:"varint,23,opt,name=turns_total,json=turnsTotal,proto3" json:"turns_total,omitempty"`
-	// BIRD_C: the turns used.
-	TurnsUsed int32 `protobuf:"varint,24,opt,name=turns_used,json=turnsUsed,proto3" json:"turns_used,omitempty"`
-	// BIRD_C: the current sub-task's debug retry is pending: its one SQL is
-	// all that is accepted, and passing earns the reduced reward.
-	RetryPending bool `protobuf:"varint,25,opt,name=retry_pending,json=retryPending,proto3" json:"retry_pending,omitempty"`
-	// BIRD_C: sub-task 1's accepted SQL, replayed before the follow-up's
-	// verification (bounded like any policy SQL).
-	Phase1Sql string `protobuf:"bytes,27,opt,name=phase1_sql,json=phase1Sql,proto3" json:"phase1_sql,omitempty"`
-	// BIRD_C: sub-task 1's reward in thousandths (700, 500 or 0).
-	Phase1RewardMilli int32 `protobuf:"varint,28,opt,name=phase1_reward_milli,json=phase1RewardMilli,proto3" json:"phase1_reward_milli,omitempty"`
-	// BIRD_C: sub-task 2's reward in thousandths (300, 200 or 0); meaningful
-	// once subtask is 2.
-	Phase2RewardMilli int32 `protobuf:"varint,29,opt,name=phase2_reward_milli,json=phase2RewardMilli,proto3" json:"phase2_reward_milli,omitempty"`
-	// Unparsed actions in a row (AMBITAB: the second is taken as STOP).
-	UnparsedInRow int32 `protobuf:"varint,30,opt,name=unparsed_in_row,json=unparsedInRow,proto3" json:"unparsed_in_row,omitempty"`
-	// The index in questions of the first question of sub-task 2 (the
-	// follow-up's oracle answers from there on).
-	Subtask2FirstQuestion int32 `protobuf:"varint,31,opt,name=subtask2_first_question,json=subtask2FirstQuestion,proto3" json:"subtask2_first_question,omitempty"`
-	// BIRD_A: the coin budget and what has been spent, in thousandths.
-	CoinsTotalMilli int64 `protobuf:"varint,32,opt,name=coins_total_milli,json=coinsTotalMilli,proto3" json:"coins_total_milli,omitempty"`
-	// BIRD_A: the coins spent, in thousandths.
-	CoinsUsedMilli int64 `protobuf:"varint,33,opt,name=coins_used_milli,json=coinsUsedMilli,proto3" json:"coins_used_milli,omitempty"`
-	// BIRD_A: the action log, one byte per paid action (the Action oneof's
-	// field number), so that a transcript can say what the coins bought;
-	// tool outputs are not kept (they are recomputed from the corpus).
-	ActionLog []byte `protobuf:"bytes,34,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
-	// TIDE_P: how many of the first questions were pre-filled at reset (1:
-	// the chain's first layer); they are in questions, so that the oracle
-	// reads them, but are not the policy's (not counted, not credited to it).
-	Prefilled int32 `protobuf:"varint,35,opt,name=prefilled,proto3" json:"prefilled,omitempty"`
-	// TIDE: the SQL submissions so far (the first is phase1_sql, the last
-	// solution_sql).
-	SqlsSubmitted int32 `protobuf:"varint,36,opt,name=sqls_submitted,json=sqlsSubmitted,proto3" json:"sqls_submitted,omitempty"`
-	// TIDE: whether the first SQL matched its reference.
-	Sql1Outcome bool `protobuf:"varint,37,opt,name=sql1_outcome,json=sql1Outcome,proto3" json:"sql1_outcome,omitempty"`
-	// TIDE: whether the drift turn has been injected.
-	DriftInjected bool `protobuf:"varint,38,opt,name=drift_injected,json=driftInjected,proto3" json:"drift_injected,omitempty"`
-	// TIDE: whether the policy's two SQLs satisfy S(y1) ⊄ S(y2), both
-	// having parsed and run.
-	DriftRecognized bool `protobuf:"varint,39,opt,name=drift_recognized,json=driftRecognized,proto3" json:"drift_recognized,omitempty"`
-	// TIDE: whether the first SQL ran (parsed and executed without error,
-	// whatever its result): a drift is recognised only between SQLs that
-	// both ran.
-	Sql1Ran       bool `protobuf:"varint,40,opt,name=sql1_ran,json=sql1Ran,proto3" json:"sql1_ran,omitempty"`
+	// How many of the first questions the environment put at reset rather
+	// than the policy (TIDE_P pre-fills one): the oracle reads them, but they
+	// are not the policy's (not counted as asked, not credited to it).
+	Prefilled int32 `protobuf:"varint,41,opt,name=prefilled,proto3" json:"prefilled,omitempty"`
+	// The first 8 bytes of the record's content hash at reset, big-endian;
+	// a token whose record has changed since is rejected. (Fixed-width
+	// words rather than bytes: decoding them allocates nothing, and every
+	// step decodes a state.)
+	RecordHashHi uint64 `protobuf:"fixed64,42,opt,name=record_hash_hi,json=recordHashHi,proto3" json:"record_hash_hi,omitempty"`
+	// Bytes 8 to 15 of the record's content hash, big-endian.
+	RecordHashLo uint64 `protobuf:"fixed64,43,opt,name=record_hash_lo,json=recordHashLo,proto3" json:"record_hash_lo,omitempty"`
+	// What the episode's protocol alone keeps.
+	//
+	// Types that are valid to be assigned to Rules:
+	//
+	//	*EpisodeState_Ambitab
+	//	*EpisodeState_Bird
+	//	*EpisodeState_Tide
+	Rules         isEpisodeState_Rules `protobuf_oneof:"rules"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,13 +206,6 @@ func (x *EpisodeState) GetRecordId() string {
 		return x.RecordId
 	}
 	return ""
-}
-
-func (x *EpisodeState) GetRecordHash() []byte {
-	if x != nil {
-		return x.RecordHash
-	}
-	return nil
 }
 
 func (x *EpisodeState) GetSeed() uint64 {
@@ -302,90 +327,6 @@ func (x *EpisodeState) GetProtocol() v1.Protocol {
 	return v1.Protocol(0)
 }
 
-func (x *EpisodeState) GetSubtask() int32 {
-	if x != nil {
-		return x.Subtask
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetTurnsTotal() int32 {
-	if x != nil {
-		return x.TurnsTotal
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetTurnsUsed() int32 {
-	if x != nil {
-		return x.TurnsUsed
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetRetryPending() bool {
-	if x != nil {
-		return x.RetryPending
-	}
-	return false
-}
-
-func (x *EpisodeState) GetPhase1Sql() string {
-	if x != nil {
-		return x.Phase1Sql
-	}
-	return ""
-}
-
-func (x *EpisodeState) GetPhase1RewardMilli() int32 {
-	if x != nil {
-		return x.Phase1RewardMilli
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetPhase2RewardMilli() int32 {
-	if x != nil {
-		return x.Phase2RewardMilli
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetUnparsedInRow() int32 {
-	if x != nil {
-		return x.UnparsedInRow
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetSubtask2FirstQuestion() int32 {
-	if x != nil {
-		return x.Subtask2FirstQuestion
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetCoinsTotalMilli() int64 {
-	if x != nil {
-		return x.CoinsTotalMilli
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetCoinsUsedMilli() int64 {
-	if x != nil {
-		return x.CoinsUsedMilli
-	}
-	return 0
-}
-
-func (x *EpisodeState) GetActionLog() []byte {
-	if x != nil {
-		return x.ActionLog
-	}
-	return nil
-}
-
 func (x *EpisodeState) GetPrefilled() int32 {
 	if x != nil {
 		return x.Prefilled
@@ -393,37 +334,391 @@ func (x *EpisodeState) GetPrefilled() int32 {
 	return 0
 }
 
-func (x *EpisodeState) GetSqlsSubmitted() int32 {
+func (x *EpisodeState) GetRecordHashHi() uint64 {
+	if x != nil {
+		return x.RecordHashHi
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetRecordHashLo() uint64 {
+	if x != nil {
+		return x.RecordHashLo
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetRules() isEpisodeState_Rules {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *EpisodeState) GetAmbitab() *AmbiTabState {
+	if x != nil {
+		if x, ok := x.Rules.(*EpisodeState_Ambitab); ok {
+			return x.Ambitab
+		}
+	}
+	return nil
+}
+
+func (x *EpisodeState) GetBird() *BirdState {
+	if x != nil {
+		if x, ok := x.Rules.(*EpisodeState_Bird); ok {
+			return x.Bird
+		}
+	}
+	return nil
+}
+
+func (x *EpisodeState) GetTide() *TideState {
+	if x != nil {
+		if x, ok := x.Rules.(*EpisodeState_Tide); ok {
+			return x.Tide
+		}
+	}
+	return nil
+}
+
+type isEpisodeState_Rules interface {
+	isEpisodeState_Rules()
+}
+
+type EpisodeState_Ambitab struct {
+	// PROTOCOL_AMBITAB's.
+	Ambitab *AmbiTabState `protobuf:"bytes,44,opt,name=ambitab,proto3,oneof"`
+}
+
+type EpisodeState_Bird struct {
+	// PROTOCOL_BIRD_C's and PROTOCOL_BIRD_A's.
+	Bird *BirdState `protobuf:"bytes,45,opt,name=bird,proto3,oneof"`
+}
+
+type EpisodeState_Tide struct {
+	// PROTOCOL_TIDE_F's and PROTOCOL_TIDE_P's.
+	Tide *TideState `protobuf:"bytes,46,opt,name=tide,proto3,oneof"`
+}
+
+func (*EpisodeState_Ambitab) isEpisodeState_Rules() {}
+
+func (*EpisodeState_Bird) isEpisodeState_Rules() {}
+
+func (*EpisodeState_Tide) isEpisodeState_Rules() {}
+
+// AmbiTabState is what AMBITAB's ask-then-solve protocol keeps.
+type AmbiTabState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unparsed outputs in a row: the first gets a notice, the second is
+	// taken as a stop (or, where SQL is awaited, fails the solution).
+	UnparsedInRow int32 `protobuf:"varint,1,opt,name=unparsed_in_row,json=unparsedInRow,proto3" json:"unparsed_in_row,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AmbiTabState) Reset() {
+	*x = AmbiTabState{}
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AmbiTabState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AmbiTabState) ProtoMessage() {}
+
+func (x *AmbiTabState) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AmbiTabState.ProtoReflect.Descriptor instead.
+func (*AmbiTabState) Descriptor() ([]byte, []int) {
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AmbiTabState) GetUnparsedInRow() int32 {
+	if x != nil {
+		return x.UnparsedInRow
+	}
+	return 0
+}
+
+// BirdState is what BIRD-Interact's protocols keep: the two sub-tasks, and
+// BIRD_C's turns or BIRD_A's coins.
+type BirdState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sub-task being played: 1, or 2 once the follow-up is released.
+	Subtask int32 `protobuf:"varint,1,opt,name=subtask,proto3" json:"subtask,omitempty"`
+	// The index in questions of sub-task 2's first question (the
+	// follow-up's oracle answers from there on).
+	Subtask2FirstQuestion int32 `protobuf:"varint,2,opt,name=subtask2_first_question,json=subtask2FirstQuestion,proto3" json:"subtask2_first_question,omitempty"`
+	// Sub-task 1's accepted SQL, replayed before the follow-up's
+	// verification (bounded like any policy SQL).
+	Phase1Sql string `protobuf:"bytes,3,opt,name=phase1_sql,json=phase1Sql,proto3" json:"phase1_sql,omitempty"`
+	// How sub-task 1 ended (so far).
+	Subtask1 SubtaskResult `protobuf:"varint,4,opt,name=subtask1,proto3,enum=avtgym.internal.state.v1.SubtaskResult" json:"subtask1,omitempty"`
+	// How sub-task 2 ended (so far); meaningful once subtask is 2.
+	Subtask2 SubtaskResult `protobuf:"varint,5,opt,name=subtask2,proto3,enum=avtgym.internal.state.v1.SubtaskResult" json:"subtask2,omitempty"`
+	// BIRD_C: the turn budget so far (m + patience, at least 1; one more
+	// when the follow-up is released).
+	TurnsTotal int32 `protobuf:"varint,6,opt,name=turns_total,json=turnsTotal,proto3" json:"turns_total,omitempty"`
+	// BIRD_C: the turns used.
+	TurnsUsed int32 `protobuf:"varint,7,opt,name=turns_used,json=turnsUsed,proto3" json:"turns_used,omitempty"`
+	// BIRD_C: the current sub-task's debug retry is pending: its one SQL is
+	// all that is accepted, and passing earns the reduced reward.
+	RetryPending bool `protobuf:"varint,8,opt,name=retry_pending,json=retryPending,proto3" json:"retry_pending,omitempty"`
+	// BIRD_A: the coin budget, in thousandths.
+	CoinsTotalMilli int64 `protobuf:"varint,9,opt,name=coins_total_milli,json=coinsTotalMilli,proto3" json:"coins_total_milli,omitempty"`
+	// BIRD_A: the coins spent, in thousandths.
+	CoinsUsedMilli int64 `protobuf:"varint,10,opt,name=coins_used_milli,json=coinsUsedMilli,proto3" json:"coins_used_milli,omitempty"`
+	// BIRD_A: the action log, one byte per paid action (the Action oneof's
+	// field number of the action), so that a transcript can say what the
+	// coins bought; tool outputs are not kept (they are recomputed from the
+	// corpus).
+	ActionLog     []byte `protobuf:"bytes,11,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BirdState) Reset() {
+	*x = BirdState{}
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BirdState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BirdState) ProtoMessage() {}
+
+func (x *BirdState) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BirdState.ProtoReflect.Descriptor instead.
+func (*BirdState) Descriptor() ([]byte, []int) {
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BirdState) GetSubtask() int32 {
+	if x != nil {
+		return x.Subtask
+	}
+	return 0
+}
+
+func (x *BirdState) GetSubtask2FirstQuestion() int32 {
+	if x != nil {
+		return x.Subtask2FirstQuestion
+	}
+	return 0
+}
+
+func (x *BirdState) GetPhase1Sql() string {
+	if x != nil {
+		return x.Phase1Sql
+	}
+	return ""
+}
+
+func (x *BirdState) GetSubtask1() SubtaskResult {
+	if x != nil {
+		return x.Subtask1
+	}
+	return SubtaskResult_SUBTASK_RESULT_UNSPECIFIED
+}
+
+func (x *BirdState) GetSubtask2() SubtaskResult {
+	if x != nil {
+		return x.Subtask2
+	}
+	return SubtaskResult_SUBTASK_RESULT_UNSPECIFIED
+}
+
+func (x *BirdState) GetTurnsTotal() int32 {
+	if x != nil {
+		return x.TurnsTotal
+	}
+	return 0
+}
+
+func (x *BirdState) GetTurnsUsed() int32 {
+	if x != nil {
+		return x.TurnsUsed
+	}
+	return 0
+}
+
+func (x *BirdState) GetRetryPending() bool {
+	if x != nil {
+		return x.RetryPending
+	}
+	return false
+}
+
+func (x *BirdState) GetCoinsTotalMilli() int64 {
+	if x != nil {
+		return x.CoinsTotalMilli
+	}
+	return 0
+}
+
+func (x *BirdState) GetCoinsUsedMilli() int64 {
+	if x != nil {
+		return x.CoinsUsedMilli
+	}
+	return 0
+}
+
+func (x *BirdState) GetActionLog() []byte {
+	if x != nil {
+		return x.ActionLog
+	}
+	return nil
+}
+
+// TideState is what TIDE's protocols keep: the agent turns and the two
+// SQLs of a task with a drift.
+type TideState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent turns used (of TideTurns).
+	TurnsUsed int32 `protobuf:"varint,1,opt,name=turns_used,json=turnsUsed,proto3" json:"turns_used,omitempty"`
+	// Unparsed outputs in a row: the second is an abstention.
+	UnparsedInRow int32 `protobuf:"varint,2,opt,name=unparsed_in_row,json=unparsedInRow,proto3" json:"unparsed_in_row,omitempty"`
+	// The SQL submissions so far (the last is solution_sql).
+	SqlsSubmitted int32 `protobuf:"varint,3,opt,name=sqls_submitted,json=sqlsSubmitted,proto3" json:"sqls_submitted,omitempty"`
+	// The first SQL (bounded like any policy SQL), for the drift
+	// recognition at the second.
+	Sql1 string `protobuf:"bytes,4,opt,name=sql1,proto3" json:"sql1,omitempty"`
+	// Whether the first SQL matched the reference.
+	Sql1Outcome bool `protobuf:"varint,5,opt,name=sql1_outcome,json=sql1Outcome,proto3" json:"sql1_outcome,omitempty"`
+	// Whether the first SQL ran (parsed and executed without error,
+	// whatever its result): a drift is recognised only between SQLs that
+	// both ran.
+	Sql1Ran bool `protobuf:"varint,6,opt,name=sql1_ran,json=sql1Ran,proto3" json:"sql1_ran,omitempty"`
+	// Whether the drift turn has been injected (after the first SQL, on a
+	// task with a drift): the second SQL is due, against the post-drift
+	// reference.
+	DriftInjected bool `protobuf:"varint,7,opt,name=drift_injected,json=driftInjected,proto3" json:"drift_injected,omitempty"`
+	// Whether the second SQL matched the post-drift reference.
+	Sql2Outcome bool `protobuf:"varint,8,opt,name=sql2_outcome,json=sql2Outcome,proto3" json:"sql2_outcome,omitempty"`
+	// Whether the policy's two SQLs satisfy S(y1) ⊄ S(y2), both having
+	// parsed and run.
+	DriftRecognized bool `protobuf:"varint,9,opt,name=drift_recognized,json=driftRecognized,proto3" json:"drift_recognized,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TideState) Reset() {
+	*x = TideState{}
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TideState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TideState) ProtoMessage() {}
+
+func (x *TideState) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TideState.ProtoReflect.Descriptor instead.
+func (*TideState) Descriptor() ([]byte, []int) {
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TideState) GetTurnsUsed() int32 {
+	if x != nil {
+		return x.TurnsUsed
+	}
+	return 0
+}
+
+func (x *TideState) GetUnparsedInRow() int32 {
+	if x != nil {
+		return x.UnparsedInRow
+	}
+	return 0
+}
+
+func (x *TideState) GetSqlsSubmitted() int32 {
 	if x != nil {
 		return x.SqlsSubmitted
 	}
 	return 0
 }
 
-func (x *EpisodeState) GetSql1Outcome() bool {
+func (x *TideState) GetSql1() string {
+	if x != nil {
+		return x.Sql1
+	}
+	return ""
+}
+
+func (x *TideState) GetSql1Outcome() bool {
 	if x != nil {
 		return x.Sql1Outcome
 	}
 	return false
 }
 
-func (x *EpisodeState) GetDriftInjected() bool {
+func (x *TideState) GetSql1Ran() bool {
+	if x != nil {
+		return x.Sql1Ran
+	}
+	return false
+}
+
+func (x *TideState) GetDriftInjected() bool {
 	if x != nil {
 		return x.DriftInjected
 	}
 	return false
 }
 
-func (x *EpisodeState) GetDriftRecognized() bool {
+func (x *TideState) GetSql2Outcome() bool {
 	if x != nil {
-		return x.DriftRecognized
+		return x.Sql2Outcome
 	}
 	return false
 }
 
-func (x *EpisodeState) GetSql1Ran() bool {
+func (x *TideState) GetDriftRecognized() bool {
 	if x != nil {
-		return x.Sql1Ran
+		return x.DriftRecognized
 	}
 	return false
 }
@@ -445,7 +740,7 @@ type AnsweredQuestion struct {
 
 func (x *AnsweredQuestion) Reset() {
 	*x = AnsweredQuestion{}
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +752,7 @@ func (x *AnsweredQuestion) String() string {
 func (*AnsweredQuestion) ProtoMessage() {}
 
 func (x *AnsweredQuestion) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +765,7 @@ func (x *AnsweredQuestion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredQuestion.ProtoReflect.Descriptor instead.
 func (*AnsweredQuestion) Descriptor() ([]byte, []int) {
-	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AnsweredQuestion) GetQuestion() string {
@@ -498,13 +793,11 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xbd\v\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xa7\b\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
-	"\trecord_id\x18\x03 \x01(\tR\brecordId\x12\x1f\n" +
-	"\vrecord_hash\x18\x04 \x01(\fR\n" +
-	"recordHash\x12\x12\n" +
+	"\trecord_id\x18\x03 \x01(\tR\brecordId\x12\x12\n" +
 	"\x04seed\x18\x05 \x01(\x04R\x04seed\x12\x1f\n" +
 	"\vgroup_index\x18\x06 \x01(\x05R\n" +
 	"groupIndex\x12-\n" +
@@ -524,35 +817,54 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\vissued_unix\x18\x13 \x01(\x03R\n" +
 	"issuedUnix\x12#\n" +
 	"\rstrict_credit\x18\x14 \x01(\bR\fstrictCredit\x12/\n" +
-	"\bprotocol\x18\x15 \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x18\n" +
-	"\asubtask\x18\x16 \x01(\x05R\asubtask\x12\x1f\n" +
-	"\vturns_total\x18\x17 \x01(\x05R\n" +
+	"\bprotocol\x18\x15 \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x1c\n" +
+	"\tprefilled\x18) \x01(\x05R\tprefilled\x12$\n" +
+	"\x0erecord_hash_hi\x18* \x01(\x06R\frecordHashHi\x12$\n" +
+	"\x0erecord_hash_lo\x18+ \x01(\x06R\frecordHashLo\x12B\n" +
+	"\aambitab\x18, \x01(\v2&.avtgym.internal.state.v1.AmbiTabStateH\x00R\aambitab\x129\n" +
+	"\x04bird\x18- \x01(\v2#.avtgym.internal.state.v1.BirdStateH\x00R\x04bird\x129\n" +
+	"\x04tide\x18. \x01(\v2#.avtgym.internal.state.v1.TideStateH\x00R\x04tideB\a\n" +
+	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\x16\x10)\"6\n" +
+	"\fAmbiTabState\x12&\n" +
+	"\x0funparsed_in_row\x18\x01 \x01(\x05R\runparsedInRow\"\xe0\x03\n" +
+	"\tBirdState\x12\x18\n" +
+	"\asubtask\x18\x01 \x01(\x05R\asubtask\x126\n" +
+	"\x17subtask2_first_question\x18\x02 \x01(\x05R\x15subtask2FirstQuestion\x12\x1d\n" +
+	"\n" +
+	"phase1_sql\x18\x03 \x01(\tR\tphase1Sql\x12C\n" +
+	"\bsubtask1\x18\x04 \x01(\x0e2'.avtgym.internal.state.v1.SubtaskResultR\bsubtask1\x12C\n" +
+	"\bsubtask2\x18\x05 \x01(\x0e2'.avtgym.internal.state.v1.SubtaskResultR\bsubtask2\x12\x1f\n" +
+	"\vturns_total\x18\x06 \x01(\x05R\n" +
 	"turnsTotal\x12\x1d\n" +
 	"\n" +
-	"turns_used\x18\x18 \x01(\x05R\tturnsUsed\x12#\n" +
-	"\rretry_pending\x18\x19 \x01(\bR\fretryPending\x12\x1d\n" +
+	"turns_used\x18\a \x01(\x05R\tturnsUsed\x12#\n" +
+	"\rretry_pending\x18\b \x01(\bR\fretryPending\x12*\n" +
+	"\x11coins_total_milli\x18\t \x01(\x03R\x0fcoinsTotalMilli\x12(\n" +
+	"\x10coins_used_milli\x18\n" +
+	" \x01(\x03R\x0ecoinsUsedMilli\x12\x1d\n" +
 	"\n" +
-	"phase1_sql\x18\x1b \x01(\tR\tphase1Sql\x12.\n" +
-	"\x13phase1_reward_milli\x18\x1c \x01(\x05R\x11phase1RewardMilli\x12.\n" +
-	"\x13phase2_reward_milli\x18\x1d \x01(\x05R\x11phase2RewardMilli\x12&\n" +
-	"\x0funparsed_in_row\x18\x1e \x01(\x05R\runparsedInRow\x126\n" +
-	"\x17subtask2_first_question\x18\x1f \x01(\x05R\x15subtask2FirstQuestion\x12*\n" +
-	"\x11coins_total_milli\x18  \x01(\x03R\x0fcoinsTotalMilli\x12(\n" +
-	"\x10coins_used_milli\x18! \x01(\x03R\x0ecoinsUsedMilli\x12\x1d\n" +
+	"action_log\x18\v \x01(\fR\tactionLog\"\xc0\x02\n" +
+	"\tTideState\x12\x1d\n" +
 	"\n" +
-	"action_log\x18\" \x01(\fR\tactionLog\x12\x1c\n" +
-	"\tprefilled\x18# \x01(\x05R\tprefilled\x12%\n" +
-	"\x0esqls_submitted\x18$ \x01(\x05R\rsqlsSubmitted\x12!\n" +
-	"\fsql1_outcome\x18% \x01(\bR\vsql1Outcome\x12%\n" +
-	"\x0edrift_injected\x18& \x01(\bR\rdriftInjected\x12)\n" +
-	"\x10drift_recognized\x18' \x01(\bR\x0fdriftRecognized\x12\x19\n" +
-	"\bsql1_ran\x18( \x01(\bR\asql1RanJ\x04\b\x1a\x10\x1b\"z\n" +
+	"turns_used\x18\x01 \x01(\x05R\tturnsUsed\x12&\n" +
+	"\x0funparsed_in_row\x18\x02 \x01(\x05R\runparsedInRow\x12%\n" +
+	"\x0esqls_submitted\x18\x03 \x01(\x05R\rsqlsSubmitted\x12\x12\n" +
+	"\x04sql1\x18\x04 \x01(\tR\x04sql1\x12!\n" +
+	"\fsql1_outcome\x18\x05 \x01(\bR\vsql1Outcome\x12\x19\n" +
+	"\bsql1_ran\x18\x06 \x01(\bR\asql1Ran\x12%\n" +
+	"\x0edrift_injected\x18\a \x01(\bR\rdriftInjected\x12!\n" +
+	"\fsql2_outcome\x18\b \x01(\bR\vsql2Outcome\x12)\n" +
+	"\x10drift_recognized\x18\t \x01(\bR\x0fdriftRecognized\"z\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +
 	"\vcredit_mask\x18\x03 \x01(\x06H\x00R\n" +
 	"creditMask\x88\x01\x01B\x0e\n" +
-	"\f_credit_maskB\x1dZ\x1bavtgym/env/internal/statepbb\x06proto3"
+	"\f_credit_mask*q\n" +
+	"\rSubtaskResult\x12\x1e\n" +
+	"\x1aSUBTASK_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15SUBTASK_RESULT_SOLVED\x10\x01\x12%\n" +
+	"!SUBTASK_RESULT_SOLVED_AFTER_RETRY\x10\x02B\x1dZ\x1bavtgym/env/internal/statepbb\x06proto3"
 
 var (
 	file_avtgym_internal_state_v1_state_proto_rawDescOnce sync.Once
@@ -566,30 +878,40 @@ func file_avtgym_internal_state_v1_state_proto_rawDescGZIP() []byte {
 	return file_avtgym_internal_state_v1_state_proto_rawDescData
 }
 
-var file_avtgym_internal_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_avtgym_internal_state_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_avtgym_internal_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_avtgym_internal_state_v1_state_proto_goTypes = []any{
-	(*EpisodeState)(nil),     // 0: avtgym.internal.state.v1.EpisodeState
-	(*AnsweredQuestion)(nil), // 1: avtgym.internal.state.v1.AnsweredQuestion
-	(v1.RewardType)(0),       // 2: avtgym.v1.RewardType
-	(v1.Solver)(0),           // 3: avtgym.v1.Solver
-	(v1.OracleType)(0),       // 4: avtgym.v1.OracleType
-	(v1.Phase)(0),            // 5: avtgym.v1.Phase
-	(v1.EpisodeStatus)(0),    // 6: avtgym.v1.EpisodeStatus
-	(v1.Protocol)(0),         // 7: avtgym.v1.Protocol
+	(SubtaskResult)(0),       // 0: avtgym.internal.state.v1.SubtaskResult
+	(*EpisodeState)(nil),     // 1: avtgym.internal.state.v1.EpisodeState
+	(*AmbiTabState)(nil),     // 2: avtgym.internal.state.v1.AmbiTabState
+	(*BirdState)(nil),        // 3: avtgym.internal.state.v1.BirdState
+	(*TideState)(nil),        // 4: avtgym.internal.state.v1.TideState
+	(*AnsweredQuestion)(nil), // 5: avtgym.internal.state.v1.AnsweredQuestion
+	(v1.RewardType)(0),       // 6: avtgym.v1.RewardType
+	(v1.Solver)(0),           // 7: avtgym.v1.Solver
+	(v1.OracleType)(0),       // 8: avtgym.v1.OracleType
+	(v1.Phase)(0),            // 9: avtgym.v1.Phase
+	(v1.EpisodeStatus)(0),    // 10: avtgym.v1.EpisodeStatus
+	(v1.Protocol)(0),         // 11: avtgym.v1.Protocol
 }
 var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
-	2, // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
-	3, // 1: avtgym.internal.state.v1.EpisodeState.solver:type_name -> avtgym.v1.Solver
-	4, // 2: avtgym.internal.state.v1.EpisodeState.oracle:type_name -> avtgym.v1.OracleType
-	5, // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
-	6, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
-	1, // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
-	7, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	6,  // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
+	7,  // 1: avtgym.internal.state.v1.EpisodeState.solver:type_name -> avtgym.v1.Solver
+	8,  // 2: avtgym.internal.state.v1.EpisodeState.oracle:type_name -> avtgym.v1.OracleType
+	9,  // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
+	10, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
+	5,  // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
+	11, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
+	2,  // 7: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
+	3,  // 8: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
+	4,  // 9: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
+	0,  // 10: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
+	0,  // 11: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_internal_state_v1_state_proto_init() }
@@ -597,19 +919,25 @@ func file_avtgym_internal_state_v1_state_proto_init() {
 	if File_avtgym_internal_state_v1_state_proto != nil {
 		return
 	}
-	file_avtgym_internal_state_v1_state_proto_msgTypes[1].OneofWrappers = []any{}
+	file_avtgym_internal_state_v1_state_proto_msgTypes[0].OneofWrappers = []any{
+		(*EpisodeState_Ambitab)(nil),
+		(*EpisodeState_Bird)(nil),
+		(*EpisodeState_Tide)(nil),
+	}
+	file_avtgym_internal_state_v1_state_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_internal_state_v1_state_proto_rawDesc), len(file_avtgym_internal_state_v1_state_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_avtgym_internal_state_v1_state_proto_goTypes,
 		DependencyIndexes: file_avtgym_internal_state_v1_state_proto_depIdxs,
+		EnumInfos:         file_avtgym_internal_state_v1_state_proto_enumTypes,
 		MessageInfos:      file_avtgym_internal_state_v1_state_proto_msgTypes,
 	}.Build()
 	File_avtgym_internal_state_v1_state_proto = out.File

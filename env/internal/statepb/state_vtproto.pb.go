@@ -51,160 +51,37 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if m.Sql1Ran {
-		i--
-		if m.Sql1Ran {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
+	if vtmsg, ok := m.Rules.(interface {
+		MarshalToSizedBufferVT([]byte) (int, error)
+	}); ok {
+		size, err := vtmsg.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
 		}
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0xc0
+		i -= size
 	}
-	if m.DriftRecognized {
-		i--
-		if m.DriftRecognized {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
+	if m.RecordHashLo != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.RecordHashLo))
 		i--
 		dAtA[i] = 0x2
 		i--
-		dAtA[i] = 0xb8
+		dAtA[i] = 0xd9
 	}
-	if m.DriftInjected {
-		i--
-		if m.DriftInjected {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
+	if m.RecordHashHi != 0 {
+		i -= 8
+		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.RecordHashHi))
 		i--
 		dAtA[i] = 0x2
 		i--
-		dAtA[i] = 0xb0
-	}
-	if m.Sql1Outcome {
-		i--
-		if m.Sql1Outcome {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0xa8
-	}
-	if m.SqlsSubmitted != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SqlsSubmitted))
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0xa0
+		dAtA[i] = 0xd1
 	}
 	if m.Prefilled != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Prefilled))
 		i--
 		dAtA[i] = 0x2
 		i--
-		dAtA[i] = 0x98
-	}
-	if len(m.ActionLog) > 0 {
-		i -= len(m.ActionLog)
-		copy(dAtA[i:], m.ActionLog)
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ActionLog)))
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0x92
-	}
-	if m.CoinsUsedMilli != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsUsedMilli))
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0x88
-	}
-	if m.CoinsTotalMilli != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsTotalMilli))
-		i--
-		dAtA[i] = 0x2
-		i--
-		dAtA[i] = 0x80
-	}
-	if m.Subtask2FirstQuestion != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask2FirstQuestion))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xf8
-	}
-	if m.UnparsedInRow != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.UnparsedInRow))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xf0
-	}
-	if m.Phase2RewardMilli != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Phase2RewardMilli))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xe8
-	}
-	if m.Phase1RewardMilli != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Phase1RewardMilli))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xe0
-	}
-	if len(m.Phase1Sql) > 0 {
-		i -= len(m.Phase1Sql)
-		copy(dAtA[i:], m.Phase1Sql)
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Phase1Sql)))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xda
-	}
-	if m.RetryPending {
-		i--
-		if m.RetryPending {
-			dAtA[i] = 1
-		} else {
-			dAtA[i] = 0
-		}
-		i--
-		dAtA[i] = 0x1
-		i--
 		dAtA[i] = 0xc8
-	}
-	if m.TurnsUsed != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsUsed))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xc0
-	}
-	if m.TurnsTotal != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsTotal))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xb8
-	}
-	if m.Subtask != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask))
-		i--
-		dAtA[i] = 0x1
-		i--
-		dAtA[i] = 0xb0
 	}
 	if m.Protocol != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Protocol))
@@ -329,13 +206,6 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x28
 	}
-	if len(m.RecordHash) > 0 {
-		i -= len(m.RecordHash)
-		copy(dAtA[i:], m.RecordHash)
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RecordHash)))
-		i--
-		dAtA[i] = 0x22
-	}
 	if len(m.RecordId) > 0 {
 		i -= len(m.RecordId)
 		copy(dAtA[i:], m.RecordId)
@@ -352,6 +222,327 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	}
 	if m.Version != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Version))
+		i--
+		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *EpisodeState_Ambitab) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *EpisodeState_Ambitab) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	if m.Ambitab != nil {
+		size, err := m.Ambitab.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xe2
+	} else {
+		i = protohelpers.EncodeVarint(dAtA, i, 0)
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xe2
+	}
+	return len(dAtA) - i, nil
+}
+func (m *EpisodeState_Bird) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *EpisodeState_Bird) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	if m.Bird != nil {
+		size, err := m.Bird.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xea
+	} else {
+		i = protohelpers.EncodeVarint(dAtA, i, 0)
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xea
+	}
+	return len(dAtA) - i, nil
+}
+func (m *EpisodeState_Tide) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *EpisodeState_Tide) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	if m.Tide != nil {
+		size, err := m.Tide.MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xf2
+	} else {
+		i = protohelpers.EncodeVarint(dAtA, i, 0)
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xf2
+	}
+	return len(dAtA) - i, nil
+}
+func (m *AmbiTabState) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *AmbiTabState) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *AmbiTabState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.UnparsedInRow != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.UnparsedInRow))
+		i--
+		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *BirdState) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *BirdState) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *BirdState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.ActionLog) > 0 {
+		i -= len(m.ActionLog)
+		copy(dAtA[i:], m.ActionLog)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ActionLog)))
+		i--
+		dAtA[i] = 0x5a
+	}
+	if m.CoinsUsedMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsUsedMilli))
+		i--
+		dAtA[i] = 0x50
+	}
+	if m.CoinsTotalMilli != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CoinsTotalMilli))
+		i--
+		dAtA[i] = 0x48
+	}
+	if m.RetryPending {
+		i--
+		if m.RetryPending {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
+	if m.TurnsUsed != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsUsed))
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.TurnsTotal != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsTotal))
+		i--
+		dAtA[i] = 0x30
+	}
+	if m.Subtask2 != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask2))
+		i--
+		dAtA[i] = 0x28
+	}
+	if m.Subtask1 != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask1))
+		i--
+		dAtA[i] = 0x20
+	}
+	if len(m.Phase1Sql) > 0 {
+		i -= len(m.Phase1Sql)
+		copy(dAtA[i:], m.Phase1Sql)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Phase1Sql)))
+		i--
+		dAtA[i] = 0x1a
+	}
+	if m.Subtask2FirstQuestion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask2FirstQuestion))
+		i--
+		dAtA[i] = 0x10
+	}
+	if m.Subtask != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Subtask))
+		i--
+		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *TideState) MarshalVT() (dAtA []byte, err error) {
+	if m == nil {
+		return nil, nil
+	}
+	size := m.SizeVT()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBufferVT(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *TideState) MarshalToVT(dAtA []byte) (int, error) {
+	size := m.SizeVT()
+	return m.MarshalToSizedBufferVT(dAtA[:size])
+}
+
+func (m *TideState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
+	if m == nil {
+		return 0, nil
+	}
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if m.unknownFields != nil {
+		i -= len(m.unknownFields)
+		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.DriftRecognized {
+		i--
+		if m.DriftRecognized {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x48
+	}
+	if m.Sql2Outcome {
+		i--
+		if m.Sql2Outcome {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
+	if m.DriftInjected {
+		i--
+		if m.DriftInjected {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.Sql1Ran {
+		i--
+		if m.Sql1Ran {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x30
+	}
+	if m.Sql1Outcome {
+		i--
+		if m.Sql1Outcome {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x28
+	}
+	if len(m.Sql1) > 0 {
+		i -= len(m.Sql1)
+		copy(dAtA[i:], m.Sql1)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Sql1)))
+		i--
+		dAtA[i] = 0x22
+	}
+	if m.SqlsSubmitted != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SqlsSubmitted))
+		i--
+		dAtA[i] = 0x18
+	}
+	if m.UnparsedInRow != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.UnparsedInRow))
+		i--
+		dAtA[i] = 0x10
+	}
+	if m.TurnsUsed != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TurnsUsed))
 		i--
 		dAtA[i] = 0x8
 	}
@@ -428,10 +619,6 @@ func (m *EpisodeState) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
-	l = len(m.RecordHash)
-	if l > 0 {
-		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
-	}
 	if m.Seed != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Seed))
 	}
@@ -488,61 +675,155 @@ func (m *EpisodeState) SizeVT() (n int) {
 	if m.Protocol != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.Protocol))
 	}
-	if m.Subtask != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.Subtask))
-	}
-	if m.TurnsTotal != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.TurnsTotal))
-	}
-	if m.TurnsUsed != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.TurnsUsed))
-	}
-	if m.RetryPending {
-		n += 3
-	}
-	l = len(m.Phase1Sql)
-	if l > 0 {
-		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
-	}
-	if m.Phase1RewardMilli != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.Phase1RewardMilli))
-	}
-	if m.Phase2RewardMilli != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.Phase2RewardMilli))
-	}
-	if m.UnparsedInRow != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.UnparsedInRow))
-	}
-	if m.Subtask2FirstQuestion != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.Subtask2FirstQuestion))
-	}
-	if m.CoinsTotalMilli != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.CoinsTotalMilli))
-	}
-	if m.CoinsUsedMilli != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.CoinsUsedMilli))
-	}
-	l = len(m.ActionLog)
-	if l > 0 {
-		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
-	}
 	if m.Prefilled != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.Prefilled))
 	}
+	if m.RecordHashHi != 0 {
+		n += 10
+	}
+	if m.RecordHashLo != 0 {
+		n += 10
+	}
+	if vtmsg, ok := m.Rules.(interface{ SizeVT() int }); ok {
+		n += vtmsg.SizeVT()
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *EpisodeState_Ambitab) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Ambitab != nil {
+		l = m.Ambitab.SizeVT()
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	} else {
+		n += 3
+	}
+	return n
+}
+func (m *EpisodeState_Bird) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Bird != nil {
+		l = m.Bird.SizeVT()
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	} else {
+		n += 3
+	}
+	return n
+}
+func (m *EpisodeState_Tide) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Tide != nil {
+		l = m.Tide.SizeVT()
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	} else {
+		n += 3
+	}
+	return n
+}
+func (m *AmbiTabState) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.UnparsedInRow != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.UnparsedInRow))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *BirdState) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.Subtask != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Subtask))
+	}
+	if m.Subtask2FirstQuestion != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Subtask2FirstQuestion))
+	}
+	l = len(m.Phase1Sql)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Subtask1 != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Subtask1))
+	}
+	if m.Subtask2 != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Subtask2))
+	}
+	if m.TurnsTotal != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TurnsTotal))
+	}
+	if m.TurnsUsed != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TurnsUsed))
+	}
+	if m.RetryPending {
+		n += 2
+	}
+	if m.CoinsTotalMilli != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.CoinsTotalMilli))
+	}
+	if m.CoinsUsedMilli != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.CoinsUsedMilli))
+	}
+	l = len(m.ActionLog)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	n += len(m.unknownFields)
+	return n
+}
+
+func (m *TideState) SizeVT() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if m.TurnsUsed != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TurnsUsed))
+	}
+	if m.UnparsedInRow != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.UnparsedInRow))
+	}
 	if m.SqlsSubmitted != 0 {
-		n += 2 + protohelpers.SizeOfVarint(uint64(m.SqlsSubmitted))
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SqlsSubmitted))
+	}
+	l = len(m.Sql1)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	if m.Sql1Outcome {
-		n += 3
-	}
-	if m.DriftInjected {
-		n += 3
-	}
-	if m.DriftRecognized {
-		n += 3
+		n += 2
 	}
 	if m.Sql1Ran {
-		n += 3
+		n += 2
+	}
+	if m.DriftInjected {
+		n += 2
+	}
+	if m.Sql2Outcome {
+		n += 2
+	}
+	if m.DriftRecognized {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -680,40 +961,6 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.RecordId = string(dAtA[iNdEx:postIndex])
-			iNdEx = postIndex
-		case 4:
-			if wireType != 2 {
-				return fmt.Errorf("proto: wrong wireType = %d for field RecordHash", wireType)
-			}
-			var byteLen int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				byteLen |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			if byteLen < 0 {
-				return protohelpers.ErrInvalidLength
-			}
-			postIndex := iNdEx + byteLen
-			if postIndex < 0 {
-				return protohelpers.ErrInvalidLength
-			}
-			if postIndex > l {
-				return io.ErrUnexpectedEOF
-			}
-			m.RecordHash = append(m.RecordHash[:0], dAtA[iNdEx:postIndex]...)
-			if m.RecordHash == nil {
-				m.RecordHash = []byte{}
-			}
 			iNdEx = postIndex
 		case 5:
 			if wireType != 0 {
@@ -1082,7 +1329,290 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 22:
+		case 41:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Prefilled", wireType)
+			}
+			m.Prefilled = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Prefilled |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 42:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordHashHi", wireType)
+			}
+			m.RecordHashHi = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RecordHashHi = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 43:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordHashLo", wireType)
+			}
+			m.RecordHashLo = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RecordHashLo = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 44:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Ambitab", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Ambitab); ok {
+				if err := oneof.Ambitab.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &AmbiTabState{}
+				if err := v.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Ambitab{Ambitab: v}
+			}
+			iNdEx = postIndex
+		case 45:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Bird", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Bird); ok {
+				if err := oneof.Bird.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &BirdState{}
+				if err := v.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Bird{Bird: v}
+			}
+			iNdEx = postIndex
+		case 46:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Tide", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Tide); ok {
+				if err := oneof.Tide.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &TideState{}
+				if err := v.UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Tide{Tide: v}
+			}
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *AmbiTabState) UnmarshalVT(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: AmbiTabState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: AmbiTabState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+			}
+			m.UnparsedInRow = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.UnparsedInRow |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *BirdState) UnmarshalVT(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: BirdState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: BirdState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Subtask", wireType)
 			}
@@ -1101,11 +1631,11 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 23:
+		case 2:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field TurnsTotal", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2FirstQuestion", wireType)
 			}
-			m.TurnsTotal = 0
+			m.Subtask2FirstQuestion = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1115,51 +1645,12 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.TurnsTotal |= int32(b&0x7F) << shift
+				m.Subtask2FirstQuestion |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 24:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
-			}
-			m.TurnsUsed = 0
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				m.TurnsUsed |= int32(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-		case 25:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field RetryPending", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.RetryPending = bool(v != 0)
-		case 27:
+		case 3:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Phase1Sql", wireType)
 			}
@@ -1191,11 +1682,11 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Phase1Sql = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
-		case 28:
+		case 4:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Phase1RewardMilli", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask1", wireType)
 			}
-			m.Phase1RewardMilli = 0
+			m.Subtask1 = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1205,16 +1696,16 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Phase1RewardMilli |= int32(b&0x7F) << shift
+				m.Subtask1 |= SubtaskResult(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 29:
+		case 5:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Phase2RewardMilli", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2", wireType)
 			}
-			m.Phase2RewardMilli = 0
+			m.Subtask2 = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1224,16 +1715,16 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Phase2RewardMilli |= int32(b&0x7F) << shift
+				m.Subtask2 |= SubtaskResult(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 30:
+		case 6:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsTotal", wireType)
 			}
-			m.UnparsedInRow = 0
+			m.TurnsTotal = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1243,16 +1734,16 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.UnparsedInRow |= int32(b&0x7F) << shift
+				m.TurnsTotal |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 31:
+		case 7:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2FirstQuestion", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
 			}
-			m.Subtask2FirstQuestion = 0
+			m.TurnsUsed = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1262,12 +1753,32 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Subtask2FirstQuestion |= int32(b&0x7F) << shift
+				m.TurnsUsed |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 32:
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RetryPending", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.RetryPending = bool(v != 0)
+		case 9:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CoinsTotalMilli", wireType)
 			}
@@ -1286,7 +1797,7 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 33:
+		case 10:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CoinsUsedMilli", wireType)
 			}
@@ -1305,7 +1816,7 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 34:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field ActionLog", wireType)
 			}
@@ -1339,11 +1850,62 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				m.ActionLog = []byte{}
 			}
 			iNdEx = postIndex
-		case 35:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Prefilled", wireType)
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
 			}
-			m.Prefilled = 0
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *TideState) UnmarshalVT(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: TideState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: TideState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
+			}
+			m.TurnsUsed = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -1353,12 +1915,31 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Prefilled |= int32(b&0x7F) << shift
+				m.TurnsUsed |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 36:
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+			}
+			m.UnparsedInRow = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.UnparsedInRow |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 3:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SqlsSubmitted", wireType)
 			}
@@ -1377,7 +1958,39 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
-		case 37:
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql1", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Sql1 = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 5:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Outcome", wireType)
 			}
@@ -1397,47 +2010,7 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Sql1Outcome = bool(v != 0)
-		case 38:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field DriftInjected", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.DriftInjected = bool(v != 0)
-		case 39:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field DriftRecognized", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.DriftRecognized = bool(v != 0)
-		case 40:
+		case 6:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Ran", wireType)
 			}
@@ -1457,6 +2030,66 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Sql1Ran = bool(v != 0)
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftInjected", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DriftInjected = bool(v != 0)
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql2Outcome", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Sql2Outcome = bool(v != 0)
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftRecognized", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DriftRecognized = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -1724,37 +2357,6 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
 			}
 			m.RecordId = stringValue
-			iNdEx = postIndex
-		case 4:
-			if wireType != 2 {
-				return fmt.Errorf("proto: wrong wireType = %d for field RecordHash", wireType)
-			}
-			var byteLen int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				byteLen |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			if byteLen < 0 {
-				return protohelpers.ErrInvalidLength
-			}
-			postIndex := iNdEx + byteLen
-			if postIndex < 0 {
-				return protohelpers.ErrInvalidLength
-			}
-			if postIndex > l {
-				return io.ErrUnexpectedEOF
-			}
-			m.RecordHash = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
 		case 5:
 			if wireType != 0 {
@@ -2131,7 +2733,290 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 22:
+		case 41:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Prefilled", wireType)
+			}
+			m.Prefilled = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Prefilled |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 42:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordHashHi", wireType)
+			}
+			m.RecordHashHi = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RecordHashHi = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 43:
+			if wireType != 1 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordHashLo", wireType)
+			}
+			m.RecordHashLo = 0
+			if (iNdEx + 8) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RecordHashLo = uint64(binary.LittleEndian.Uint64(dAtA[iNdEx:]))
+			iNdEx += 8
+		case 44:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Ambitab", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Ambitab); ok {
+				if err := oneof.Ambitab.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &AmbiTabState{}
+				if err := v.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Ambitab{Ambitab: v}
+			}
+			iNdEx = postIndex
+		case 45:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Bird", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Bird); ok {
+				if err := oneof.Bird.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &BirdState{}
+				if err := v.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Bird{Bird: v}
+			}
+			iNdEx = postIndex
+		case 46:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Tide", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if oneof, ok := m.Rules.(*EpisodeState_Tide); ok {
+				if err := oneof.Tide.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+			} else {
+				v := &TideState{}
+				if err := v.UnmarshalVTUnsafe(dAtA[iNdEx:postIndex]); err != nil {
+					return err
+				}
+				m.Rules = &EpisodeState_Tide{Tide: v}
+			}
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *AmbiTabState) UnmarshalVTUnsafe(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: AmbiTabState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: AmbiTabState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+			}
+			m.UnparsedInRow = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.UnparsedInRow |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *BirdState) UnmarshalVTUnsafe(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: BirdState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: BirdState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Subtask", wireType)
 			}
@@ -2150,11 +3035,11 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 23:
+		case 2:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field TurnsTotal", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2FirstQuestion", wireType)
 			}
-			m.TurnsTotal = 0
+			m.Subtask2FirstQuestion = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2164,51 +3049,12 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.TurnsTotal |= int32(b&0x7F) << shift
+				m.Subtask2FirstQuestion |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 24:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
-			}
-			m.TurnsUsed = 0
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				m.TurnsUsed |= int32(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-		case 25:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field RetryPending", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.RetryPending = bool(v != 0)
-		case 27:
+		case 3:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Phase1Sql", wireType)
 			}
@@ -2244,11 +3090,11 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.Phase1Sql = stringValue
 			iNdEx = postIndex
-		case 28:
+		case 4:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Phase1RewardMilli", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask1", wireType)
 			}
-			m.Phase1RewardMilli = 0
+			m.Subtask1 = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2258,16 +3104,16 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Phase1RewardMilli |= int32(b&0x7F) << shift
+				m.Subtask1 |= SubtaskResult(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 29:
+		case 5:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Phase2RewardMilli", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2", wireType)
 			}
-			m.Phase2RewardMilli = 0
+			m.Subtask2 = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2277,16 +3123,16 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Phase2RewardMilli |= int32(b&0x7F) << shift
+				m.Subtask2 |= SubtaskResult(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 30:
+		case 6:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsTotal", wireType)
 			}
-			m.UnparsedInRow = 0
+			m.TurnsTotal = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2296,16 +3142,16 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.UnparsedInRow |= int32(b&0x7F) << shift
+				m.TurnsTotal |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 31:
+		case 7:
 			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Subtask2FirstQuestion", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
 			}
-			m.Subtask2FirstQuestion = 0
+			m.TurnsUsed = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2315,12 +3161,32 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Subtask2FirstQuestion |= int32(b&0x7F) << shift
+				m.TurnsUsed |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 32:
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RetryPending", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.RetryPending = bool(v != 0)
+		case 9:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CoinsTotalMilli", wireType)
 			}
@@ -2339,7 +3205,7 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 33:
+		case 10:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field CoinsUsedMilli", wireType)
 			}
@@ -2358,7 +3224,7 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 34:
+		case 11:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field ActionLog", wireType)
 			}
@@ -2389,11 +3255,62 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.ActionLog = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
-		case 35:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Prefilled", wireType)
+		default:
+			iNdEx = preIndex
+			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
+			if err != nil {
+				return err
 			}
-			m.Prefilled = 0
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.unknownFields = append(m.unknownFields, dAtA[iNdEx:iNdEx+skippy]...)
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *TideState) UnmarshalVTUnsafe(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return protohelpers.ErrIntOverflow
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: TideState: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: TideState: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TurnsUsed", wireType)
+			}
+			m.TurnsUsed = 0
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -2403,12 +3320,31 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.Prefilled |= int32(b&0x7F) << shift
+				m.TurnsUsed |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
-		case 36:
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field UnparsedInRow", wireType)
+			}
+			m.UnparsedInRow = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.UnparsedInRow |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 3:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field SqlsSubmitted", wireType)
 			}
@@ -2427,7 +3363,43 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 					break
 				}
 			}
-		case 37:
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql1", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.Sql1 = stringValue
+			iNdEx = postIndex
+		case 5:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Outcome", wireType)
 			}
@@ -2447,47 +3419,7 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 			}
 			m.Sql1Outcome = bool(v != 0)
-		case 38:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field DriftInjected", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.DriftInjected = bool(v != 0)
-		case 39:
-			if wireType != 0 {
-				return fmt.Errorf("proto: wrong wireType = %d for field DriftRecognized", wireType)
-			}
-			var v int
-			for shift := uint(0); ; shift += 7 {
-				if shift >= 64 {
-					return protohelpers.ErrIntOverflow
-				}
-				if iNdEx >= l {
-					return io.ErrUnexpectedEOF
-				}
-				b := dAtA[iNdEx]
-				iNdEx++
-				v |= int(b&0x7F) << shift
-				if b < 0x80 {
-					break
-				}
-			}
-			m.DriftRecognized = bool(v != 0)
-		case 40:
+		case 6:
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field Sql1Ran", wireType)
 			}
@@ -2507,6 +3439,66 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 			}
 			m.Sql1Ran = bool(v != 0)
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftInjected", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DriftInjected = bool(v != 0)
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sql2Outcome", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Sql2Outcome = bool(v != 0)
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftRecognized", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DriftRecognized = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -15,10 +15,10 @@ import (
 )
 
 // BIRD_A is BIRD-Interact's a-Interact (PROTOCOL.md §8): the two
-// sub-tasks of BIRD_C, played by an agent that pays for every action from
+// sub-tasks of bird.go, played by an agent that pays for every action from
 // a coin budget of 6 + 2·m + patience coins (patience default 6):
 //
-//   - Costs (birdACost) are charged before the action. Several submits
+//   - Prices (birdAPrices) are charged before the action. Several submits
 //     are allowed while coins last; a failed one gets feedback and the
 //     episode goes on. A submit the budget cannot pay for is free: it is
 //     scored for its sub-task and ends the episode. Any other action the
@@ -30,7 +30,9 @@ import (
 //     under the server's limits.
 //   - Reward: sub-task 1 0.7, sub-task 2 0.3, no retry penalty.
 //   - Tool outputs are not kept in the token, only a one-byte-per-action
-//     log (the Action field number) and the coins spent.
+//     log (the action's Action field number) and the coins spent.
+type birdA struct{ bird }
+
 const (
 	// DefaultCoinPatience is BIRD_A's default patience, in coins.
 	DefaultCoinPatience = 6
@@ -48,92 +50,102 @@ const (
 	// maxToolCallBytes bounds a tool call's text: execute's SQL and the
 	// call around it (longer text is cut).
 	maxToolCallBytes = MaxSQLBytes + 64
+	// cheapestBirdA is the price of the cheapest paid action (unparsed,
+	// 0.2 coins; TestBirdAPrices checks it against the list).
+	cheapestBirdA = 200
 	// maxActionLog bounds the action log: the largest budget (6 + 2·64 +
-	// 32 coins) over the cheapest paid action (0.2 coins).
-	maxActionLog = (birdABaseCoins + 2*corpus.MaxAmbiguities + MaxPatience) * 5
+	// 32 coins) over the cheapest paid action.
+	maxActionLog = (birdABaseCoins + 2*corpus.MaxAmbiguities + MaxPatience) * 1000 / cheapestBirdA
 )
 
-// birdACost is each action's price in thousandths of a coin, indexed by
-// the Action oneof's field number (stop, 2, is free; an array, not a map:
-// every BIRD_A step reads it).
-var birdACost = [...]int64{
-	1:  2000, // ask
-	3:  3000, // submit_sql
-	4:  200,  // unparsed
-	5:  1000, // execute
-	6:  1000, // get_schema
-	7:  1000, // get_all_column_meanings
-	8:  500,  // get_column_meaning
-	9:  500,  // get_all_external_knowledge_names
-	10: 500,  // get_knowledge_definition
-	11: 1000, // get_all_knowledge_definitions
+// birdAPrices is BIRD_A's price list, in thousandths of a coin, by action
+// (stop is free): the one copy in env, which BirdAPrices publishes. An
+// array, not a map: every BIRD_A step reads it.
+var birdAPrices = [numActionKinds]int64{
+	actionAsk:                          2000,
+	actionStop:                         0,
+	actionSubmitSQL:                    3000,
+	actionUnparsed:                     200,
+	actionExecute:                      1000,
+	actionGetSchema:                    1000,
+	actionGetAllColumnMeanings:         1000,
+	actionGetColumnMeaning:             500,
+	actionGetAllExternalKnowledgeNames: 500,
+	actionGetKnowledgeDefinition:       500,
+	actionGetAllKnowledgeDefinitions:   1000,
 }
 
-// cheapestBirdA is the price of the cheapest paid action.
-const cheapestBirdA = 200
-
-// actionField returns the Action oneof field number of a, or 0.
-func actionField(a *pb.Action) int32 {
-	switch a.GetKind().(type) {
-	case *pb.Action_Ask_:
-		return 1
-	case *pb.Action_Stop_:
-		return 2
-	case *pb.Action_SubmitSql_:
-		return 3
-	case *pb.Action_Unparsed_:
-		return 4
-	case *pb.Action_Execute_:
-		return 5
-	case *pb.Action_GetSchema_:
-		return 6
-	case *pb.Action_GetAllColumnMeanings_:
-		return 7
-	case *pb.Action_GetColumnMeaning_:
-		return 8
-	case *pb.Action_GetAllExternalKnowledgeNames_:
-		return 9
-	case *pb.Action_GetKnowledgeDefinition_:
-		return 10
-	case *pb.Action_GetAllKnowledgeDefinitions_:
-		return 11
-	}
-	return 0
+// BirdAPrice is what one action costs under PROTOCOL_BIRD_A.
+type BirdAPrice struct {
+	// Action is the action's field name in the Action oneof ("ask",
+	// "submit_sql", "execute", …), as clients name it.
+	Action string
+	// CostMilli is its price in thousandths of a coin (stop: 0, free).
+	CostMilli int64
 }
 
-// resolveBirdA checks BIRD_A's options on task t and sets its budget in st.
-func resolveBirdA(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
-	patience := int32(DefaultCoinPatience)
-	if o.Patience != nil {
-		patience = o.GetPatience()
-		if patience < 0 || patience > MaxPatience {
-			return errorf(InvalidArgument, ReasonInvalidOption, "options.patience", "%d is outside 0..%d", patience, MaxPatience)
-		}
+// BirdAPrices returns BIRD_A's price list, every action in the Action
+// oneof's order, for a server to publish: a fresh slice the caller may
+// keep.
+func BirdAPrices() []BirdAPrice {
+	out := make([]BirdAPrice, 0, numActionKinds-1)
+	for k := actionAsk; k < numActionKinds; k++ {
+		out = append(out, BirdAPrice{Action: actionNames[k], CostMilli: birdAPrices[k]})
 	}
-	st.CoinsTotalMilli = int64(birdABaseCoins+2*len(t.Counted())+int(patience)) * 1000
+	return out
+}
+
+// birdAUnparsed answers an unparsed output under BIRD_A.
+const birdAUnparsed = "Your output could not be read as an action; 0.2 coins are spent. Use one action per turn."
+
+// resolve sets BIRD_A's coin budget.
+func (r birdA) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+	bs, err := r.bird.resolve(t, o, st)
+	if err != nil {
+		return err
+	}
+	p, err := patience(o, DefaultCoinPatience)
+	if err != nil {
+		return err
+	}
+	bs.CoinsTotalMilli = int64(birdABaseCoins+2*len(t.Counted())+int(p)) * 1000
 	// The questions the coins could buy, for the question counters.
-	st.Budget = int32(st.CoinsTotalMilli / birdACost[1])
+	st.Budget = int32(bs.CoinsTotalMilli / birdAPrices[actionAsk])
+	settle(st, sqlRequiredA(bs))
 	return nil
 }
 
-// applyBirdA applies one action under BIRD_A.
-func (ep *episode) applyBirdA(ctx context.Context, a *pb.Action) error {
+// sqlRequiredA reports whether only a (free) submission is left: the coins
+// cannot pay for the cheapest paid action.
+func sqlRequiredA(bs *statepb.BirdState) bool {
+	return bs.CoinsTotalMilli-bs.CoinsUsedMilli < cheapestBirdA
+}
+
+// apply applies one action under BIRD_A.
+func (r birdA) apply(ctx context.Context, ep *episode, a *pb.Action) error {
+	bs := ep.st.GetBird()
+	err := r.act(ctx, ep, bs, a)
+	settle(ep.st, sqlRequiredA(bs))
+	return err
+}
+
+func (r birdA) act(ctx context.Context, ep *episode, bs *statepb.BirdState, a *pb.Action) error {
 	st := ep.st
-	f := actionField(a)
-	if f == 0 {
+	k := kindOf(a)
+	switch k {
+	case actionNone:
 		return errorf(InvalidArgument, ReasonInvalidAction, "action", "no action is set (want ask, submit_sql, stop, unparsed or a tool)")
-	}
-	if f == 2 { // stop
+	case actionStop:
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_STOP, "")
-		ep.endSubtask(birdStop)
+		r.endSubtask(ep, bs, birdStop, false)
 		return nil
 	}
-	cost := birdACost[f]
-	left := st.CoinsTotalMilli - st.CoinsUsedMilli
+	cost := birdAPrices[k]
+	left := bs.CoinsTotalMilli - bs.CoinsUsedMilli
 	if cost > left {
-		if f == 3 {
+		if k == actionSubmitSQL {
 			// The free final submit: scored for its sub-task, and the end.
-			return ep.submitBirdA(ctx, a.GetSubmitSql().GetSql(), true)
+			return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), true)
 		}
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_TOOL_CALL, BoundText(callText(a), MaxQuestionBytes))
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, fmt.Sprintf(
@@ -144,17 +156,18 @@ func (ep *episode) applyBirdA(ctx context.Context, a *pb.Action) error {
 	}
 	// Charged before the action; a step that fails (a busy verifier) is
 	// not sealed, so nothing is charged for it.
-	st.CoinsUsedMilli += cost
-	if len(st.ActionLog) < maxActionLog {
-		st.ActionLog = append(st.ActionLog, byte(f))
+	bs.CoinsUsedMilli += cost
+	if len(bs.ActionLog) < maxActionLog {
+		bs.ActionLog = append(bs.ActionLog, logByte(k))
 	}
-	switch k := a.GetKind().(type) {
-	case *pb.Action_Ask_:
-		return ep.ask(ctx, k.Ask.GetText())
-	case *pb.Action_SubmitSql_:
-		return ep.submitBirdA(ctx, k.SubmitSql.GetSql(), false)
-	case *pb.Action_Unparsed_:
-		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_UNPARSED, BoundText(k.Unparsed.GetText(), MaxQuestionBytes))
+	switch k {
+	case actionAsk:
+		rec, from := r.ask(ep, bs)
+		return ep.ask(ctx, a.GetAsk().GetText(), rec, from)
+	case actionSubmitSQL:
+		return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), false)
+	case actionUnparsed:
+		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_UNPARSED, BoundText(a.GetUnparsed().GetText(), MaxQuestionBytes))
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, birdAUnparsed)
 		return nil
 	}
@@ -163,41 +176,42 @@ func (ep *episode) applyBirdA(ctx context.Context, a *pb.Action) error {
 	if err != nil {
 		return err
 	}
-	if ep.st.Phase == pb.Phase_PHASE_DONE {
+	if st.Phase == pb.Phase_PHASE_DONE {
 		return nil // the environment failed
 	}
 	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_TOOL_RESULT, BoundText(out, MaxToolResultBytes))
 	return nil
 }
 
-// birdAUnparsed answers an unparsed output under BIRD_A.
-const birdAUnparsed = "Your output could not be read as an action; 0.2 coins are spent. Use one action per turn."
-
 // coins formats thousandths of a coin.
 func coins(milli int64) string {
 	return strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64)
 }
 
-// submitBirdA verifies a BIRD_A submission for the current sub-task; free
-// is the final submission the budget could not pay for, which ends the
-// episode whatever its verdict.
-func (ep *episode) submitBirdA(ctx context.Context, sql string, free bool) error {
+// submit verifies a submission for the current sub-task; free is the
+// final submission the budget could not pay for, which ends the episode
+// whatever its verdict.
+func (r birdA) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, sql string, free bool) error {
 	st := ep.st
-	v, ok, err := ep.verifySubmission(ctx, sql)
+	v, ok, err := ep.verifySubmission(ctx, sql, r.check(ep, bs))
 	if !ok {
 		return err
 	}
 	switch {
-	case v.Success && st.Subtask == 1:
-		st.Phase1RewardMilli = birdPhase1First
+	case v.Success && bs.Subtask == 1:
+		bs.Subtask1 = statepb.SubtaskResult_SUBTASK_RESULT_SOLVED
 		if !free {
-			ep.releaseFollowUp(sql)
+			r.releaseFollowUp(ep, bs, sql)
+			// The question budget reads 0 from the release on: state
+			// version 1 derived it from BIRD_C's turn count, which BIRD_A
+			// does not use, and the observation stays as it was. A policy
+			// reads questions_remaining, from the coins.
+			st.Budget = 0
 			return nil
 		}
 	case v.Success:
-		st.Phase2RewardMilli = birdPhase2First
-		st.Phase = pb.Phase_PHASE_DONE
-		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
+		bs.Subtask2 = statepb.SubtaskResult_SUBTASK_RESULT_SOLVED
+		terminate(st)
 		return nil
 	default:
 		msg := "Your SQL does not solve the task."
@@ -210,9 +224,17 @@ func (ep *episode) submitBirdA(ctx context.Context, sql string, free bool) error
 		}
 	}
 	// The free final submission ends the episode.
-	st.Phase = pb.Phase_PHASE_DONE
-	st.Status = pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
+	terminate(st)
 	return nil
+}
+
+// observe: BIRD_A's budget is its coins.
+func (birdA) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
+	bs := st.GetBird()
+	o.Subtask = max(1, bs.GetSubtask())
+	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_COINS, bs.GetCoinsTotalMilli(), bs.GetCoinsUsedMilli()
+	o.QuestionsRemaining = int32(max(0, bs.GetCoinsTotalMilli()-bs.GetCoinsUsedMilli()) / birdAPrices[actionAsk])
+	o.SqlRequired = st.Phase != pb.Phase_PHASE_DONE && sqlRequiredA(bs)
 }
 
 // callText renders a tool call as the transcript shows it.
@@ -245,36 +267,16 @@ func callText(a *pb.Action) string {
 // step's (a busy database); the environment's own failure ends the
 // episode in ERROR (ep.fail) with no output.
 func (ep *episode) tool(ctx context.Context, a *pb.Action) (string, error) {
-	t := ep.task
-	view := ep.env.views[t]
-	db := view.GetDatabase()
+	db := ep.env.views[ep.task].GetDatabase()
 	switch k := a.GetKind().(type) {
 	case *pb.Action_Execute_:
 		return ep.execute(ctx, k.Execute.GetSql())
 	case *pb.Action_GetSchema_:
 		return db.GetSchema(), nil
 	case *pb.Action_GetAllColumnMeanings_:
-		keys := make([]string, 0, len(db.GetColumnMeanings()))
-		for key := range db.GetColumnMeanings() {
-			keys = append(keys, key)
-		}
-		sort.Strings(keys)
-		if len(keys) == 0 {
-			return "No column meanings are recorded for this database.", nil
-		}
-		var b strings.Builder
-		for _, key := range keys {
-			fmt.Fprintf(&b, "%s: %s\n", key, db.GetColumnMeanings()[key])
-		}
-		return b.String(), nil
+		return allColumnMeanings(db), nil
 	case *pb.Action_GetColumnMeaning_:
-		want := k.GetColumnMeaning.GetTable() + "." + k.GetColumnMeaning.GetColumn()
-		for key, m := range db.GetColumnMeanings() {
-			if strings.EqualFold(key, want) {
-				return key + ": " + m, nil
-			}
-		}
-		return "No meaning is recorded for " + BoundText(want, 256) + ".", nil
+		return columnMeaning(db, k.GetColumnMeaning.GetTable(), k.GetColumnMeaning.GetColumn()), nil
 	case *pb.Action_GetAllExternalKnowledgeNames_:
 		if len(db.GetKnowledge()) == 0 {
 			return "No external knowledge is available.", nil
@@ -285,14 +287,7 @@ func (ep *episode) tool(ctx context.Context, a *pb.Action) (string, error) {
 		}
 		return b.String(), nil
 	case *pb.Action_GetKnowledgeDefinition_:
-		name := k.GetKnowledgeDefinition.GetName()
-		for _, e := range db.GetKnowledge() {
-			if strings.EqualFold(strings.TrimSpace(name), e.GetName()) {
-				return e.GetName() + ": " + e.GetDefinition(), nil
-			}
-		}
-		// A hidden entry reads as an unknown one.
-		return "No external knowledge entry is named " + strconv.Quote(BoundText(name, 256)) + ".", nil
+		return knowledgeDefinition(db, k.GetKnowledgeDefinition.GetName()), nil
 	case *pb.Action_GetAllKnowledgeDefinitions_:
 		if len(db.GetKnowledge()) == 0 {
 			return "No external knowledge is available.", nil
@@ -304,6 +299,46 @@ func (ep *episode) tool(ctx context.Context, a *pb.Action) (string, error) {
 		return b.String(), nil
 	}
 	return "", errorf(InvalidArgument, ReasonInvalidAction, "action", "not a tool")
+}
+
+// allColumnMeanings is get_all_column_meanings' output: every recorded
+// meaning, by column.
+func allColumnMeanings(db *pb.DatabaseView) string {
+	keys := make([]string, 0, len(db.GetColumnMeanings()))
+	for key := range db.GetColumnMeanings() {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return "No column meanings are recorded for this database."
+	}
+	var b strings.Builder
+	for _, key := range keys {
+		fmt.Fprintf(&b, "%s: %s\n", key, db.GetColumnMeanings()[key])
+	}
+	return b.String()
+}
+
+// columnMeaning is get_column_meaning's output.
+func columnMeaning(db *pb.DatabaseView, table, column string) string {
+	want := table + "." + column
+	for key, m := range db.GetColumnMeanings() {
+		if strings.EqualFold(key, want) {
+			return key + ": " + m
+		}
+	}
+	return "No meaning is recorded for " + BoundText(want, 256) + "."
+}
+
+// knowledgeDefinition is get_knowledge_definition's output: a hidden
+// entry reads as an unknown one.
+func knowledgeDefinition(db *pb.DatabaseView, name string) string {
+	for _, e := range db.GetKnowledge() {
+		if strings.EqualFold(strings.TrimSpace(name), e.GetName()) {
+			return e.GetName() + ": " + e.GetDefinition()
+		}
+	}
+	return "No external knowledge entry is named " + strconv.Quote(BoundText(name, 256)) + "."
 }
 
 // execute runs read-only SQL for the execute tool on the database as
