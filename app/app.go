@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/llm"
 	"avtgym/oracle"
@@ -183,6 +184,17 @@ type Config struct {
 
 // Validate fills defaults and checks the configuration.
 func (c *Config) Validate() error {
+	c.fillDefaults()
+	for _, check := range []func() error{c.checkLimits, c.checkLanes, c.checkDurations, c.checkPostgres, c.checkFrontDoor, c.checkTracing} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillDefaults sets what a zero field means.
+func (c *Config) fillDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:50051"
 	}
@@ -192,17 +204,8 @@ func (c *Config) Validate() error {
 	if c.Limits.MaxMemory == 0 {
 		c.Limits.MaxMemory = sqlexec.DefaultLimits().MaxMemory
 	}
-	if c.Limits.Timeout <= 0 || c.Limits.MaxRows <= 0 || c.Limits.MaxBytes <= 0 || c.Limits.MaxMemory <= 0 {
-		return fmt.Errorf("statement timeout, row cap, byte cap and memory cap must be positive")
-	}
-	if l := c.Lanes; l.Fast < 0 || l.Slow < 0 || l.Slice < 0 || l.Wait < 0 {
-		return fmt.Errorf("query lanes: slots, slice and wait must not be negative")
-	}
 	if c.Lanes.SlowThread == nil {
 		c.Lanes.SlowThread = sqlite.LowerThreadPriority
-	}
-	if c.TokenTTL < 0 {
-		return fmt.Errorf("token TTL must not be negative")
 	}
 	if c.TokenKeyFile == "" {
 		c.TokenKeyFile = os.Getenv(KeyFileEnv)
@@ -210,12 +213,55 @@ func (c *Config) Validate() error {
 	if c.PostgresPasswordKeyFile == "" {
 		c.PostgresPasswordKeyFile = os.Getenv(PasswordKeyFileEnv)
 	}
-	if c.PostgresConnections < 0 || c.PostgresRoleConnections < 0 {
-		return fmt.Errorf("--postgres-connections and --postgres-role-connections must not be negative")
-	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.DrainHookTimeout == 0 {
+		c.DrainHookTimeout = 10 * time.Second
+	}
+	if c.OTLPEndpoint != "" && c.TraceSample == 0 {
+		c.TraceSample = 1
+	}
+}
+
+// checkLimits checks the bounds of every submitted statement.
+func (c *Config) checkLimits() error {
+	if l := c.Limits; l.Timeout <= 0 || l.MaxRows <= 0 || l.MaxBytes <= 0 || l.MaxMemory <= 0 {
+		return fmt.Errorf("statement timeout, row cap, byte cap and memory cap must be positive")
+	}
+	return nil
+}
+
+// checkLanes checks the query lanes' slots, slice and wait.
+func (c *Config) checkLanes() error {
+	if l := c.Lanes; l.Fast < 0 || l.Slow < 0 || l.Slice < 0 || l.Wait < 0 {
+		return fmt.Errorf("query lanes: slots, slice and wait must not be negative")
+	}
+	return nil
+}
+
+// checkDurations checks the token TTL and the shutdown and connection
+// durations.
+func (c *Config) checkDurations() error {
+	if c.TokenTTL < 0 {
+		return fmt.Errorf("token TTL must not be negative")
+	}
+	if c.DrainDelay < 0 || c.ShutdownGrace < 0 || c.DrainHookTimeout < 0 || c.MaxConnectionAge < 0 || c.MaxConnectionAgeGrace < 0 || c.KeepaliveMinTime < 0 {
+		return fmt.Errorf("durations must not be negative")
+	}
+	return nil
+}
+
+// checkPostgres checks the PostgreSQL connection budgets.
+func (c *Config) checkPostgres() error {
+	if c.PostgresConnections < 0 || c.PostgresRoleConnections < 0 {
+		return fmt.Errorf("--postgres-connections and --postgres-role-connections must not be negative")
+	}
+	return nil
+}
+
+// checkFrontDoor checks TLS and the in-flight limits.
+func (c *Config) checkFrontDoor() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return fmt.Errorf("TLS needs both --tls-cert and --tls-key")
 	}
@@ -225,17 +271,13 @@ func (c *Config) Validate() error {
 	if c.MaxInFlight < 0 || c.MaxInFlightPerPrincipal < 0 {
 		return fmt.Errorf("in-flight limits must not be negative")
 	}
-	if c.DrainDelay < 0 || c.ShutdownGrace < 0 || c.DrainHookTimeout < 0 || c.MaxConnectionAge < 0 || c.MaxConnectionAgeGrace < 0 || c.KeepaliveMinTime < 0 {
-		return fmt.Errorf("durations must not be negative")
-	}
-	if c.DrainHookTimeout == 0 {
-		c.DrainHookTimeout = 10 * time.Second
-	}
+	return nil
+}
+
+// checkTracing checks the trace sample.
+func (c *Config) checkTracing() error {
 	if c.TraceSample < 0 || c.TraceSample > 1 {
 		return fmt.Errorf("trace sample must be within 0..1")
-	}
-	if c.OTLPEndpoint != "" && c.TraceSample == 0 {
-		c.TraceSample = 1
 	}
 	return nil
 }
@@ -351,8 +393,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			log.Info("postgres connections", zap.Int("budget", b.Total), zap.Int("reserved", b.Reserved))
 		}()
 	}
+	// Every corpus loads its PostgreSQL databases into the one server.
+	opener := engines.Opener{Postgres: a.pg}
 	if len(cfg.Corpora) == 0 {
-		c, err := corpus.LoadDemo(ctx, corpus.Options{Lanes: a.Lanes, PyRunner: a.py})
+		c, err := corpus.LoadDemo(ctx, corpus.Options{Engines: opener, Lanes: a.Lanes, PyRunner: a.py})
 		if err != nil {
 			return nil, fmt.Errorf("demo corpus: %w", err)
 		}
@@ -360,7 +404,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	for _, dir := range cfg.Corpora {
 		start := time.Now()
-		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Progress: progressLogger(log, dir), Lanes: a.Lanes, Postgres: a.pg, PyRunner: a.py})
+		c, err := corpus.LoadDir(ctx, dir, corpus.Options{Engines: opener, Progress: progressLogger(log, dir), Lanes: a.Lanes, PyRunner: a.py})
 		if err != nil {
 			a.Close()
 			return nil, fmt.Errorf("corpus %s: %w", dir, err)

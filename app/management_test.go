@@ -12,6 +12,7 @@ import (
 	"avtgym/audit"
 	"avtgym/corpus"
 	"avtgym/driver"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -78,7 +79,7 @@ func TestSQLiteManagementServed(t *testing.T) {
 	if after := fileSum(t, filepath.Join(dir, "mini.sqlite")); after != before {
 		t.Error("the database file changed")
 	}
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func buildTinyFile(t *testing.T, dir string) {
 	t.Helper()
 	work := t.TempDir()
 	src := testutil.WriteTiny(t)
-	c, err := corpus.LoadDir(context.Background(), src, corpus.Options{WorkDir: work})
+	c, err := corpus.LoadDir(context.Background(), src, corpus.Options{Engines: engines.Opener{}, WorkDir: work})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"avtgym/corpus"
 	"avtgym/corpus/birdinteract"
 	"avtgym/driver"
+	"avtgym/engines"
 	"avtgym/internal/pgtest"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
@@ -165,7 +166,7 @@ func TestLiteServedOnPostgres(t *testing.T) {
 			}
 		}
 	}
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{PostgresURL: pgtest.URL(t), PyRunner: pythonPool(t)})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{PostgresURL: pgtest.URL(t)}, PyRunner: pythonPool(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func corpusDatabases(t testing.TB, name string) []string {
 func BenchmarkLiteVerifyVsRawPgx(b *testing.B) {
 	dir := importLite(b, "pgbench")
 	ctx := context.Background()
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgtest.URL(b), PyRunner: pythonPool(b)})
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{Engines: engines.Opener{PostgresURL: pgtest.URL(b)}, PyRunner: pythonPool(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 )
 
@@ -20,7 +21,7 @@ func load(t *testing.T, edit func(records string) string) *corpus.Corpus {
 			files["records.jsonl"] = edit(files["records.jsonl"])
 		}
 	})
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -102,7 +103,7 @@ func TestTinyPasses(t *testing.T) {
 }
 
 func TestDemoPasses(t *testing.T) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestMatcher(t *testing.T) {
 // is found by the paraphrase search; the corpus as it is has no finding
 // (TestDemoPasses).
 func TestParaphraseFindsDemoPastes(t *testing.T) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/llm"
 	"avtgym/oracle"
@@ -24,7 +25,7 @@ func TestContextSkippedWithoutContexts(t *testing.T) {
 // exceeds it are findings "file:line: context: …" and fail the check; a
 // large context passes every record; a tiny solver context fails them all.
 func TestContextOnDemo(t *testing.T) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

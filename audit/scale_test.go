@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 )
 
@@ -72,7 +73,7 @@ func scaleCorpus(tb testing.TB, n int) *corpus.Corpus {
 			i, i, q["request"], i, q["evidence"], i, i, i, i)
 	}
 	dir := testutil.WriteTiny(tb, func(files map[string]string) { files["records.jsonl"] = b.String() })
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		tb.Fatal(err)
 	}

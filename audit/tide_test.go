@@ -10,6 +10,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/corpus/tide"
+	"avtgym/engines"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -87,7 +88,7 @@ func editRecords(t *testing.T, dir string, edit func(recs []map[string]any)) {
 
 func loadDir(t *testing.T, dir string) *corpus.Corpus {
 	t.Helper()
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ func TestDependsOnChecked(t *testing.T) {
 		dir := testutil.WriteTiny(t, func(f map[string]string) {
 			f["records.jsonl"] = `{"id":"c1","db":"mini","request":"alpha beta?","ambiguities":` + tc.ambs + `,"reference":{"sql":"SELECT 1"}}` + "\n"
 		})
-		_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+		_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 		var ve *corpus.ValidationError
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a problem %q", name, err, tc.want)
@@ -49,7 +50,7 @@ func TestDependsOnChecked(t *testing.T) {
 	dir := testutil.WriteTiny(t, func(f map[string]string) {
 		f["records.jsonl"] = `{"id":"c1","db":"mini","request":"alpha beta?","ambiguities":` + amb("", "alpha") + `,"reference":{"sql":"SELECT 1"}}` + "\n"
 	})
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("a valid chain: %v", err)
 	}

@@ -5,32 +5,53 @@ import (
 	"fmt"
 	"sync"
 
+	"avtgym/internal/cache"
 	"avtgym/sqlcommit"
 	"avtgym/sqlexec"
 )
 
 // CommitSchema is the database's tables and columns as package sqlcommit
 // needs them to resolve SQLite's double-quoted names (PROTOCOL.md §9):
-// read once, on first use, from the database itself. A database whose
+// read on first use, from the database itself, and kept. A database whose
 // schema cannot be read (or a PostgreSQL one: commitment sets are taken
 // of SQLite queries) gets a nil schema, which sqlcommit treats as knowing
-// nothing; the error says why.
+// nothing; the error says why. Such a failure is kept too, unless the
+// environment caused it (the database unavailable, or busy: see
+// sqlexec.Lasting) or ctx ended: the next call then reads again.
+// Concurrent first calls read once.
 func (db *DB) CommitSchema(ctx context.Context) (*sqlcommit.Schema, error) {
-	v, _ := commitSchemas.LoadOrStore(db, new(commitSchema))
-	c := v.(*commitSchema)
-	c.once.Do(func() { c.schema, c.err = readCommitSchema(context.WithoutCancel(ctx), db) })
-	return c.schema, c.err
+	return db.commitSchema().Get(ctx, struct{}{}, func(ctx context.Context) (*sqlcommit.Schema, error) {
+		return readCommitSchema(ctx, db)
+	})
 }
 
-// commitSchemas holds each database's CommitSchema, read once (a DB is a
-// plain value that tests build and copy, so the cache lives beside it).
-var commitSchemas sync.Map // *DB → *commitSchema
+// commitSchemaCache holds one database's CommitSchema (an internal/cache
+// of one entry: single flight, and the environment's failures not kept).
+type commitSchemaCache = cache.Cache[struct{}, *sqlcommit.Schema]
 
-type commitSchema struct {
-	once   sync.Once
-	schema *sqlcommit.Schema
-	err    error
+// commitSchemaCell is a DB's commitSchemaCache, made on first use (so that
+// a DB built as a literal needs none).
+type commitSchemaCell struct {
+	once sync.Once
+	c    *commitSchemaCache
 }
+
+func (cell *commitSchemaCell) get() *commitSchemaCache {
+	if cell == nil {
+		return newCommitSchemaCache()
+	}
+	cell.once.Do(func() {
+		cell.c = newCommitSchemaCache()
+	})
+	return cell.c
+}
+
+func newCommitSchemaCache() *commitSchemaCache {
+	return cache.New(cache.Options[struct{}, *sqlcommit.Schema]{MaxEntries: 1, KeepError: sqlexec.Lasting})
+}
+
+// commitSchema returns db's commitSchemaCache.
+func (db *DB) commitSchema() *commitSchemaCache { return db.commit.get() }
 
 func readCommitSchema(ctx context.Context, db *DB) (*sqlcommit.Schema, error) {
 	if db.Spec.Engine == EnginePostgres {

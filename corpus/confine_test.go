@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/filetree"
 	"avtgym/internal/testutil"
 	"avtgym/sqlexec"
@@ -146,7 +147,7 @@ func TestLoadDirConfined(t *testing.T) {
 				for _, f := range tc.setup {
 					f(t, parent, dir)
 				}
-				opt := corpus.Options{}
+				opt := corpus.Options{Engines: engines.Opener{}}
 				if workDir {
 					opt.WorkDir = filepath.Join(parent, "work")
 				}
@@ -190,13 +191,13 @@ func TestLoadDirSymlinkInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "./records.jsonl" has a "." element: refused, like "..".
-	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err == nil || !strings.Contains(err.Error(), `records[0]: "./records.jsonl" must be a relative path`) {
 		t.Fatalf("LoadDir: %v, want the ./ path refused", err)
 	}
 	os.WriteFile(filepath.Join(dir, corpus.ManifestFile), []byte(strings.Replace(m, "./records.jsonl", "records.jsonl", 1)), 0o644)
 	before := filetree.MustSums(t, parent)
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestLoadDirSymlinkInside(t *testing.T) {
 func TestLoadDirWorkDirConfined(t *testing.T) {
 	parent, dir := confineFixture(t)
 	work := filepath.Join(parent, "work")
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{WorkDir: work})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}, WorkDir: work})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestLoadDirWorkDirConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := filetree.MustSums(t, parent)
-	c, err = corpus.LoadDir(context.Background(), dir, corpus.Options{WorkDir: work})
+	c, err = corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}, WorkDir: work})
 	if err == nil {
 		c.Close()
 		t.Fatal("LoadDir built into a work directory that leads outside WorkDir")
@@ -253,9 +254,9 @@ func TestLoadDirBuildLimits(t *testing.T) {
 		opt          corpus.Options
 		msg          string
 	}{
-		{"size", grow, corpus.Options{MaxBuildBytes: 256 << 10}, `building database "mini": statement 2 (line 2): too_many_bytes: `},
-		{"time", endless, corpus.Options{BuildTimeout: 50e6}, `building database "mini": statement 2 (line 2): timeout: `},
-		{"vacuum", vacuum, corpus.Options{}, "VACUUM is not allowed"},
+		{"size", grow, corpus.Options{Engines: engines.Opener{}, MaxBuildBytes: 256 << 10}, `building database "mini": statement 2 (line 2): too_many_bytes: `},
+		{"time", endless, corpus.Options{Engines: engines.Opener{}, BuildTimeout: 50e6}, `building database "mini": statement 2 (line 2): timeout: `},
+		{"vacuum", vacuum, corpus.Options{Engines: engines.Opener{}}, "VACUUM is not allowed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

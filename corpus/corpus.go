@@ -1,6 +1,9 @@
 // Package corpus owns the task-record model: records and corpus manifests,
 // loading and validating a corpus directory against its databases, and the
-// embedded demo corpus. See docs/corpus-format.md for the file format.
+// embedded demo corpus. It links no database engine: the databases are
+// opened through the Opener the command wires in (package engines), so the
+// domain above it links no driver either. See docs/corpus-format.md for the
+// file format.
 package corpus
 
 import (
@@ -15,7 +18,6 @@ import (
 	"unicode"
 
 	"avtgym/sqlexec"
-	"avtgym/sqlexec/postgres"
 )
 
 // Corpus is a loaded, validated corpus: its records, with their databases
@@ -35,9 +37,10 @@ type Corpus struct {
 	dbs     map[string]*DB
 	dbOrder []string
 	cleanup func() error
-	// pgOwned is the PostgreSQL connection the load opened from
-	// Options.PostgresURL (nil when none, or when the caller gave one).
-	pgOwned *postgres.Server
+	// pg is the PostgreSQL server Options.Engines gave the load (nil when
+	// the corpus has no PostgreSQL database, or none is configured),
+	// closed with the corpus.
+	pg PostgresServer
 }
 
 // DB is one open database of a corpus with its public context.
@@ -52,6 +55,10 @@ type DB struct {
 	// private copy of the pristine database; nil when the corpus has none
 	// on this database.
 	Stateful sqlexec.Stateful
+	// commit holds the database's CommitSchema, read on first use
+	// (commit.go); a pointer, so that a DB may be copied (nil: a DB built
+	// outside the loader, which reads its schema on every use).
+	commit *commitSchemaCell
 }
 
 // Task is a record as served: the record with its database, the resolved
@@ -124,7 +131,6 @@ func (c *Corpus) Close() error {
 	var first error
 	for _, id := range c.dbOrder {
 		db := c.dbs[id]
-		commitSchemas.Delete(db)
 		if cl, ok := db.Stateful.(interface{ Close() error }); ok {
 			if err := cl.Close(); err != nil && first == nil {
 				first = err
@@ -139,8 +145,8 @@ func (c *Corpus) Close() error {
 			first = err
 		}
 	}
-	if c.pgOwned != nil {
-		c.pgOwned.Close()
+	if c.pg != nil {
+		c.pg.Close()
 	}
 	return first
 }

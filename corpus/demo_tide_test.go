@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/sqlcommit"
 	"avtgym/sqlexec"
 )
@@ -43,7 +44,7 @@ func tideHasWords(text, phrase string) bool {
 // run, return rows and give pairwise different results.
 func TestDemoTIDE(t *testing.T) {
 	ctx := context.Background()
-	c, err := corpus.LoadDemo(ctx, corpus.Options{})
+	c, err := corpus.LoadDemo(ctx, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDemo: %v", err)
 	}

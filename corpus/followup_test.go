@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 )
 
@@ -18,7 +19,7 @@ func TestLoadFollowUpAndComparisonFields(t *testing.T) {
 	const fu = `,"follow_up":{"request":"And per year?","reference":{"sql":["SELECT year, COUNT(*) FROM sales GROUP BY year"],` +
 		`"comparison":{"order":"ordered","date_only":true,"canonical_json":true},"tests":[]},"category":"Query","type":"aggregation","knowledge":["0","1"]}`
 	const cmp = `"comparison":{"date_only":true,"canonical_json":false},`
-	c, _ := loadTiny(t, corpus.Options{},
+	c, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}},
 		editLine(t, lineTopA, `"reference":{`, `"reference":{`+cmp),
 		editLine(t, lineTopA, `LIMIT 1"}}`, `LIMIT 1"}`+fu+`}`),
 		editLine(t, lineTopB, `LIMIT 1"}}`, `LIMIT 1"},"follow_ups":[{"query":"anything","sol_sql":["SELECT 1"]}]}`))
@@ -42,7 +43,7 @@ func TestLoadFollowUpAndComparisonFields(t *testing.T) {
 	}
 
 	dir := testutil.WriteTiny(t, editLine(t, lineTopA, `LIMIT 1"}}`, `LIMIT 1"},"follow_up":{"query":"x","reference":{"sql":"SELECT 1"}}}`))
-	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	var ve *corpus.ValidationError
 	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "query") || !strings.Contains(err.Error(), "unknown field") {
 		t.Fatalf("err = %v, want the unknown field query of follow_up", err)

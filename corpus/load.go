@@ -24,12 +24,13 @@ import (
 	"avtgym/corpus/demo"
 	"avtgym/internal/parallel"
 	"avtgym/sqlexec"
-	"avtgym/sqlexec/postgres"
-	"avtgym/sqlexec/sqlite"
 )
 
 // Options configure loading.
 type Options struct {
+	// Engines opens the corpus's databases; the command wires it in
+	// (package engines). A load without it fails.
+	Engines Opener
 	// Limits bound each reference query at load time; zero means
 	// sqlexec.DefaultLimits(). A reference that exceeds them makes its
 	// record invalid.
@@ -39,12 +40,13 @@ type Options struct {
 	// empty means a fresh temporary directory, removed by Corpus.Close.
 	WorkDir string
 	// BuildTimeout bounds the build of each database from its script;
-	// zero means sqlite.DefaultBuildTimeout. A build that runs past it
-	// makes the database fail to load.
+	// zero means the engine's default (sqlite.DefaultBuildTimeout). A
+	// build that runs past it makes the database fail to load.
 	BuildTimeout time.Duration
 	// MaxBuildBytes bounds the size of each database built from a script;
-	// zero means sqlite.DefaultMaxBuildBytes. A script that grows the
-	// database past it makes the database fail to load.
+	// zero means the engine's default (sqlite.DefaultMaxBuildBytes). A
+	// script that grows the database past it makes the database fail to
+	// load.
 	MaxBuildBytes int64
 	// Progress, when set, is called after each reference check with the
 	// number checked and the total.
@@ -53,20 +55,13 @@ type Options struct {
 	// checked at load time, and every verification after); nil means
 	// sqlexec.DefaultLanes(). One Lanes value should serve a whole process.
 	Lanes *sqlexec.Lanes
-	// Postgres is the PostgreSQL server that engine "postgres" databases
-	// are loaded into and queried on; one Server should serve a whole
-	// process. When nil, PostgresURL is connected to when a corpus needs
-	// it (the connection is the corpus's, closed by Corpus.Close).
-	Postgres *postgres.Server
 	// PyRunner runs the Python tests of Management records on PostgreSQL
 	// (sqlexec/pytests); nil makes a record with tests a problem.
 	PyRunner sqlexec.PyRunner
-	// PostgresURL is an admin URL of a PostgreSQL server where avtgym may
-	// create its role and template databases (serve --postgres,
-	// $AVTGYM_POSTGRES_URL). With neither set, a corpus with a PostgreSQL
-	// database fails to load with a problem naming the flag.
-	PostgresURL string
 }
+
+// ErrNoEngines is the error of a load whose Options name no Engines.
+var ErrNoEngines = errors.New("corpus: no engine opener (Options.Engines is nil; the command wires one in, package engines)")
 
 // LoadDemo loads the embedded demo corpus.
 func LoadDemo(ctx context.Context, opt Options) (*Corpus, error) {
@@ -120,8 +115,12 @@ type loader struct {
 	opt      Options
 	problems []Problem
 	mu       sync.Mutex
-	// pgDBs are the corpus's PostgreSQL databases, by id.
-	pgDBs map[string]pgDB
+	// pgAsked says that Options.Engines was asked for the PostgreSQL
+	// server (Corpus.pg, nil when none is configured).
+	pgAsked bool
+	// pgDBs are the names of the corpus's working PostgreSQL databases,
+	// by id.
+	pgDBs map[string]string
 	// failedDBs are databases of the manifest that could not be opened: a
 	// problem was reported for each, and their records are not checked
 	// further (so that one missing file does not bury the report).
@@ -137,6 +136,9 @@ func (l *loader) problem(file string, line int, field, format string, args ...an
 func (l *loader) file(name string) string { return path.Join(l.label, name) }
 
 func (l *loader) load(ctx context.Context) (_ *Corpus, err error) {
+	if l.opt.Engines == nil {
+		return nil, ErrNoEngines
+	}
 	if l.opt.Limits == (sqlexec.Limits{}) {
 		l.opt.Limits = sqlexec.DefaultLimits()
 	}
@@ -425,13 +427,13 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 			if err := w.clear(name); err != nil { // a stale build from an earlier run in the same WorkDir
 				return fmt.Errorf("corpus %s: work directory: %w", m.Name, err)
 			}
-			err = sqlite.Build(ctx, string(script), p, sqlite.BuildOptions{
+			err = l.opt.Engines.BuildSQLite(ctx, string(script), p, BuildOptions{
 				Name: l.file(spec.Script), Timeout: l.opt.BuildTimeout, MaxBytes: l.opt.MaxBuildBytes})
 			if err != nil {
 				msg := err.Error()
-				var be *sqlite.BuildError
-				if errors.As(err, &be) {
-					msg = be.Reason()
+				var se *SourceError
+				if errors.As(err, &se) {
+					msg = se.Reason
 				}
 				l.problem(l.file(spec.Script), 0, "", "building database %q: %s", spec.ID, msg)
 				continue
@@ -468,15 +470,15 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 		}
 		lanes := l.lanes()
 		// The pool holds a connection for every query the lanes let run at once.
-		eng, err := sqlite.Open(dbPath, sqlite.Options{Immutable: immutable, MaxOpenConns: lanes.Capacity()})
+		eng, stateful, err := l.opt.Engines.OpenSQLite(dbPath, SQLiteOptions{Immutable: immutable, MaxConns: lanes.Capacity()})
 		if err != nil {
 			l.problem(file, 0, field, "opening database %q: %v", spec.ID, err)
 			continue
 		}
 		db := l.addDB(ctx, c, field, spec, eng, lanes)
-		// Stateful records verify on private in-memory copies; nothing is
-		// copied until the first such verification.
-		db.Stateful = sqlite.NewStateful(eng, sqlite.StatefulOptions{})
+		// Stateful records verify on private copies; nothing is copied
+		// until the first such verification.
+		db.Stateful = stateful
 	}
 	return nil
 }
@@ -484,7 +486,7 @@ func (l *loader) openDatabases(ctx context.Context, c *Corpus, m *Manifest) erro
 // addDB adds an opened database to c, scheduled on lanes, deriving its
 // schema when the manifest gives none.
 func (l *loader) addDB(ctx context.Context, c *Corpus, field string, spec Database, eng sqlexec.Engine, lanes *sqlexec.Lanes) *DB {
-	db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema}
+	db := &DB{Spec: spec, Engine: sqlexec.Scheduled(eng, lanes), Schema: spec.Schema, commit: new(commitSchemaCell)}
 	delete(l.failedDBs, spec.ID)
 	c.dbs[spec.ID] = db
 	c.dbOrder = append(c.dbOrder, spec.ID)

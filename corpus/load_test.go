@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/testutil"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
@@ -97,7 +98,7 @@ func man(field, msg string) want {
 }
 
 func TestLoadDirRejects(t *testing.T) {
-	rowCap := corpus.Options{Limits: sqlexec.Limits{Timeout: 5 * time.Second, MaxRows: 2, MaxBytes: 1 << 20}}
+	rowCap := corpus.Options{Engines: engines.Opener{}, Limits: sqlexec.Limits{Timeout: 5 * time.Second, MaxRows: 2, MaxBytes: 1 << 20}}
 	cases := []struct {
 		name string
 		edit func(t *testing.T) []func(map[string]string)
@@ -459,6 +460,7 @@ func TestLoadDirRejects(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := testutil.WriteTiny(t, tc.edit(t)...)
+			tc.opt.Engines = engines.Opener{}
 			c, err := corpus.LoadDir(context.Background(), dir, tc.opt)
 			if err == nil {
 				c.Close()
@@ -508,7 +510,7 @@ func loadTiny(t *testing.T, opt corpus.Options, edit ...func(map[string]string))
 }
 
 func TestLoadTiny(t *testing.T) {
-	c, dir := loadTiny(t, corpus.Options{})
+	c, dir := loadTiny(t, corpus.Options{Engines: engines.Opener{}})
 	if c.Name != "tiny" || c.Description != "a tiny corpus for tests" {
 		t.Errorf("name %q description %q", c.Name, c.Description)
 	}
@@ -575,7 +577,7 @@ func TestLoadTiny(t *testing.T) {
 }
 
 func TestLoadMultiStatementReference(t *testing.T) {
-	c, _ := loadTiny(t, corpus.Options{}, editLine(t, lineCount, `"sql":"SELECT COUNT(*) FROM sales"`,
+	c, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}}, editLine(t, lineCount, `"sql":"SELECT COUNT(*) FROM sales"`,
 		`"sql":["SELECT 1","SELECT region FROM sales","SELECT COUNT(*) FROM sales"]`))
 	task, _ := c.Task("count")
 	if len(task.Reference.SQL) != 3 {
@@ -595,7 +597,7 @@ func TestLoadMultiStatementReference(t *testing.T) {
 }
 
 func TestLoadBlankLines(t *testing.T) {
-	c, _ := loadTiny(t, corpus.Options{}, func(f map[string]string) {
+	c, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}}, func(f map[string]string) {
 		f["records.jsonl"] = "\n" + strings.Replace(f["records.jsonl"], "\n", "\n  \t\n", 1) + "\n\n"
 	})
 	if len(c.Tasks) != 5 {
@@ -610,8 +612,8 @@ func TestLoadBlankLines(t *testing.T) {
 }
 
 func TestLoadCRLF(t *testing.T) {
-	lf, _ := loadTiny(t, corpus.Options{})
-	c, _ := loadTiny(t, corpus.Options{}, func(f map[string]string) {
+	lf, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}})
+	c, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}}, func(f map[string]string) {
 		f["records.jsonl"] = strings.ReplaceAll(f["records.jsonl"], "\n", "\r\n")
 	})
 	if len(c.Tasks) != 5 {
@@ -655,7 +657,7 @@ func TestLoadPathDatabase(t *testing.T) {
 		}
 		return names
 	}
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{})
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDir: %v", err)
 	}
@@ -688,7 +690,7 @@ func TestLoadPathDatabase(t *testing.T) {
 
 func TestLoadMissingPathDatabase(t *testing.T) {
 	dir := testutil.WriteTiny(t, editFile(t, "corpus.json", `"script": "mini.sql"`, `"path": "mini.sqlite"`))
-	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	_, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	var ve *corpus.ValidationError
 	if !errors.As(err, &ve) {
 		t.Fatalf("LoadDir: %v", err)
@@ -701,7 +703,7 @@ func TestLoadMissingPathDatabase(t *testing.T) {
 
 func TestCloseRemovesBuiltDatabases(t *testing.T) {
 	dir := testutil.WriteTiny(t)
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,7 +728,7 @@ func TestLoadWorkDirKept(t *testing.T) {
 	work := t.TempDir()
 	dir := testutil.WriteTiny(t)
 	for range 2 { // the second load replaces the first build
-		c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{WorkDir: work})
+		c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}, WorkDir: work})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -745,17 +747,17 @@ func TestLoadWorkDirKept(t *testing.T) {
 
 func TestLoadProgress(t *testing.T) {
 	var calls, last, total int
-	c, _ := loadTiny(t, corpus.Options{Progress: func(done, n int) { calls++; last, total = done, n }})
+	c, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}, Progress: func(done, n int) { calls++; last, total = done, n }})
 	if calls != len(c.Tasks) || last != 5 || total != 5 {
 		t.Errorf("progress called %d times, last %d/%d", calls, last, total)
 	}
 }
 
 func TestHash(t *testing.T) {
-	base, _ := loadTiny(t, corpus.Options{})
-	again, _ := loadTiny(t, corpus.Options{})
-	changed, _ := loadTiny(t, corpus.Options{}, editLine(t, lineBig, `"resolution":"The year 2024."`, `"resolution":"The calendar year 2024."`))
-	defaults, _ := loadTiny(t, corpus.Options{}, editFile(t, "corpus.json", `"name": "tiny",`, `"name": "tiny", "defaults": {"comparison": {"decimals": 2}},`))
+	base, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}})
+	again, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}})
+	changed, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}}, editLine(t, lineBig, `"resolution":"The year 2024."`, `"resolution":"The calendar year 2024."`))
+	defaults, _ := loadTiny(t, corpus.Options{Engines: engines.Opener{}}, editFile(t, "corpus.json", `"name": "tiny",`, `"name": "tiny", "defaults": {"comparison": {"decimals": 2}},`))
 	seen := map[[32]byte]string{}
 	for i, task := range base.Tasks {
 		if task.Hash == ([32]byte{}) {
@@ -783,7 +785,7 @@ func TestHash(t *testing.T) {
 
 func TestLoadDemo(t *testing.T) {
 	ctx := context.Background()
-	c, err := corpus.LoadDemo(ctx, corpus.Options{})
+	c, err := corpus.LoadDemo(ctx, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDemo: %v", err)
 	}
@@ -881,7 +883,7 @@ func TestReferenceCacheKeyMatchesCheck(t *testing.T) {
 			`"reference":{"sql":"SELECT COUNT(*) FROM sales"}`,
 			`"reference":{"sql":"SELECT COUNT(DISTINCT id) FROM sales","comparison":{"strip_distinct":true}}`, 1)
 	})
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ type Database struct {
 	// Engine is "sqlite" or "postgres". A SQLite database is given by
 	// exactly one of Path and Script; a PostgreSQL database by exactly one
 	// of Dumps and Script, and needs a PostgreSQL server to load
-	// (Options.PostgresURL, serve --postgres).
+	// (one that Options.Engines connects to: serve --postgres).
 	Engine string `json:"engine"`
 	// Path is a SQLite database file relative to the corpus directory.
 	Path string `json:"path,omitempty"`

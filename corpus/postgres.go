@@ -1,8 +1,8 @@
 package corpus
 
 // This file loads a corpus's PostgreSQL databases: a dump folder or a
-// script becomes a template database on the server Options names, and the
-// corpus queries a working clone of it (package sqlexec/postgres).
+// script becomes a template database on the server that Options.Engines
+// connects to, and the corpus queries a working clone of it.
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-
-	"avtgym/sqlexec/postgres"
 )
 
 // The database engines a manifest may name.
@@ -95,23 +93,19 @@ func (l *loader) confineDir(file, field, name string) bool {
 	return true
 }
 
-// postgres returns the server engine "postgres" databases load into: the
-// caller's, or one connected to Options.PostgresURL (once per load, closed
-// with the corpus). A nil server and nil error mean none is configured.
-func (l *loader) postgres(ctx context.Context, c *Corpus) (*postgres.Server, error) {
-	switch {
-	case l.opt.Postgres != nil:
-		return l.opt.Postgres, nil
-	case c.pgOwned != nil:
-		return c.pgOwned, nil
-	case l.opt.PostgresURL == "":
-		return nil, nil
+// postgres returns the server engine "postgres" databases load into,
+// asked of Options.Engines once per load and closed with the corpus. A nil
+// server and nil error mean none is configured.
+func (l *loader) postgres(ctx context.Context, c *Corpus) (PostgresServer, error) {
+	if l.pgAsked {
+		return c.pg, nil
 	}
-	s, err := postgres.Connect(ctx, l.opt.PostgresURL)
+	l.pgAsked = true
+	s, err := l.opt.Engines.ConnectPostgres(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.pgOwned = s
+	c.pg = s
 	return s, nil
 }
 
@@ -128,49 +122,43 @@ func (l *loader) openPostgres(ctx context.Context, c *Corpus, m *Manifest, field
 		l.problem(file, 0, field+".engine", "database %q is on PostgreSQL: pass --postgres URL (or set $%s) naming a server where avtgym may create databases; make postgres starts a local one", spec.ID, PostgresEnv)
 		return nil
 	}
-	var src postgres.Source
+	var src PostgresSource
 	switch {
 	case spec.Dumps != "":
 		real, ok := l.resolved[spec.Dumps]
 		if !ok {
 			return nil // confineDir reported it
 		}
-		src = postgres.DumpDir(real)
+		src = PostgresSource{DumpDir: real}
 	default:
 		script, err := fs.ReadFile(l.fsys, spec.Script)
 		if err != nil {
 			l.problem(file, 0, field+".script", "cannot read %s: %v", spec.Script, err)
 			return nil
 		}
-		src = postgres.Script(l.file(spec.Script), string(script))
+		src = PostgresSource{Script: string(script), ScriptName: l.file(spec.Script)}
 	}
 	name, err := srv.EnsureDatabase(ctx, m.Name, spec.ID, src)
-	var le *postgres.LoadError
+	var se *SourceError
 	switch {
-	case errors.As(err, &le):
-		l.problem(file, 0, field, "loading database %q: %v", spec.ID, le)
+	case errors.As(err, &se):
+		l.problem(file, 0, field, "loading database %q: %s", spec.ID, se.Reason)
 		return nil
 	case err != nil:
 		return fmt.Errorf("corpus %s: loading database %q: %w", m.Name, spec.ID, err)
 	}
 	lanes := l.lanes()
 	// The pool holds a connection for every query the lanes let run at once.
-	eng, err := srv.Open(ctx, name, postgres.Options{MaxConns: lanes.Capacity()})
+	eng, err := srv.Open(ctx, name, lanes.Capacity())
 	if err != nil {
 		return fmt.Errorf("corpus %s: opening database %q (%s): %w", m.Name, spec.ID, name, err)
 	}
 	l.addDB(ctx, c, field, spec, eng, lanes)
 	if l.pgDBs == nil {
-		l.pgDBs = map[string]pgDB{}
+		l.pgDBs = map[string]string{}
 	}
-	l.pgDBs[spec.ID] = pgDB{srv: srv, name: name}
+	l.pgDBs[spec.ID] = name
 	return nil
-}
-
-// pgDB is a loaded PostgreSQL database: its server and working database.
-type pgDB struct {
-	srv  *postgres.Server
-	name string
 }
 
 // openStateful opens the stateful verifiers of the PostgreSQL databases
@@ -200,22 +188,22 @@ func (l *loader) openStateful(ctx context.Context, c *Corpus) error {
 	// The copies share the server's connection budget fairly among the
 	// databases that need them.
 	n := 0
-	var srv *postgres.Server
 	for _, id := range c.dbOrder {
-		if p, ok := l.pgDBs[id]; ok && need[id] {
-			n, srv = n+1, p.srv
+		if _, ok := l.pgDBs[id]; ok && need[id] {
+			n++
 		}
 	}
-	clones := 0
-	if srv != nil {
-		clones = srv.ShareClones(n, tests && l.opt.PyRunner != nil)
+	if n == 0 {
+		return nil
 	}
+	srv := c.pg // every PostgreSQL database of a load is on it
+	clones := srv.ShareClones(n, tests && l.opt.PyRunner != nil)
 	for _, id := range c.dbOrder {
-		p, ok := l.pgDBs[id]
+		name, ok := l.pgDBs[id]
 		if !ok || !need[id] {
 			continue
 		}
-		sdb, err := p.srv.OpenStateful(ctx, p.name, postgres.StatefulOptions{Python: l.opt.PyRunner, Clones: clones})
+		sdb, err := srv.OpenStateful(ctx, name, StatefulOptions{Python: l.opt.PyRunner, Clones: clones})
 		if err != nil {
 			return fmt.Errorf("corpus %s: the private copies of database %q: %w", c.Name, id, err)
 		}

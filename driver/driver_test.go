@@ -13,6 +13,7 @@ import (
 	"avtgym/app"
 	"avtgym/corpus"
 	"avtgym/driver"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/internal/testutil"
 	"avtgym/oracle"
@@ -23,7 +24,7 @@ import (
 // inProcess is the tiny corpus's environment in this process.
 func inProcess(t *testing.T) *env.Env {
 	t.Helper()
-	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

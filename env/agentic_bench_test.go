@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
@@ -24,7 +25,7 @@ import (
 const executeSQL = "SELECT p.category, COUNT(*) AS n, ROUND(AVG(r.rating), 2) FROM products p JOIN reviews r ON r.product_id = p.product_id GROUP BY p.category ORDER BY n DESC"
 
 func demoEnv(b *testing.B) (*env.Env, *corpus.Corpus) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		b.Fatal(err)
 	}

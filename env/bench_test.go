@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/internal/grpcpool"
 	"avtgym/oracle"
@@ -16,7 +17,7 @@ import (
 // the wire costs per batched episode: encoding and decoding the request and
 // the response once each (as client and server do).
 func benchEnv(b *testing.B) (*env.Env, *pb.StepRequest) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	. "avtgym/env"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -15,7 +16,7 @@ import (
 // loadDemo loads the demo corpus, whose followup-001 has a follow-up.
 func loadDemo(t *testing.T) *corpus.Corpus {
 	t.Helper()
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

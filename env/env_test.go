@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	. "avtgym/env"
 	"avtgym/env/internal/statepb"
 	"avtgym/internal/testutil"
@@ -60,7 +61,7 @@ var testEpoch = time.Unix(1_700_000_000, 0)
 // loadTiny loads the tiny corpus once per test.
 func loadTiny(t *testing.T) *corpus.Corpus {
 	t.Helper()
-	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDir: %v", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	. "avtgym/env"
 	"avtgym/internal/fakellm"
 	"avtgym/internal/testutil"
@@ -126,7 +127,7 @@ func hClient(t *testing.T, m *hModel, edit func(*llm.Config)) *llm.Client {
 
 func hLoad(t *testing.T) *corpus.Corpus {
 	t.Helper()
-	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	. "avtgym/env"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
@@ -33,7 +34,7 @@ const (
 func loadTide(t *testing.T) *corpus.Corpus {
 	t.Helper()
 	dir := testutil.WriteTiny(t, func(f map[string]string) { f["records.jsonl"] += tideRecs })
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDir: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env/internal/statepb"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
@@ -145,7 +146,7 @@ func newFuzzEnv(f testing.TB) *Env {
 			f.Fatal(err)
 		}
 	}
-	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), dir, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		f.Fatal(err)
 	}

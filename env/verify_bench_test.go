@@ -8,6 +8,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/corpus/ambrosia"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
@@ -64,7 +65,7 @@ func ambrosiaEnv(b *testing.B) (*env.Env, *corpus.Task, string) {
 	if _, err := ambrosia.Import(context.Background(), src, out, ambrosia.Options{}); err != nil {
 		b.Fatal(err)
 	}
-	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		b.Fatal(err)
 	}

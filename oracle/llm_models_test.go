@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/fakellm"
 	"avtgym/llm"
 	"avtgym/probe"
@@ -30,7 +31,7 @@ type demo struct {
 
 // loadDemoTasks loads the embedded demo corpus once.
 var loadDemoTasks = sync.OnceValues(func() (demo, error) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		return demo{}, err
 	}

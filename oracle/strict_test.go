@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/probe"
 	"avtgym/reward"
 )
 
 // demoRecords loads the embedded demo corpus once.
 var demoRecords = sync.OnceValues(func() ([]*corpus.Record, error) {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		return nil, err
 	}

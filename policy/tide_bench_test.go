@@ -6,6 +6,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/driver"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/oracle"
 	"avtgym/probe"
@@ -93,7 +94,7 @@ func (e benchEnvT) ListTasksAll() []*pb.TaskSummary {
 }
 
 func benchEnv(b *testing.B) benchEnvT {
-	c, err := corpus.LoadDemo(context.Background(), corpus.Options{})
+	c, err := corpus.LoadDemo(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		b.Fatal(err)
 	}

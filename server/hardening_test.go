@@ -25,6 +25,7 @@ import (
 	"avtgym/app"
 	"avtgym/client"
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/internal/testutil"
 	"avtgym/oracle"
@@ -517,7 +518,7 @@ func (panicOracle) AskWith(ctx context.Context, rec *corpus.Record, history []or
 // or in a batch's worker goroutine) is an INTERNAL status with ErrorInfo,
 // and the process keeps serving.
 func TestPanicsBecomeInternal(t *testing.T) {
-	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), testutil.WriteTiny(t), corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func readSamples(tb testing.TB) ([]tideSample, map[string]*Schema) {
 		}
 		if schemas[s.DBID] == nil {
 			db := filepath.Join(spiderDir, s.DBID, s.DBID+".sqlite")
-			if schemas[s.DBID], err = LoadSchema(db); err != nil {
+			if schemas[s.DBID], err = loadSchema(db); err != nil {
 				tb.Fatalf("the Spider database of %s is missing (%v): these tests need ../shared/data/ambiqt/spider_dbs", s.InstanceID, err)
 			}
 		}

@@ -147,7 +147,7 @@ func (e *ParseError) Error() string {
 var ErrNotQuery = errors.New("not a single SELECT query")
 
 // Extract computes the commitment set of one SQLite query. schema (from
-// LoadSchema or NewSchema; nil when unknown) resolves double-quoted names
+// NewSchema, or engines.CommitSchema for a SQLite file; nil when unknown) resolves double-quoted names
 // and qualifies unqualified columns with their tables.
 func Extract(sql string, schema *Schema) (*Set, error) {
 	rw := toPostgres(sql, schema)

@@ -2,8 +2,6 @@ package sqlcommit
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -230,14 +228,7 @@ func TestErrors(t *testing.T) {
 	if _, err := DriftSQL("SELECT FROM WHERE", "SELECT 1", testSchema); err == nil || !strings.HasPrefix(err.Error(), "pre-drift query: ") {
 		t.Errorf("DriftSQL with a bad pre query: %v", err)
 	}
-	if _, err := LoadSchema(filepath.Join(t.TempDir(), "missing.sqlite")); err == nil || !strings.Contains(err.Error(), "missing.sqlite: no such file") {
-		t.Errorf("LoadSchema of a missing file: %v", err)
-	}
-	junk := filepath.Join(t.TempDir(), "junk.sqlite")
-	os.WriteFile(junk, []byte(strings.Repeat("not a database ", 100)), 0o644)
-	if _, err := LoadSchema(junk); err == nil || !strings.Contains(err.Error(), "junk.sqlite") {
-		t.Errorf("LoadSchema of a junk file: %v", err)
-	}
+	// Reading a database file's schema, and its errors: engines.CommitSchema.
 }
 
 // TestDeepQueriesAreParseErrors: the chains that crashed libpg_query

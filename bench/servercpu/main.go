@@ -51,128 +51,178 @@ import (
 	"avtgym/bench"
 	"avtgym/client"
 	"avtgym/corpus"
+	"avtgym/engines"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec"
 )
 
-func main() {
-	addr := flag.String("server", "127.0.0.1:50051", "the server")
-	pid := flag.Int("pid", 0, "the server's process id (its CPU time is read from /proc/PID/stat)")
-	rounds := flag.Int("rounds", 4, "alternated rounds")
-	dur := flag.Duration("duration", 3*time.Second, "length of each phase")
-	conc := flag.Int("concurrency", 16, "unary calls in flight")
-	batch := flag.Int("batch", 256, "StepBatch size")
-	bconc := flag.Int("batch-concurrency", 2, "batches in flight")
-	phases := flag.String("phases", "health,step,batch", "phases, in order: health, step, batch, submit, raw")
-	asJSON := flag.Bool("json", false, "print one JSON object")
-	binary := flag.String("binary", "", "start this avtgym binary's serve and measure it (instead of --server and --pid)")
-	rawConc := flag.Int("raw-concurrency", 0, "raw queries in flight (default: --concurrency)")
-	corpusDir := flag.String("corpus", "", "serve and load this corpus directory instead of the demo (with --binary; needs --task)")
-	taskID := flag.String("task", "", "the task whose reference, wrapped, is verified (with --corpus)")
+// flags are the command's flags.
+type flags struct {
+	addr               string
+	pid, rounds        int
+	dur                time.Duration
+	conc, batch, bconc int
+	phases             string
+	asJSON             bool
+	binary             string
+	rawConc            int
+	corpusDir, taskID  string
+}
+
+func parseFlags() *flags {
+	var f flags
+	flag.StringVar(&f.addr, "server", "127.0.0.1:50051", "the server")
+	flag.IntVar(&f.pid, "pid", 0, "the server's process id (its CPU time is read from /proc/PID/stat)")
+	flag.IntVar(&f.rounds, "rounds", 4, "alternated rounds")
+	flag.DurationVar(&f.dur, "duration", 3*time.Second, "length of each phase")
+	flag.IntVar(&f.conc, "concurrency", 16, "unary calls in flight")
+	flag.IntVar(&f.batch, "batch", 256, "StepBatch size")
+	flag.IntVar(&f.bconc, "batch-concurrency", 2, "batches in flight")
+	flag.StringVar(&f.phases, "phases", "health,step,batch", "phases, in order: health, step, batch, submit, raw")
+	flag.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	flag.StringVar(&f.binary, "binary", "", "start this avtgym binary's serve and measure it (instead of --server and --pid)")
+	flag.IntVar(&f.rawConc, "raw-concurrency", 0, "raw queries in flight (default: --concurrency)")
+	flag.StringVar(&f.corpusDir, "corpus", "", "serve and load this corpus directory instead of the demo (with --binary; needs --task)")
+	flag.StringVar(&f.taskID, "task", "", "the task whose reference, wrapped, is verified (with --corpus)")
 	flag.Parse()
-	if *rawConc <= 0 {
-		*rawConc = *conc
+	if f.rawConc <= 0 {
+		f.rawConc = f.conc
 	}
-	if (*corpusDir == "") != (*taskID == "") {
-		fmt.Fprintln(os.Stderr, "servercpu: --corpus and --task go together")
-		os.Exit(2)
+	if (f.corpusDir == "") != (f.taskID == "") {
+		exit(2, "--corpus and --task go together")
 	}
-	target := verifyTarget{task: verifyTask, sql: verifySQL, dir: *corpusDir}
-	if *taskID != "" {
-		target.task = *taskID
+	return &f
+}
+
+// exit prints the command's error and ends the process with code (the
+// deferred calls do not run, as with any os.Exit).
+func exit(code int, args ...any) {
+	fmt.Fprintln(os.Stderr, append([]any{"servercpu:"}, args...)...)
+	os.Exit(code)
+}
+
+func main() {
+	f := parseFlags()
+	target := verifyTarget{task: verifyTask, sql: verifySQL, dir: f.corpusDir}
+	if f.taskID != "" {
+		target.task = f.taskID
 	}
-	if *binary != "" {
+	if f.binary != "" {
 		extra := flag.Args()
-		if *corpusDir != "" {
-			extra = append(extra, "--corpus", *corpusDir)
+		if f.corpusDir != "" {
+			extra = append(extra, "--corpus", f.corpusDir)
 		}
-		a, p, stop, err := startServer(*binary, extra)
+		a, p, stop, err := startServer(f.binary, extra)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "servercpu:", err)
-			os.Exit(1)
+			exit(1, err)
 		}
 		defer stop()
-		*addr, *pid = a, p
+		f.addr, f.pid = a, p
 	}
-	if *pid == 0 {
-		fmt.Fprintln(os.Stderr, "servercpu: --pid is required")
-		os.Exit(2)
+	if f.pid == 0 {
+		exit(2, "--pid is required")
 	}
 	ctx := context.Background()
-	c, err := client.Dial(*addr, client.Options{})
+	c, err := client.Dial(f.addr, client.Options{})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "servercpu:", err)
-		os.Exit(1)
+		exit(1, err)
 	}
 	defer c.Close()
+	calls, err := phaseCalls(ctx, c, f, &target)
+	if err != nil {
+		exit(1, err)
+	}
+	names := strings.Split(f.phases, ",")
+	got := measure(ctx, f, names, calls)
+	med, out := summarize(got)
+	if f.asJSON {
+		json.NewEncoder(os.Stdout).Encode(out)
+		return
+	}
+	printSummary(names, got, med, out)
+}
+
+// phase is one measured call: conc of them in flight, per items each.
+type phase struct {
+	conc, per int
+	call      func(context.Context) error
+}
+
+// phaseCalls prepares the call of every phase: the ask step, the batch of
+// them, the submit_sql step and the raw query.
+func phaseCalls(ctx context.Context, c *client.Client, f *flags, target *verifyTarget) (map[string]phase, error) {
 	step, _, _, err := bench.AskStep(ctx, c, "")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "servercpu:", err)
-		os.Exit(1)
+		return nil, err
 	}
-	breq := &pb.StepBatchRequest{Steps: make([]*pb.StepRequest, *batch)}
+	breq := &pb.StepBatchRequest{Steps: make([]*pb.StepRequest, f.batch)}
 	for i := range breq.Steps {
 		breq.Steps[i] = step
 	}
-	sub, err := submitStep(ctx, c, &target)
+	sub, err := submitStep(ctx, c, target)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "servercpu:", err)
-		os.Exit(1)
+		return nil, err
 	}
-	raw, err := rawQuery(ctx, target)
+	raw, err := rawQuery(ctx, *target)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "servercpu:", err)
-		os.Exit(1)
+		return nil, err
 	}
 	hreq := &healthpb.HealthCheckRequest{}
-	calls := map[string]struct {
-		conc, per int
-		call      func(context.Context) error
-	}{
-		"health": {*conc, 1, func(ctx context.Context) error { _, err := c.Health.Check(ctx, hreq); return err }},
-		"step":   {*conc, 1, func(ctx context.Context) error { _, err := c.Env.Step(ctx, step); return err }},
-		"submit": {*conc, 1, func(ctx context.Context) error {
+	return map[string]phase{
+		"health": {f.conc, 1, func(ctx context.Context) error { _, err := c.Health.Check(ctx, hreq); return err }},
+		"step":   {f.conc, 1, func(ctx context.Context) error { _, err := c.Env.Step(ctx, step); return err }},
+		"submit": {f.conc, 1, func(ctx context.Context) error {
 			r, err := c.Env.Step(ctx, sub)
 			if err == nil && r.GetReward().GetValue() != 1 {
 				err = fmt.Errorf("the equivalent SQL did not pass: %v", r.GetReward())
 			}
 			return err
 		}},
-		"raw": {*rawConc, 1, raw},
-		"batch": {*bconc, *batch, func(ctx context.Context) error {
+		"raw": {f.rawConc, 1, raw},
+		"batch": {f.bconc, f.batch, func(ctx context.Context) error {
 			r, err := c.Env.StepBatch(ctx, breq)
 			if err == nil && r.GetResults()[0].GetStatus().GetCode() != 0 {
 				err = fmt.Errorf("batch item: %s", r.GetResults()[0].GetStatus().GetMessage())
 			}
 			return err
 		}},
-	}
-	names := strings.Split(*phases, ",")
+	}, nil
+}
+
+// measure runs the named phases, alternated, for the flags' rounds and
+// returns each phase's rounds: the server's CPU per item (server_us) and
+// the items per second (per_s).
+func measure(ctx context.Context, f *flags, names []string, calls map[string]phase) map[string][]map[string]float64 {
 	got := map[string][]map[string]float64{}
-	for range *rounds {
+	for range f.rounds {
 		for _, n := range names {
 			p, ok := calls[n]
 			if !ok {
-				fmt.Fprintln(os.Stderr, "servercpu: unknown phase", n)
-				os.Exit(2)
+				exit(2, "unknown phase", n)
 			}
-			who := *pid
+			who := f.pid
 			if n == "raw" {
 				who = os.Getpid() // the query runs here
 			}
 			s0 := procCPU(who)
 			t0 := time.Now()
-			k, err := run(ctx, p.conc, *dur, p.call)
+			k, err := run(ctx, p.conc, f.dur, p.call)
 			wall := time.Since(t0).Seconds()
 			s1 := procCPU(who)
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "servercpu:", n, err)
-				os.Exit(1)
+				exit(1, n, err)
 			}
 			items := float64(k * p.per)
 			got[n] = append(got[n], map[string]float64{"server_us": (s1 - s0) / items * 1e6, "per_s": items / wall})
 		}
 	}
+	return got
+}
+
+// summarize returns the phases' medians and the report: the rounds, the
+// medians, and the ratios of the phases measured (step over batched
+// episode, verification over raw query), overall and per round.
+func summarize(got map[string][]map[string]float64) (map[string]map[string]float64, map[string]any) {
 	med := map[string]map[string]float64{}
 	for n, rs := range got {
 		med[n] = map[string]float64{"server_us": median(rs, "server_us"), "per_s": median(rs, "per_s")}
@@ -194,10 +244,11 @@ func main() {
 		}
 		out["verify_over_raw_per_round"] = per
 	}
-	if *asJSON {
-		json.NewEncoder(os.Stdout).Encode(out)
-		return
-	}
+	return med, out
+}
+
+// printSummary prints summarize's report as text.
+func printSummary(names []string, got map[string][]map[string]float64, med map[string]map[string]float64, out map[string]any) {
 	for _, n := range names {
 		fmt.Printf("%-7s server %7.2f µs per item   %9.0f items/s   rounds:", n, med[n]["server_us"], med[n]["per_s"])
 		for _, r := range got[n] {
@@ -253,9 +304,9 @@ func rawQuery(ctx context.Context, tg verifyTarget) (func(context.Context) error
 		err error
 	)
 	if tg.dir != "" {
-		c, err = corpus.LoadDir(ctx, tg.dir, corpus.Options{})
+		c, err = corpus.LoadDir(ctx, tg.dir, corpus.Options{Engines: engines.Opener{}})
 	} else {
-		c, err = corpus.LoadDemo(ctx, corpus.Options{})
+		c, err = corpus.LoadDemo(ctx, corpus.Options{Engines: engines.Opener{}})
 	}
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"avtgym/audit"
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/pytests"
 )
@@ -134,10 +135,11 @@ func probeCheck(ctx context.Context, c *corpus.Corpus) ([]corpus.Problem, error)
 	return audit.Problems(fs), nil
 }
 
-// loadOrReport loads a corpus directory; on failure it prints every
-// problem as file:line: field: what is wrong, and a summary line.
+// loadOrReport loads a corpus directory, its PostgreSQL databases (if
+// any) on the server pgURL names; on failure it prints every problem as
+// file:line: field: what is wrong, and a summary line.
 func loadOrReport(ctx context.Context, dir, pgURL string, py sqlexec.PyRunner, stderr io.Writer) (*corpus.Corpus, bool) {
-	c, err := corpus.LoadDir(ctx, dir, corpus.Options{PostgresURL: pgURL, PyRunner: py})
+	c, err := corpus.LoadDir(ctx, dir, corpus.Options{Engines: engines.Opener{PostgresURL: pgURL}, PyRunner: py})
 	if err == nil {
 		return c, true
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/llm"
 	"avtgym/oracle"
 )
@@ -154,7 +155,7 @@ func probeRecords(ctx context.Context, f probeFlags, stderr io.Writer) ([]*corpu
 		stopPy()
 	}
 	if len(f.corpora) == 0 {
-		c, err := corpus.LoadDemo(ctx, corpus.Options{})
+		c, err := corpus.LoadDemo(ctx, corpus.Options{Engines: engines.Opener{}})
 		if err != nil {
 			fmt.Fprintln(stderr, "probe:", err)
 			closeAll()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"avtgym/engines"
 	"avtgym/sqlcommit"
 )
 
@@ -29,16 +30,16 @@ Exit status: 0 done (drift or not), 1 error, 2 usage.
 
 // runSQL is `avtgym sql`: commitment sets and drift classification of
 // SQLite queries (package sqlcommit).
-func runSQL(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func runSQL(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, sqlUsage)
 		return 2
 	}
 	switch args[0] {
 	case "commitments":
-		return runSQLCommitments(args[1:], stdout, stderr)
+		return runSQLCommitments(ctx, args[1:], stdout, stderr)
 	case "drift":
-		return runSQLDrift(args[1:], stdout, stderr)
+		return runSQLDrift(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		// Both subcommands' flags, in flag's format.
 		fs := flag.NewFlagSet("sql", flag.ContinueOnError)
@@ -55,7 +56,7 @@ func runSQL(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func runSQLCommitments(args []string, stdout, stderr io.Writer) int {
+func runSQLCommitments(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sql commitments", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := fs.String("db", "", "the SQLite database `FILE` whose schema resolves names (required)")
@@ -83,7 +84,7 @@ func runSQLCommitments(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sql commitments:", err)
 		return 1
 	}
-	schema, err := sqlcommit.LoadSchema(*db)
+	schema, err := engines.CommitSchema(ctx, *db)
 	if err != nil {
 		fmt.Fprintln(stderr, "sql commitments:", err)
 		return 1
@@ -128,7 +129,7 @@ func runSQLCommitments(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runSQLDrift(args []string, stdout, stderr io.Writer) int {
+func runSQLDrift(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sql drift", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	db := fs.String("db", "", "the SQLite database `FILE` whose schema resolves names (required)")
@@ -171,7 +172,7 @@ func runSQLDrift(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sql drift:", err)
 		return 1
 	}
-	schema, err := sqlcommit.LoadSchema(*db)
+	schema, err := engines.CommitSchema(ctx, *db)
 	if err != nil {
 		fmt.Fprintln(stderr, "sql drift:", err)
 		return 1

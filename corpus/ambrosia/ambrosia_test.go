@@ -12,6 +12,7 @@ import (
 
 	"avtgym/audit"
 	"avtgym/corpus"
+	"avtgym/engines"
 )
 
 // dataDir is the AMBROSIA folder of ../shared/data, seen from this package.
@@ -276,7 +277,7 @@ func TestImportValidation(t *testing.T) {
 		t.Errorf("splits %+v", sum.Splits)
 	}
 
-	c, err := corpus.LoadDir(ctx, out, corpus.Options{})
+	c, err := corpus.LoadDir(ctx, out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatalf("LoadDir: %v", err)
 	}
@@ -340,7 +341,7 @@ func TestImportValidation(t *testing.T) {
 	if _, err := Import(ctx, dir, out, Options{Force: true}); err != nil {
 		t.Errorf("import with Force: %v", err)
 	}
-	if _, err := corpus.LoadDir(ctx, out, corpus.Options{}); err != nil {
+	if _, err := corpus.LoadDir(ctx, out, corpus.Options{Engines: engines.Opener{}}); err != nil {
 		t.Errorf("LoadDir after a forced import: %v", err)
 	}
 }
@@ -412,7 +413,7 @@ func TestImportHostile(t *testing.T) {
 			t.Errorf("rejection %d: got %+v, want %s for its missing database %s", k, r, ids[k+1], dbFiles[k+1])
 		}
 	}
-	if _, err := corpus.LoadDir(ctx, out, corpus.Options{}); err != nil {
+	if _, err := corpus.LoadDir(ctx, out, corpus.Options{Engines: engines.Opener{}}); err != nil {
 		t.Errorf("LoadDir: %v", err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/filetree"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
@@ -137,7 +138,7 @@ func TestImportConfinedDBFile(t *testing.T) {
 	if strings.Join(names, ",") != "in,out,outside" {
 		t.Errorf("parent holds %v, want in, out, outside", names)
 	}
-	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/corpus/corpuswrite"
+	"avtgym/engines"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
@@ -446,7 +447,7 @@ func write(ctx context.Context, in, out string, force bool, records []corpus.Rec
 		return fmt.Errorf("ambrosia: %w", err)
 	}
 
-	c, err := w.Validate(ctx, corpus.Options{})
+	c, err := w.Validate(ctx, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		return fmt.Errorf("ambrosia: the imported corpus does not validate: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"avtgym/audit"
 	"avtgym/corpus"
 	"avtgym/driver"
+	"avtgym/engines"
 	"avtgym/env"
 	"avtgym/oracle"
 	"avtgym/policy"
@@ -138,7 +139,7 @@ func TestImportSynthetic(t *testing.T) {
 		t.Errorf("the summary does not say that no usable question was rejected:\n%s", b.String())
 	}
 
-	c, err := corpus.LoadDir(ctx, out, corpus.Options{})
+	c, err := corpus.LoadDir(ctx, out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestImportSplits(t *testing.T) {
 	if len(sum.Splits) != 2 || sum.Splits[0] != want[0] || sum.Splits[1] != want[1] || sum.Imported != 12 || sum.Records != 28 {
 		t.Errorf("all splits: %+v, imported %d, records %d; want %+v, 12, 28", sum.Splits, sum.Imported, sum.Records, want)
 	}
-	c, err := corpus.LoadDir(ctx, out, corpus.Options{})
+	c, err := corpus.LoadDir(ctx, out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

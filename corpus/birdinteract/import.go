@@ -29,6 +29,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/corpus/corpuswrite"
+	"avtgym/engines"
 	"avtgym/sqlexec"
 )
 
@@ -925,7 +926,7 @@ func (im *importer) write(ctx context.Context, p *plan) (*Summary, error) {
 	tmp := w.Dir()
 	// PostgreSQL databases load into template databases named by corpus,
 	// database and content, so serving the moved corpus reuses them.
-	c, err := w.Validate(ctx, corpus.Options{PostgresURL: im.opt.Postgres, PyRunner: im.opt.PyRunner})
+	c, err := w.Validate(ctx, corpus.Options{Engines: engines.Opener{PostgresURL: im.opt.Postgres}, PyRunner: im.opt.PyRunner})
 	if err != nil {
 		var ve *corpus.ValidationError
 		if errors.As(err, &ve) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -197,7 +198,7 @@ func TestSharedSample(t *testing.T) {
 	if len(m.Records) != 1 || m.Records[0] != RecordsFile {
 		t.Errorf("manifest records = %v (unserved.jsonl must not be listed)", m.Records)
 	}
-	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}

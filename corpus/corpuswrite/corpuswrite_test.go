@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/internal/filetree"
 	"avtgym/sqlexec/sqlite"
 )
@@ -176,7 +177,7 @@ func TestWriterCommit(t *testing.T) {
 		if err := w.WriteFile("records.jsonl", []byte(records)); err != nil {
 			return err
 		}
-		c, err := w.Validate(context.Background(), corpus.Options{})
+		c, err := w.Validate(context.Background(), corpus.Options{Engines: engines.Opener{}})
 		if err != nil {
 			return err
 		}
@@ -186,7 +187,7 @@ func TestWriterCommit(t *testing.T) {
 	if err := write(false); err != nil {
 		t.Fatal(err)
 	}
-	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestWriterValidationFails(t *testing.T) {
 	w.CopyFromInput("src/db.sqlite", "db.sqlite")
 	w.WriteFile(corpus.ManifestFile, []byte(manifest))
 	w.WriteFile("records.jsonl", []byte(strings.Replace(records, "FROM t", "FROM nope", 1)))
-	_, err = w.Validate(context.Background(), corpus.Options{})
+	_, err = w.Validate(context.Background(), corpus.Options{Engines: engines.Opener{}})
 	var ve *corpus.ValidationError
 	if !errors.As(err, &ve) || !strings.Contains(err.Error(), "no such table: nope") {
 		t.Fatalf("Validate: %v, want a validation error", err)

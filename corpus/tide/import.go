@@ -26,6 +26,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/corpus/corpuswrite"
+	"avtgym/engines"
 	"avtgym/sqlexec"
 	"avtgym/sqlexec/sqlite"
 )
@@ -358,7 +359,7 @@ func (im *importer) write(ctx context.Context, sum *Summary, samples []*sample, 
 	if err := w.WriteFile(RecordsFile, buf.Bytes()); err != nil {
 		return fmt.Errorf("tide: %w", err)
 	}
-	lopt := corpus.Options{Limits: im.opt.Limits}
+	lopt := corpus.Options{Engines: engines.Opener{}, Limits: im.opt.Limits}
 	if im.opt.Progress != nil {
 		lopt.Progress = func(done, total int) { im.opt.Progress("records", done, total) }
 	}

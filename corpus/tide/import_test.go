@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"avtgym/corpus"
+	"avtgym/engines"
 	"avtgym/sqlexec/sqlite"
 )
 
@@ -205,7 +206,7 @@ func TestTideImportSynthetic(t *testing.T) {
 		t.Errorf("joint target_sqls meta %s: %v", j.Source.Meta["target_sqls"], err)
 	}
 
-	co, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	co, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestTideImportShared(t *testing.T) {
 	if err != nil || len(ents) != 4 {
 		t.Errorf("%d databases copied (%v), want 4", len(ents), err)
 	}
-	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{})
+	c, err := corpus.LoadDir(context.Background(), out, corpus.Options{Engines: engines.Opener{}})
 	if err != nil {
 		t.Fatal(err)
 	}
