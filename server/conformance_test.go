@@ -1,8 +1,12 @@
 package server_test
 
-// The conformance suite: reset/step invariants, budgets, phase order,
-// tokens (tamper, foreign, fork, retry), privileged-field hygiene and batch
-// error isolation, all against a complete server over a real TCP socket.
+// TestConformance runs the conformance suite (package internal/conformance)
+// over gRPC: a complete server on a real TCP socket, serving the embedded
+// demo corpus, played through driver.Env for every protocol (subtests
+// PROTOCOL/grpc); env's TestConformance runs the same suite in process.
+// The other tests of this file are the server's own end-to-end checks on
+// the tiny corpus (exact budgets, rewards and listings, batches, replicas
+// sharing a key), and the helpers the package's tests share.
 
 import (
 	"bytes"
@@ -20,10 +24,24 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"avtgym/app"
+	"avtgym/driver"
+	"avtgym/internal/conformance"
 	"avtgym/internal/testutil"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/sqlexec"
 )
+
+func TestConformance(t *testing.T) {
+	s := testutil.StartServer(t, app.Config{}) // no corpus: the embedded demo
+	foreign := testutil.StartServer(t, app.Config{})
+	conformance.Run(t, conformance.Target{
+		Name:    "grpc",
+		Env:     driver.Remote(s.Client.Env),
+		Foreign: driver.Remote(foreign.Client.Env), // another random key
+		Limits:  s.App.Env,
+		ErrorOf: conformance.GRPCError,
+	})
+}
 
 func startTiny(t *testing.T, edit ...func(cfg *app.Config)) (*testutil.Server, pb.EnvServiceClient) {
 	t.Helper()
@@ -200,35 +218,6 @@ func equalMaps(a, b map[string]float64) bool {
 		}
 	}
 	return true
-}
-
-func TestBudgetExhaustion(t *testing.T) {
-	_, c := startTiny(t)
-	ep := reset(t, c, &pb.ResetRequest{TaskId: "big"})
-	tok := ep.Token
-	for i := range 4 {
-		r := step(t, c, tok, ask("Please elaborate."), false)
-		if r.Done {
-			t.Fatalf("done after %d asks within the budget of 4", i+1)
-		}
-		tok = r.Token
-	}
-	r := step(t, c, tok, ask(fullQ("big sales")), true)
-	if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED {
-		t.Fatalf("over-budget ask: done %v status %s", r.Done, r.Status)
-	}
-	// Not answered: no oracle turn, no credit, and it does not count in n.
-	for _, turn := range r.Observation.Turns {
-		if turn.Role == pb.Role_ROLE_ORACLE {
-			t.Errorf("the over-budget question was answered: %v", turn)
-		}
-	}
-	if len(r.Privileged.GetCredits()) != 0 || r.Observation.QuestionsAsked != 4 {
-		t.Errorf("credits %v asked %d", r.Privileged.GetCredits(), r.Observation.QuestionsAsked)
-	}
-	if r.Reward.Value != 0 || r.Reward.Components["precision"] != 0 || r.Reward.Components["recall"] != 0 {
-		t.Errorf("reward = %v, want 0 with precision 0 recall 0", r.Reward)
-	}
 }
 
 func TestZeroAmbiguityControl(t *testing.T) {
