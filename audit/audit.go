@@ -6,10 +6,11 @@
 // probes of PROTOCOL.md §5 their required recall and precision; no public
 // field of a record contains its reference SQL or any resolution text of
 // the corpus, nor a paraphrase of a resolution on its database
-// (paraphrase.go); TIDE records' chain alternatives and drift turns change
-// the result as they claim (tide.go); and, given the
-// models' context lengths, every record's base prompts fit them. It is
-// what `avtgym corpus check` runs; see docs/corpus-check.md.
+// (paraphrase.go); every follow-up's reference passes its own verifier on
+// the state the record's phase-1 reference leaves; TIDE records' chain
+// alternatives and drift turns change the result as they claim (tide.go);
+// and, given the models' context lengths, every record's base prompts fit
+// them. It is what `avtgym corpus check` runs; see docs/corpus-check.md.
 package audit
 
 import (

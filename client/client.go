@@ -1,9 +1,11 @@
 // Package client is the Go client of an avtgym server: a connection whose
-// calls are retried when the server says a retry may succeed (safe,
-// because resets and steps are idempotent on the episode token), with TLS
-// and a bearer token when the server asks for them. Episodes are played
-// through package driver (driver.Remote(c.Env)); the Python client lives
-// in client/python.
+// calls are retried when the server says a retry may succeed (safe, because
+// resets and steps are idempotent on the episode token), with TLS and a
+// bearer token when the server asks for them (set in Options or read from
+// the AVTGYM_TLS* and AVTGYM_TOKEN* variables), balancing calls round-robin
+// over a DNS name's addresses or a list of targets. Episodes are played
+// through package driver (driver.Remote(c.Env)); the Python client lives in
+// client/python.
 package client
 
 import (

@@ -1,13 +1,15 @@
 // Package driver is the one episode loop of avtgym's client side: an
 // Episode started on an environment, stepped with Ask, Stop, SubmitSQL,
-// Unparsed and BIRD_A's tools (Execute, GetSchema, …; alone or many at
-// once with StepAll), and summed up as a Record. It follows the episode's
+// Unparsed and BIRD_A's tools (Execute, GetSchema, …; alone or many at once
+// with StepAll), and summed up as a Record. It follows the episode's
 // protocol (PROTOCOL.md §11): AMBITAB's ask-then-solve, BIRD_C's two
-// sub-tasks with their turn budget, or BIRD_A's with its coins. The
-// environment is a small interface that both the gRPC client (Remote) and
-// the in-process env.Env satisfy, so that every policy, probe, audit and
-// benchmark plays through this code, over the wire or in process, and
-// none writes its own loop.
+// sub-tasks with their turn budget, BIRD_A's with its coins, or TIDE_F's
+// and TIDE_P's agent turns, where the drift turn follows the first SQL and
+// the Record keeps each question's chain routing, the SQL submitted and the
+// sample's TIDE labels. The environment is a small interface that both the
+// gRPC client (Remote) and the in-process env.Env satisfy, so that every
+// policy, probe, audit and benchmark plays through this code, over the wire
+// or in process, and none writes its own loop.
 package driver
 
 import (

@@ -2,8 +2,12 @@
 // client, aggregates success, asking precision, recall and F1 with the
 // eligibility rules of PROTOCOL.md §6, computes the leakage diagnostics
 // with AVT-cluster bootstrap intervals (§7), and writes JSON, Markdown and
-// HTML reports. Runs are resumable: finished episodes are appended to a
-// results file and skipped when the same command runs again.
+// HTML reports. Under BIRD-Interact's protocols it reports phase-1 and
+// phase-2 success and the normalised reward (birdc.go), under TIDE's the
+// metrics of TIDE-Bench (tide.go); a training run's GRPO groups add the
+// fraction of groups with differing rewards (groups.go). Runs are
+// resumable: finished episodes are appended to a results file and skipped
+// when the same command runs again.
 package eval
 
 import "avtgym/driver"

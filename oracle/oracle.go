@@ -36,6 +36,12 @@
 // a question that reproduces the request credits nothing, any other at
 // most one ambiguity.
 //
+// On a record with chain ambiguities (TIDE's L1 → L2, PROTOCOL.md §9)
+// Oracle.Ask applies the chain rule to any matcher's verdict (ChainMatch):
+// an ambiguity that depends on another is credited only once an earlier
+// question was credited with that one; Routing names the layer a question
+// routes to.
+//
 // The deliberately leaky test oracles, fixtures for the leakage diagnostics
 // only (served under `serve --test-oracles`), live in package oracletest.
 package oracle

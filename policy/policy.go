@@ -1,8 +1,12 @@
 // Package policy holds asking policies that run as clients of an avtgym
-// environment: the scripted baselines and probes of PROTOCOL.md §5, a
-// replay of a fixed list of questions, and the LLM asker. Each is a
-// Player: it plays an episode that the driver started, through the
-// driver's one episode loop; Rollout plays one policy over a corpus.
+// environment: the scripted baselines and probes of PROTOCOL.md §5 and the
+// seeded Partial asker, a replay of a fixed list of questions, and the LLM
+// asker; BIRD-Interact's baselines (full, wrong-reading, explorer) and its
+// LLM agent for both modes; TIDE's scripted baselines (an asker, none or
+// chain, with a drift-aware or drift-blind solver) and TIDE-Bench's LLM
+// agent. Each is a Player: it plays an episode that the driver started,
+// through the driver's one episode loop; Rollout plays one policy over a
+// corpus.
 package policy
 
 import (

@@ -1,10 +1,10 @@
-// Package server adapts the episode environment to gRPC: the EnvService,
-// the one place where domain errors become gRPC statuses, batch fan-out,
-// the standard health and reflection services, request logging and
-// Prometheus metrics, and graceful shutdown. It is also the front door:
-// TLS, authentication of principals and their roles, admission control,
-// connection management, draining, the access log, tracing and the
-// episode log.
+// Package server adapts the episode environment to gRPC: the EnvService
+// and the OracleService, the one place where domain errors become gRPC
+// statuses, batch fan-out, the standard health and reflection services,
+// request logging and Prometheus metrics, and graceful shutdown. It is
+// also the front door: TLS, authentication of principals and their roles,
+// admission control, connection management, draining, the access log,
+// tracing and the episode log.
 package server
 
 import (

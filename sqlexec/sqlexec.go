@@ -1,6 +1,9 @@
 // Package sqlexec owns SQL execution for the verifier: the Engine interface that database
-// engines implement, execution limits and typed errors, the result comparator of PROTOCOL §4,
-// the reference-result cache, and the Check that turns a predicted SQL into a verdict.
+// engines implement, execution limits and typed errors, the fast and slow query lanes that
+// schedule every query (lanes.go), the result comparator of PROTOCOL §4 and its rewrites, the
+// reference-result cache, the Check that turns a predicted SQL into a verdict, the contract of
+// stateful verification (Job, Stateful, PyRunner: stateful.go), and the lexical SQL analysis
+// the rest of avtgym shares (the lexer, statement splitting, clause segments).
 package sqlexec
 
 import (

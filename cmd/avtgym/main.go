@@ -2,8 +2,9 @@
 // `rollout` plays scripted policies or the LLM asker against a server,
 // `eval` runs an evaluation with leakage diagnostics and reports, `corpus`
 // validates, audits and imports corpora, `probe` checks a model as the LLM
-// oracle, `bench` measures the server, and `keygen` writes a token key. Each subcommand only parses flags and wires
-// packages together.
+// oracle, `bench` measures the server, `sql` computes TIDE's commitment
+// sets and drift test, and `keygen` writes a key. Each subcommand only
+// parses flags and wires packages together.
 package main
 
 import (

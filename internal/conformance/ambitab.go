@@ -1,6 +1,6 @@
 package conformance
 
-// AMBITAB (PROTOCOL.md §2; README "Episodes"): questions within B = m + C
+// AMBITAB (PROTOCOL.md §2; docs/protocols.md "Episodes"): questions within B = m + C
 // (C = 2 by default; 0 questions on a zero-ambiguity control), stop, then
 // the policy's or a server solver's SQL; question-F1 or outcome reward.
 

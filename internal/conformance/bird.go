@@ -1,6 +1,6 @@
 package conformance
 
-// BIRD_C and BIRD_A (PROTOCOL.md §8, §11; README "Protocols"): two
+// BIRD_C and BIRD_A (PROTOCOL.md §8, §11; docs/protocols.md "Protocols"): two
 // sub-tasks, the follow-up released when sub-task 1's SQL passes; BIRD_C
 // counts turns (m + patience, the last for SQL only, one debug retry per
 // sub-task), BIRD_A charges coins (6 + 2m + patience, a price per action,
@@ -170,7 +170,7 @@ func birdCScripts(tk *task) []script {
 }
 
 // birdAPrices are the documented costs, in thousandths of a coin
-// (PROTOCOL.md §8; README "Protocols"). The suite states them on its own:
+// (PROTOCOL.md §8; docs/protocols.md "Protocols"). The suite states them on its own:
 // it checks the server against the specification, not against a client's
 // copy.
 var birdAPrices = map[string]int64{

@@ -2,7 +2,7 @@
 // environment passes, for every protocol and over every transport: Run
 // plays scripted episodes of AMBITAB, BIRD_C, BIRD_A, TIDE_F and TIDE_P on
 // a Target (the in-process env.Env, or a server over gRPC, both through
-// driver.Env) and checks what README.md ("Episodes", "Protocols"),
+// driver.Env) and checks what docs/protocols.md ("Episodes", "Protocols"),
 // PROTOCOL.md (§2, §8, §9, §11) and docs/limits.md promise:
 //
 //   - reset and step invariants: who produced each turn (the role of every

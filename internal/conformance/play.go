@@ -597,7 +597,7 @@ func sameComponents(got, want map[string]float64) bool {
 }
 
 // roleOf is who produces each turn kind (the TurnKind and Role comments
-// of episode.proto; README "Protocols").
+// of episode.proto; docs/protocols.md "Protocols").
 var roleOf = map[pb.TurnKind]pb.Role{
 	pb.TurnKind_TURN_KIND_REQUEST:     pb.Role_ROLE_ENVIRONMENT,
 	pb.TurnKind_TURN_KIND_QUESTION:    pb.Role_ROLE_POLICY,

@@ -1,7 +1,7 @@
 package conformance
 
 // What the protocols' scripts share: the scripted policies' questions
-// (PROTOCOL.md §5), the policy's faults (README "Episodes",
+// (PROTOCOL.md §5), the policy's faults (docs/protocols.md "Episodes",
 // docs/limits.md), the turns a step may add, and moves every protocol
 // makes.
 
@@ -28,7 +28,7 @@ var genericQuestions = []string{"Could you clarify what you want?", "Please elab
 // wrongSQL runs on every database and answers no task.
 const wrongSQL = "SELECT 'conformance: not the answer' AS probe"
 
-// The policy's faults (README "Episodes", docs/limits.md): questions the
+// The policy's faults (docs/protocols.md "Episodes", docs/limits.md): questions the
 // environment refuses in the oracle's place, and SQL it does not run or
 // that fails.
 var (
@@ -38,7 +38,7 @@ var (
 		{"a question that is not UTF-8", "Could you clarify \xff\xfe what you mean?"},
 		{"an oversized question", strings.Repeat("Could you clarify what you mean? ", env.MaxQuestionBytes/32+1)},
 	}
-	// unrunSQL are texts the environment does not run (README: "Your SQL
+	// unrunSQL are texts the environment does not run (docs/protocols.md: "Your SQL
 	// was not run: it …").
 	unrunSQL = []struct{ name, sql string }{
 		{"empty SQL", ""},

@@ -1,6 +1,6 @@
 package conformance
 
-// TIDE_F and TIDE_P (PROTOCOL.md §9, §11; README "Protocols"): 20 agent
+// TIDE_F and TIDE_P (PROTOCOL.md §9, §11; docs/protocols.md "Protocols"): 20 agent
 // turns (each question, SQL or unparsed output), no result shown, the drift
 // turn after the first SQL, abstention on a stop or a second unparsed
 // output in a row, the chain rule (L2 credited only after L1), TIDE_P's

@@ -163,7 +163,7 @@ func TestHostileQueries(t *testing.T) {
 				t.Fatalf("got %v (kind %v), want kind %v", err, k, want)
 			}
 			t.Logf("%v", err)
-			// Deadline enforcement: a bound of 10x the limit (README, Tests and time).
+			// Deadline enforcement: a bound of 10x the limit (CONTRIBUTING.md, Tests and time).
 			if elapsed > 10*lim.Timeout {
 				t.Errorf("the query ran %v, past 10x its limit of %v", elapsed, lim.Timeout)
 			}
