@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"maps"
 
 	pb "avtgym/proto/avtgym/v1"
@@ -10,8 +11,9 @@ import (
 // BIRD_A (BIRD-Interact's a-Interact, PROTOCOL.md §8): the policy asks,
 // explores the database with tools and submits, paying coins from a
 // budget of 6 + 2·m + patience, charged by the server before each action.
-// The driver mirrors the price list (CoinCostMilli) so that a policy can
-// plan; the server's budget (Allowance) is what counts.
+// The driver reads the price list the environment publishes
+// (EnvService.ListProtocols) at reset, so that a policy can plan with
+// Episode.CostMilli; the server's budget (Allowance) is what counts.
 
 // The action names ActionName gives, as records and reports spell them.
 const (
@@ -39,18 +41,41 @@ var ActionNames = []string{
 // ToolNames lists BIRD_A's tools, in the order of the Action oneof.
 var ToolNames = ActionNames[4:]
 
-// coinCosts is BIRD_A's price list in thousandths of a coin (the server's
-// rule, mirrored for planning).
-var coinCosts = map[string]int64{
-	ActAsk: 2000, ActSubmitSQL: 3000, ActUnparsed: 200, ActStop: 0,
-	ActExecute: 1000, ActGetSchema: 1000, ActGetAllColumnMeanings: 1000, ActGetColumnMeaning: 500,
-	ActGetAllExternalKnowledgeNames: 500, ActGetKnowledgeDefinition: 500, ActGetAllKnowledgeDefinitions: 1000,
+// CostMilli is what an action of the named type costs in this episode, in
+// thousandths of a coin, as the environment published it (ListProtocols;
+// under BIRD_A ask 2000, submit_sql 3000, execute 1000, …, unparsed 200,
+// stop 0). It is 0 when the budget is not in coins or the name unknown.
+func (e *Episode) CostMilli(name string) int64 { return e.prices[name] }
+
+// RulesSource is an environment that publishes its protocols' rules
+// (EnvService.ListProtocols): Remote and env.Env are.
+type RulesSource interface {
+	ListProtocols(ctx context.Context, req *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error)
 }
 
-// CoinCostMilli is what an action of the named type costs under BIRD_A, in
-// thousandths of a coin (ask 2000, submit_sql 3000, execute 1000, …,
-// unparsed 200; stop 0). An unknown name costs 0.
-func CoinCostMilli(name string) int64 { return coinCosts[name] }
+// pricesOf reads protocol p's price list from env, in thousandths of a
+// coin by action name.
+func pricesOf(ctx context.Context, env Env, p pb.Protocol) (map[string]int64, error) {
+	src, ok := env.(RulesSource)
+	if !ok {
+		return nil, fmt.Errorf("driver: the budget is in coins but the environment (%T) does not publish its prices (ListProtocols)", env)
+	}
+	resp, err := src.ListProtocols(ctx, &pb.ListProtocolsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list protocols: %w", err)
+	}
+	for _, info := range resp.GetProtocols() {
+		if info.GetProtocol() != p {
+			continue
+		}
+		prices := make(map[string]int64, len(info.GetPrices()))
+		for _, ap := range info.GetPrices() {
+			prices[ap.GetAction()] = ap.GetCostMilli()
+		}
+		return prices, nil
+	}
+	return nil, fmt.Errorf("driver: the environment does not list protocol %v (ListProtocols)", p)
+}
 
 // ActionName names an action's type: ask, stop, submit_sql, unparsed,
 // execute, get_schema, get_all_column_meanings, get_column_meaning,
@@ -230,7 +255,7 @@ func (e *Episode) CoinBudget() (total, used float64) {
 // Affords reports whether the coins left pay for an action of the named
 // type (always true when the budget is not in coins).
 func (e *Episode) Affords(name string) bool {
-	return !e.Coins() || CoinCostMilli(name) <= e.CoinsLeftMilli()
+	return !e.Coins() || e.CostMilli(name) <= e.CoinsLeftMilli()
 }
 
 // CoinsSpent is the coins each action type spent so far under BIRD_A, by

@@ -46,6 +46,11 @@ func TestBirdADriver(t *testing.T) {
 			if _, ok := ep.ToolResult(); ok {
 				t.Fatal("a tool result before any step")
 			}
+			for _, n := range driver.ActionNames {
+				if (n == driver.ActStop) != (ep.CostMilli(n) == 0) {
+					t.Errorf("published price of %s: %d milli", n, ep.CostMilli(n))
+				}
+			}
 			left := ep.CoinsLeftMilli()
 			step := func(name string, do func() error, wantOut string) {
 				t.Helper()
@@ -56,8 +61,8 @@ func TestBirdADriver(t *testing.T) {
 				if !ok || (wantOut != "" && !strings.Contains(out, wantOut)) {
 					t.Errorf("%s: output %q (%v), want it to hold %q", name, out, ok, wantOut)
 				}
-				if got := left - ep.CoinsLeftMilli(); got != driver.CoinCostMilli(name) {
-					t.Errorf("%s cost %d milli, want %d", name, got, driver.CoinCostMilli(name))
+				if got := left - ep.CoinsLeftMilli(); got != ep.CostMilli(name) {
+					t.Errorf("%s cost %d milli, want %d", name, got, ep.CostMilli(name))
 				}
 				left = ep.CoinsLeftMilli()
 			}
@@ -121,12 +126,12 @@ func TestBirdAFreeSubmit(t *testing.T) {
 	ctx := context.Background()
 	zero := int32(0)
 	ep := startBirdA(t, env, followUpTasks(t, srv)[0], &zero)
-	for ep.CoinsLeftMilli() >= driver.CoinCostMilli(driver.ActExecute) {
+	for ep.CoinsLeftMilli() >= ep.CostMilli(driver.ActExecute) {
 		if err := ep.Execute(ctx, "SELECT 1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for ep.CoinsLeftMilli() >= driver.CoinCostMilli(driver.ActGetColumnMeaning) {
+	for ep.CoinsLeftMilli() >= ep.CostMilli(driver.ActGetColumnMeaning) {
 		if err := ep.GetColumnMeaning(ctx, "t", "c"); err != nil {
 			t.Fatal(err)
 		}
@@ -179,8 +184,8 @@ func TestActionNames(t *testing.T) {
 		driver.ExecuteAction("s"), driver.GetSchemaAction(), driver.GetAllColumnMeaningsAction(), driver.GetColumnMeaningAction("t", "c"),
 		driver.GetAllExternalKnowledgeNamesAction(), driver.GetKnowledgeDefinitionAction("n"), driver.GetAllKnowledgeDefinitionsAction(),
 	} {
-		if n := driver.ActionName(a); n == "" || (n != driver.ActStop && driver.CoinCostMilli(n) == 0) {
-			t.Errorf("%v: name %q cost %d", a, n, driver.CoinCostMilli(n))
+		if n := driver.ActionName(a); n == "" {
+			t.Errorf("%v: no name", a)
 		}
 	}
 	if len(driver.ToolNames) != 7 || driver.ToolNames[0] != driver.ActExecute {
@@ -210,4 +215,24 @@ func sameMap(a, b map[string]float64) bool {
 		}
 	}
 	return true
+}
+
+// pricelessEnv hides the server's ListProtocols: a BIRD_A reset through it
+// must fail, since the driver keeps no copy of the prices to fall back on.
+type pricelessEnv struct{ driver.Env }
+
+func TestBirdANeedsPublishedPrices(t *testing.T) {
+	srv := testutil.StartServer(t, app.Config{})
+	seed := uint64(1)
+	req := &pb.ResetRequest{Corpus: "demo", TaskId: followUpTasks(t, srv)[0], Seed: &seed,
+		Options: &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_A}}
+	_, err := driver.Start(context.Background(), pricelessEnv{driver.Remote(srv.Client.Env)}, req)
+	if err == nil || !strings.Contains(err.Error(), "ListProtocols") {
+		t.Fatalf("BIRD_A without published prices: %v", err)
+	}
+	// Other protocols need no prices.
+	req.Options.Protocol = pb.Protocol_PROTOCOL_BIRD_C
+	if _, err := driver.Start(context.Background(), pricelessEnv{driver.Remote(srv.Client.Env)}, req); err != nil {
+		t.Fatalf("BIRD_C: %v", err)
+	}
 }

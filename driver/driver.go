@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -37,20 +38,43 @@ type BatchEnv interface {
 	StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.StepBatchResponse, error)
 }
 
-// Remote adapts a gRPC EnvService client.
-func Remote(c pb.EnvServiceClient) BatchEnv { return remote{c} }
+// Remote adapts a gRPC EnvService client. It is also a RulesSource: it
+// asks the server for its protocols' rules once and keeps the answer (the
+// server's rules are fixed while it runs), so BIRD_A resets cost no
+// extra call after the first.
+func Remote(c pb.EnvServiceClient) BatchEnv { return &remote{c: c} }
 
-type remote struct{ c pb.EnvServiceClient }
+type remote struct {
+	c pb.EnvServiceClient
 
-func (r remote) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
+	mu    sync.Mutex
+	rules *pb.ListProtocolsResponse // nil until a call succeeded
+}
+
+// ListProtocols implements RulesSource, from the first successful answer
+// on (a failed call is retried by the next).
+func (r *remote) ListProtocols(ctx context.Context, req *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rules == nil {
+		resp, err := r.c.ListProtocols(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		r.rules = resp
+	}
+	return r.rules, nil
+}
+
+func (r *remote) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
 	return r.c.Reset(ctx, req)
 }
 
-func (r remote) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
+func (r *remote) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, error) {
 	return r.c.Step(ctx, req)
 }
 
-func (r remote) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.StepBatchResponse, error) {
+func (r *remote) StepBatch(ctx context.Context, req *pb.StepBatchRequest) (*pb.StepBatchResponse, error) {
 	return r.c.StepBatch(ctx, req, grpc.WaitForReady(false))
 }
 
@@ -91,6 +115,9 @@ type Episode struct {
 	// each were taken, by ActionName.
 	coinsSpent map[string]int64
 	actions    map[string]int
+	// BIRD_A: the published price of each action type, in thousandths of
+	// a coin (shared by a group; never written after reset).
+	prices map[string]int64
 
 	// TIDE: the chain routing of each question the policy asked (from
 	// the privileged channel: "L1", "L2", "other"), the SQL the policy
@@ -132,6 +159,16 @@ func Group(ctx context.Context, env Env, req *pb.ResetRequest, n int) ([]*Episod
 	eps := make([]*Episode, n)
 	for i, e := range resp.GetEpisodes() {
 		eps[i] = newEpisode(env, e, req)
+	}
+	if eps[0].Coins() {
+		// One price list for the group: they play one protocol.
+		prices, err := pricesOf(ctx, env, eps[0].protocol)
+		if err != nil {
+			return nil, err
+		}
+		for _, ep := range eps {
+			ep.prices = prices
+		}
 	}
 	return eps, nil
 }

@@ -39,6 +39,15 @@ const (
 	unparsedNoSQL = "No SQL could be read from your output: the solution fails."
 )
 
+func (ambiTab) describe() *pb.ProtocolInfo {
+	return &pb.ProtocolInfo{
+		Protocol: pb.Protocol_PROTOCOL_AMBITAB, Actions: actionList(askerActions),
+		Budget:          "m + C questions (m: the task's counted ambiguities; C: extra_questions); 0 for a zero-ambiguity control",
+		DefaultPatience: DefaultExtraQuestions, MaxPatience: MaxExtraQuestions,
+		Draws: "every task",
+	}
+}
+
 // draws: AMBITAB plays every task.
 func (ambiTab) draws(*corpus.Task) bool { return true }
 

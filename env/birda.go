@@ -38,6 +38,8 @@ const (
 	DefaultCoinPatience = 6
 	// birdABaseCoins is BIRD-Interact's base budget (6 coins).
 	birdABaseCoins = 6
+	// birdACoinsPerAmbiguity is what each counted ambiguity adds (2 coins).
+	birdACoinsPerAmbiguity = 2
 	// MaxToolResultBytes bounds one tool output.
 	MaxToolResultBytes = 64 << 10
 	// executeShownRows is how many rows an execute result shows.
@@ -55,7 +57,7 @@ const (
 	cheapestBirdA = 200
 	// maxActionLog bounds the action log: the largest budget (6 + 2·64 +
 	// 32 coins) over the cheapest paid action.
-	maxActionLog = (birdABaseCoins + 2*corpus.MaxAmbiguities + MaxPatience) * 1000 / cheapestBirdA
+	maxActionLog = (birdABaseCoins + birdACoinsPerAmbiguity*corpus.MaxAmbiguities + MaxPatience) * 1000 / cheapestBirdA
 )
 
 // birdAPrices is BIRD_A's price list, in thousandths of a coin, by action
@@ -73,6 +75,22 @@ var birdAPrices = [numActionKinds]int64{
 	actionGetAllExternalKnowledgeNames: 500,
 	actionGetKnowledgeDefinition:       500,
 	actionGetAllKnowledgeDefinitions:   1000,
+}
+
+func (b birdA) describe() *pb.ProtocolInfo {
+	var kinds []actionKind
+	var prices []*pb.ActionPrice
+	for k := actionAsk; k < numActionKinds; k++ {
+		kinds = append(kinds, k)
+		prices = append(prices, &pb.ActionPrice{Action: actionNames[k], CostMilli: birdAPrices[k]})
+	}
+	return &pb.ProtocolInfo{
+		Protocol: pb.Protocol_PROTOCOL_BIRD_A, Actions: actionList(kinds), Prices: prices,
+		Budget:          "6 + 2·m + patience coins (m: the task's counted ambiguities), each action paid before it runs",
+		DefaultPatience: DefaultCoinPatience, MaxPatience: MaxPatience,
+		BaseCoinsMilli: birdABaseCoins * 1000, CoinsPerAmbiguityMilli: birdACoinsPerAmbiguity * 1000,
+		Draws: "tasks with a follow-up",
+	}
 }
 
 // BirdAPrice is what one action costs under PROTOCOL_BIRD_A.
@@ -108,7 +126,7 @@ func (r birdA) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.Episode
 	if err != nil {
 		return err
 	}
-	bs.CoinsTotalMilli = int64(birdABaseCoins+2*len(t.Counted())+int(p)) * 1000
+	bs.CoinsTotalMilli = int64(birdABaseCoins+birdACoinsPerAmbiguity*len(t.Counted())+int(p)) * 1000
 	// The questions the coins could buy, for the question counters.
 	st.Budget = int32(bs.CoinsTotalMilli / birdAPrices[actionAsk])
 	settle(st, sqlRequiredA(bs))

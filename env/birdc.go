@@ -158,6 +158,16 @@ func (r birdC) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, s
 }
 
 // observe: BIRD_C's budget is its turns.
+
+func (b birdC) describe() *pb.ProtocolInfo {
+	return &pb.ProtocolInfo{
+		Protocol: pb.Protocol_PROTOCOL_BIRD_C, Actions: actionList(askerActions),
+		Budget:          "m + patience turns (m: the task's counted ambiguities), the last for SQL only; one debug retry per sub-task",
+		DefaultPatience: DefaultPatience, MaxPatience: MaxPatience,
+		Draws: "tasks with a follow-up",
+	}
+}
+
 func (birdC) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
 	bs := st.GetBird()
 	o.Subtask = max(1, bs.GetSubtask())

@@ -29,11 +29,12 @@ var (
 func TestConformance(t *testing.T) {
 	e := demoConformanceEnv(t)
 	conformance.Run(t, conformance.Target{
-		Name:    "inprocess",
-		Env:     e,
-		Foreign: demoConformanceEnv(t), // another key
-		Limits:  e,
-		ErrorOf: inProcessError,
+		Name:      "inprocess",
+		Env:       e,
+		Foreign:   demoConformanceEnv(t), // another key
+		Limits:    e,
+		ErrorOf:   inProcessError,
+		Protocols: e.ListProtocols,
 	})
 }
 

@@ -53,6 +53,9 @@ type rules interface {
 	// stateBound bounds the encoded size of the protocol's state message,
 	// as its field of EpisodeState (limits.go).
 	stateBound() int
+	// describe is what the protocol publishes of its rules
+	// (Env.ListProtocols): its accepted actions, budget and prices.
+	describe() *pb.ProtocolInfo
 }
 
 // The rules values.
@@ -102,4 +105,27 @@ func protocolOf(o *pb.EpisodeOptions) pb.Protocol {
 		return p
 	}
 	return pb.Protocol_PROTOCOL_AMBITAB
+}
+
+// askerActions are the actions of the protocols without tools.
+var askerActions = []actionKind{actionAsk, actionStop, actionSubmitSQL, actionUnparsed}
+
+// actionList names kinds by their Action oneof field names.
+func actionList(kinds []actionKind) []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = actionNames[k]
+	}
+	return out
+}
+
+// ListProtocols describes the served protocols, in Protocol order: what
+// each rules value publishes (describe), so that clients read the rules,
+// BIRD_A's prices among them, from the server (EnvService.ListProtocols).
+func (e *Env) ListProtocols(context.Context, *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error) {
+	out := &pb.ListProtocolsResponse{}
+	for _, p := range protocols {
+		out.Protocols = append(out.Protocols, rulesOf(p).describe())
+	}
+	return out, nil
 }

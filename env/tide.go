@@ -66,6 +66,18 @@ const (
 
 // draws: a reset without a task id draws from TIDE's samples (those TIDE_P
 // serves, under TIDE_P); a task id may name any task the protocol serves.
+
+func (r tide) describe() *pb.ProtocolInfo {
+	budget := "20 agent turns; the drift turn after the first SQL"
+	if r.prefills {
+		budget += "; the chain's first layer pre-filled"
+	}
+	return &pb.ProtocolInfo{
+		Protocol: r.protocol, Actions: actionList(askerActions), Budget: budget,
+		TurnLimit: TideTurns, Draws: "TIDE samples",
+	}
+}
+
 func (r tide) draws(t *corpus.Task) bool { return t.SampleType != "" && r.serves(t) == "" }
 
 func (r tide) noTasks(c *corpus.Corpus, split string) error {

@@ -69,8 +69,8 @@ func (a *LLMAgent) Play(ctx context.Context, ep *driver.Episode) error {
 	// A bound on the decisions, against a server that would never end the
 	// episode: every turn or every 0.2 coins, with room to spare.
 	limit := 16 + 2*ep.TurnsLeft()
-	if ep.Coins() {
-		limit = 16 + int(ep.CoinsLeftMilli()/driver.CoinCostMilli(driver.ActUnparsed))
+	if c := ep.CostMilli(driver.ActUnparsed); ep.Coins() && c > 0 {
+		limit = 16 + int(ep.CoinsLeftMilli()/c)
 	}
 	for step := 0; !ep.Done(); step++ {
 		if step >= limit {

@@ -42,7 +42,7 @@ func (explorer) Play(ctx context.Context, ep *driver.Episode) error {
 		return Scripted(probe.Full).Play(ctx, ep)
 	}
 	qs := probe.Questions(probe.Full, ep.Terms(), ep.Budget())
-	if err := Explore(ctx, ep, 2000*int64(len(qs))+2*driver.CoinCostMilli(driver.ActSubmitSQL)); err != nil {
+	if err := Explore(ctx, ep, 2000*int64(len(qs))+2*ep.CostMilli(driver.ActSubmitSQL)); err != nil {
 		return err
 	}
 	return Solve(ctx, ep, qs, ReferenceSQL)
@@ -96,7 +96,7 @@ func Explore(ctx context.Context, ep *driver.Episode, reserve int64) error {
 		if !ep.Asking() {
 			return nil
 		}
-		if ep.CoinsLeftMilli()-driver.CoinCostMilli(s.name) < reserve {
+		if ep.CoinsLeftMilli()-ep.CostMilli(s.name) < reserve {
 			continue
 		}
 		a := s.act()

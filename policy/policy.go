@@ -149,7 +149,7 @@ func affordsQuestion(ep *driver.Episode) bool {
 	if !ep.Coins() {
 		return true
 	}
-	return ep.CoinsLeftMilli()-driver.CoinCostMilli(driver.ActAsk) >= driver.CoinCostMilli(driver.ActSubmitSQL)
+	return ep.CoinsLeftMilli()-ep.CostMilli(driver.ActAsk) >= ep.CostMilli(driver.ActSubmitSQL)
 }
 
 // PartialName is the name of the Partial asker.

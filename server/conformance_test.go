@@ -40,6 +40,9 @@ func TestConformance(t *testing.T) {
 		Foreign: driver.Remote(foreign.Client.Env), // another random key
 		Limits:  s.App.Env,
 		ErrorOf: conformance.GRPCError,
+		Protocols: func(ctx context.Context, req *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error) {
+			return s.Client.Env.ListProtocols(ctx, req)
+		},
 	})
 }
 

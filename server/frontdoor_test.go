@@ -359,6 +359,9 @@ func TestPolicyNeverReceivesPrivilegedData(t *testing.T) {
 		"avtgym.v1.EnvService.ListOracles": func(ctx context.Context, c *client.Client, _ bool) (proto.Message, error) {
 			return c.Env.ListOracles(ctx, &pb.ListOraclesRequest{})
 		},
+		"avtgym.v1.EnvService.ListProtocols": func(ctx context.Context, c *client.Client, _ bool) (proto.Message, error) {
+			return c.Env.ListProtocols(ctx, &pb.ListProtocolsRequest{})
+		},
 		"avtgym.v1.OracleService.Ask": func(ctx context.Context, c *client.Client, priv bool) (proto.Message, error) {
 			return c.Oracle.Ask(ctx, &pb.AskRequest{Task: &pb.AskRequest_TaskId{TaskId: "big"}, Question: fullQ("big sales"), IncludePrivileged: priv})
 		},

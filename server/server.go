@@ -756,6 +756,11 @@ func (s *Server) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTa
 	return &pb.GetTaskResponse{Task: proto.CloneOf(s.env.View(t))}, nil
 }
 
+// ListProtocols implements EnvService.ListProtocols.
+func (s *Server) ListProtocols(ctx context.Context, req *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error) {
+	return s.env.ListProtocols(ctx, req)
+}
+
 // ListOracles implements EnvService.ListOracles.
 func (s *Server) ListOracles(ctx context.Context, req *pb.ListOraclesRequest) (*pb.ListOraclesResponse, error) {
 	return s.env.ListOracles(ctx, req)

@@ -55,6 +55,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -86,6 +87,9 @@ type Target struct {
 	// reason of its google.rpc.ErrorInfo ("" when it carries none).
 	// GRPCError reads a gRPC client's errors.
 	ErrorOf func(error) (codes.Code, string)
+	// Protocols is the environment's EnvService.ListProtocols: the rules it
+	// publishes, which must be the rules it applies (published.go).
+	Protocols func(context.Context, *pb.ListProtocolsRequest) (*pb.ListProtocolsResponse, error)
 }
 
 // Limits is what the suite reads of the environment behind a target: the
@@ -163,8 +167,8 @@ var protocols = []*protocol{ambitab, birdC, birdA, tideF, tideP}
 // The protocols run in parallel.
 func Run(t *testing.T, tg Target) {
 	t.Helper()
-	if tg.Name == "" || tg.Env == nil || tg.Foreign == nil || tg.Limits == nil || tg.ErrorOf == nil {
-		t.Fatal("conformance: the target needs a name, an environment, a foreign environment, its limits and an error reader")
+	if tg.Name == "" || tg.Env == nil || tg.Foreign == nil || tg.Limits == nil || tg.ErrorOf == nil || tg.Protocols == nil {
+		t.Fatal("conformance: the target needs a name, an environment, a foreign environment, its limits, an error reader and its published rules")
 	}
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
@@ -213,6 +217,7 @@ func runProtocol(t *testing.T, tg *Target, p *protocol) {
 			}
 		})
 	}
+	t.Run("published_rules", func(t *testing.T) { checkPublished(t, tg, p, tasks[0]) })
 	t.Run("fork_and_retry", func(t *testing.T) {
 		for _, tk := range tasks {
 			t.Run(tk.id, func(t *testing.T) { checkForkAndRetry(t, tg, p, tk, st) })

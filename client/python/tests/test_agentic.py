@@ -9,7 +9,7 @@ import pytest
 
 from avtgym import Action, parse_action, policy_turn_text, render_chat
 from avtgym.trainers import BIRD_A_SYSTEM_PROMPT, system_prompt_for
-from avtgym.types import COIN_COSTS, TOOL_KINDS, Turn
+from avtgym.types import ACTION_KINDS, TOOL_KINDS, Turn
 from avtgym.v1 import episode_pb2 as epb
 
 DEFAULT_COIN_PATIENCE = 6
@@ -47,7 +47,6 @@ def test_tool_actions_to_proto():
         get_knowledge_definition=epb.Action.GetKnowledgeDefinition(name="k"))
     assert Action.get_all_knowledge_definitions().to_proto().WhichOneof("kind") == "get_all_knowledge_definitions"
     assert all(Action(k).is_tool for k in TOOL_KINDS) and not Action.ask("q").is_tool
-    assert sum(COIN_COSTS[k] for k in TOOL_KINDS) == 5.5
     with pytest.raises(ValueError):
         Action("frobnicate").to_proto()
 
@@ -143,6 +142,19 @@ def test_openenv_tool_action():
     assert AvtgymAction.ask("q").model_dump(exclude_none=True) == {"kind": "ask", "text": "q", "metadata": {}}
 
 
+def test_list_protocols_publishes_the_rules(client):
+    """The server publishes each protocol's actions and BIRD_A's prices; the client keeps no copy."""
+    infos = {p.protocol: p for p in client.list_protocols()}
+    assert list(infos) == ["ambitab", "bird-c", "bird-a", "tide-f", "tide-p"]
+    bird_a = infos["bird-a"]
+    assert bird_a.actions == ACTION_KINDS and set(bird_a.prices) == set(ACTION_KINDS)
+    assert bird_a.prices["stop"] == 0 and all(bird_a.prices[k] > 0 for k in ACTION_KINDS if k != "stop")
+    assert (bird_a.base_coins, bird_a.coins_per_ambiguity) == (6, 2)
+    for name in ("ambitab", "bird-c", "tide-f", "tide-p"):
+        assert infos[name].prices == {} and not set(infos[name].actions) & set(TOOL_KINDS), name
+    assert infos["tide-f"].turn_limit == 20
+
+
 # --- a BIRD_A episode over real gRPC --------------------------------------------------------------
 
 
@@ -151,13 +163,14 @@ def explore(client, ep, knowledge: str):
     calls = [Action.execute("SELECT 1 AS one"), Action.get_schema(), Action.get_all_column_meanings(),
              Action.get_column_meaning("nosuch", "col"), Action.get_all_external_knowledge_names(),
              Action.get_knowledge_definition(knowledge), Action.get_all_knowledge_definitions()]
+    prices = {p.protocol: p.prices for p in client.list_protocols()}["bird-a"]
     outputs = {}
     for a in calls:
         before = ep.budget.used_milli
         res = client.step(ep, a, privileged=True)
         assert not res.done and [(t.role, t.kind) for t in res.new_turns] == [("policy", "tool_call"), ("environment", "tool_result")]
         assert res.tool_result == res.new_turns[-1].text and res.tool_result
-        assert res.budget.used_milli - before == round(COIN_COSTS[a.kind] * 1000), a.kind
+        assert res.budget.used_milli - before == round(prices[a.kind] * 1000), a.kind
         outputs[a.kind] = res.tool_result
         ep = res.episode
     assert "one" in outputs["execute"] and "CREATE TABLE" in outputs["get_schema"]

@@ -1321,6 +1321,288 @@ func (x *ListOraclesResponse) GetReference() OracleType {
 	return OracleType_ORACLE_TYPE_UNSPECIFIED
 }
 
+// ListProtocolsRequest asks for the served protocols' rules.
+type ListProtocolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProtocolsRequest) Reset() {
+	*x = ListProtocolsRequest{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProtocolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProtocolsRequest) ProtoMessage() {}
+
+func (x *ListProtocolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProtocolsRequest.ProtoReflect.Descriptor instead.
+func (*ListProtocolsRequest) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{21}
+}
+
+// ProtocolInfo is what one protocol publishes of its rules (PROTOCOL.md
+// §11): enough for a client to plan an episode (which actions, what they
+// cost, how long it may run); the server applies the rules, whatever the
+// client believes.
+type ProtocolInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The protocol, as EpisodeOptions.protocol selects it.
+	Protocol Protocol `protobuf:"varint,1,opt,name=protocol,proto3,enum=avtgym.v1.Protocol" json:"protocol,omitempty"`
+	// The actions it accepts, by their field name in the Action oneof
+	// ("ask", "stop", "submit_sql", "unparsed", and BIRD_A's tools
+	// "execute", "get_schema", ...), in the oneof's order. Any other action
+	// is refused with INVALID_ARGUMENT / INVALID_ACTION.
+	Actions []string `protobuf:"bytes,2,rep,name=actions,proto3" json:"actions,omitempty"`
+	// What an action costs, in thousandths of a coin, for a protocol that
+	// charges coins (BIRD_A); empty otherwise. Every accepted action is
+	// listed (a free one at 0).
+	Prices []*ActionPrice `protobuf:"bytes,3,rep,name=prices,proto3" json:"prices,omitempty"`
+	// How the episode's budget is set, for people: "m + C questions",
+	// "m + patience turns", "6 + 2·m + patience coins", "20 agent turns".
+	Budget string `protobuf:"bytes,4,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The default of EpisodeOptions.extra_questions (AMBITAB's C) or of
+	// EpisodeOptions.patience (BIRD_C in turns, BIRD_A in coins) when the
+	// protocol uses one; 0 otherwise.
+	DefaultPatience int32 `protobuf:"varint,5,opt,name=default_patience,json=defaultPatience,proto3" json:"default_patience,omitempty"`
+	// The most EpisodeOptions.patience (or extra_questions) may be; 0 when
+	// the protocol takes none.
+	MaxPatience int32 `protobuf:"varint,6,opt,name=max_patience,json=maxPatience,proto3" json:"max_patience,omitempty"`
+	// The coins every BIRD_A episode starts with before 2 per ambiguity and
+	// its patience, in thousandths of a coin; 0 for other protocols.
+	BaseCoinsMilli int64 `protobuf:"varint,7,opt,name=base_coins_milli,json=baseCoinsMilli,proto3" json:"base_coins_milli,omitempty"`
+	// The coins added per counted ambiguity (BIRD_A), in thousandths of a
+	// coin; 0 for other protocols.
+	CoinsPerAmbiguityMilli int64 `protobuf:"varint,8,opt,name=coins_per_ambiguity_milli,json=coinsPerAmbiguityMilli,proto3" json:"coins_per_ambiguity_milli,omitempty"`
+	// The most agent turns an episode may take, when the protocol fixes it
+	// (TIDE_F and TIDE_P: 20); 0 when its budget decides.
+	TurnLimit int32 `protobuf:"varint,9,opt,name=turn_limit,json=turnLimit,proto3" json:"turn_limit,omitempty"`
+	// Whether it plays only tasks with a follow-up (BIRD_C, BIRD_A) or only
+	// TIDE samples (TIDE_F, TIDE_P): a reset that names no task draws from
+	// those.
+	Draws         string `protobuf:"bytes,10,opt,name=draws,proto3" json:"draws,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtocolInfo) Reset() {
+	*x = ProtocolInfo{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtocolInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtocolInfo) ProtoMessage() {}
+
+func (x *ProtocolInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtocolInfo.ProtoReflect.Descriptor instead.
+func (*ProtocolInfo) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProtocolInfo) GetProtocol() Protocol {
+	if x != nil {
+		return x.Protocol
+	}
+	return Protocol_PROTOCOL_UNSPECIFIED
+}
+
+func (x *ProtocolInfo) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *ProtocolInfo) GetPrices() []*ActionPrice {
+	if x != nil {
+		return x.Prices
+	}
+	return nil
+}
+
+func (x *ProtocolInfo) GetBudget() string {
+	if x != nil {
+		return x.Budget
+	}
+	return ""
+}
+
+func (x *ProtocolInfo) GetDefaultPatience() int32 {
+	if x != nil {
+		return x.DefaultPatience
+	}
+	return 0
+}
+
+func (x *ProtocolInfo) GetMaxPatience() int32 {
+	if x != nil {
+		return x.MaxPatience
+	}
+	return 0
+}
+
+func (x *ProtocolInfo) GetBaseCoinsMilli() int64 {
+	if x != nil {
+		return x.BaseCoinsMilli
+	}
+	return 0
+}
+
+func (x *ProtocolInfo) GetCoinsPerAmbiguityMilli() int64 {
+	if x != nil {
+		return x.CoinsPerAmbiguityMilli
+	}
+	return 0
+}
+
+func (x *ProtocolInfo) GetTurnLimit() int32 {
+	if x != nil {
+		return x.TurnLimit
+	}
+	return 0
+}
+
+func (x *ProtocolInfo) GetDraws() string {
+	if x != nil {
+		return x.Draws
+	}
+	return ""
+}
+
+// ActionPrice is what one action costs.
+type ActionPrice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action's field name in the Action oneof.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// Its price in thousandths of a coin (0: free).
+	CostMilli     int64 `protobuf:"varint,2,opt,name=cost_milli,json=costMilli,proto3" json:"cost_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActionPrice) Reset() {
+	*x = ActionPrice{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActionPrice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActionPrice) ProtoMessage() {}
+
+func (x *ActionPrice) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActionPrice.ProtoReflect.Descriptor instead.
+func (*ActionPrice) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ActionPrice) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ActionPrice) GetCostMilli() int64 {
+	if x != nil {
+		return x.CostMilli
+	}
+	return 0
+}
+
+// ListProtocolsResponse lists the served protocols' rules.
+type ListProtocolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served protocols, in Protocol order.
+	Protocols     []*ProtocolInfo `protobuf:"bytes,1,rep,name=protocols,proto3" json:"protocols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProtocolsResponse) Reset() {
+	*x = ListProtocolsResponse{}
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProtocolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProtocolsResponse) ProtoMessage() {}
+
+func (x *ListProtocolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_v1_env_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProtocolsResponse.ProtoReflect.Descriptor instead.
+func (*ListProtocolsResponse) Descriptor() ([]byte, []int) {
+	return file_avtgym_v1_env_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListProtocolsResponse) GetProtocols() []*ProtocolInfo {
+	if x != nil {
+		return x.Protocols
+	}
+	return nil
+}
+
 var File_avtgym_v1_env_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_env_service_proto_rawDesc = "" +
@@ -1414,7 +1696,27 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\ftest_fixture\x18\x05 \x01(\bR\vtestFixture\"{\n" +
 	"\x13ListOraclesResponse\x12/\n" +
 	"\aoracles\x18\x01 \x03(\v2\x15.avtgym.v1.OracleInfoR\aoracles\x123\n" +
-	"\treference\x18\x02 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\treference2\xe2\x04\n" +
+	"\treference\x18\x02 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\treference\"\x16\n" +
+	"\x14ListProtocolsRequest\"\x89\x03\n" +
+	"\fProtocolInfo\x12/\n" +
+	"\bprotocol\x18\x01 \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x18\n" +
+	"\aactions\x18\x02 \x03(\tR\aactions\x12.\n" +
+	"\x06prices\x18\x03 \x03(\v2\x16.avtgym.v1.ActionPriceR\x06prices\x12\x16\n" +
+	"\x06budget\x18\x04 \x01(\tR\x06budget\x12)\n" +
+	"\x10default_patience\x18\x05 \x01(\x05R\x0fdefaultPatience\x12!\n" +
+	"\fmax_patience\x18\x06 \x01(\x05R\vmaxPatience\x12(\n" +
+	"\x10base_coins_milli\x18\a \x01(\x03R\x0ebaseCoinsMilli\x129\n" +
+	"\x19coins_per_ambiguity_milli\x18\b \x01(\x03R\x16coinsPerAmbiguityMilli\x12\x1d\n" +
+	"\n" +
+	"turn_limit\x18\t \x01(\x05R\tturnLimit\x12\x14\n" +
+	"\x05draws\x18\n" +
+	" \x01(\tR\x05draws\"D\n" +
+	"\vActionPrice\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x1d\n" +
+	"\n" +
+	"cost_milli\x18\x02 \x01(\x03R\tcostMilli\"N\n" +
+	"\x15ListProtocolsResponse\x125\n" +
+	"\tprotocols\x18\x01 \x03(\v2\x17.avtgym.v1.ProtocolInfoR\tprotocols2\xbb\x05\n" +
 	"\n" +
 	"EnvService\x12?\n" +
 	"\x05Reset\x12\x17.avtgym.v1.ResetRequest\x1a\x18.avtgym.v1.ResetResponse\"\x03\x90\x02\x02\x12<\n" +
@@ -1425,7 +1727,8 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\tListTasks\x12\x1b.avtgym.v1.ListTasksRequest\x1a\x1c.avtgym.v1.ListTasksResponse\"\x03\x90\x02\x01\x12E\n" +
 	"\aGetTask\x12\x19.avtgym.v1.GetTaskRequest\x1a\x1a.avtgym.v1.GetTaskResponse\"\x03\x90\x02\x01\x12Q\n" +
 	"\vListCorpora\x12\x1d.avtgym.v1.ListCorporaRequest\x1a\x1e.avtgym.v1.ListCorporaResponse\"\x03\x90\x02\x01\x12Q\n" +
-	"\vListOracles\x12\x1d.avtgym.v1.ListOraclesRequest\x1a\x1e.avtgym.v1.ListOraclesResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"\vListOracles\x12\x1d.avtgym.v1.ListOraclesRequest\x1a\x1e.avtgym.v1.ListOraclesResponse\"\x03\x90\x02\x01\x12W\n" +
+	"\rListProtocols\x12\x1f.avtgym.v1.ListProtocolsRequest\x1a .avtgym.v1.ListProtocolsResponse\"\x03\x90\x02\x01B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_env_service_proto_rawDescOnce sync.Once
@@ -1439,86 +1742,96 @@ func file_avtgym_v1_env_service_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_env_service_proto_rawDescData
 }
 
-var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_avtgym_v1_env_service_proto_goTypes = []any{
-	(*ResetRequest)(nil),        // 0: avtgym.v1.ResetRequest
-	(*Episode)(nil),             // 1: avtgym.v1.Episode
-	(*ResetResponse)(nil),       // 2: avtgym.v1.ResetResponse
-	(*StepRequest)(nil),         // 3: avtgym.v1.StepRequest
-	(*StepResponse)(nil),        // 4: avtgym.v1.StepResponse
-	(*ResetBatchRequest)(nil),   // 5: avtgym.v1.ResetBatchRequest
-	(*ResetBatchResult)(nil),    // 6: avtgym.v1.ResetBatchResult
-	(*ResetBatchResponse)(nil),  // 7: avtgym.v1.ResetBatchResponse
-	(*StepBatchRequest)(nil),    // 8: avtgym.v1.StepBatchRequest
-	(*StepBatchResult)(nil),     // 9: avtgym.v1.StepBatchResult
-	(*StepBatchResponse)(nil),   // 10: avtgym.v1.StepBatchResponse
-	(*ListTasksRequest)(nil),    // 11: avtgym.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),   // 12: avtgym.v1.ListTasksResponse
-	(*GetTaskRequest)(nil),      // 13: avtgym.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),     // 14: avtgym.v1.GetTaskResponse
-	(*ListCorporaRequest)(nil),  // 15: avtgym.v1.ListCorporaRequest
-	(*CorpusInfo)(nil),          // 16: avtgym.v1.CorpusInfo
-	(*ListCorporaResponse)(nil), // 17: avtgym.v1.ListCorporaResponse
-	(*ListOraclesRequest)(nil),  // 18: avtgym.v1.ListOraclesRequest
-	(*OracleInfo)(nil),          // 19: avtgym.v1.OracleInfo
-	(*ListOraclesResponse)(nil), // 20: avtgym.v1.ListOraclesResponse
-	(*EpisodeOptions)(nil),      // 21: avtgym.v1.EpisodeOptions
-	(*Observation)(nil),         // 22: avtgym.v1.Observation
-	(*Privileged)(nil),          // 23: avtgym.v1.Privileged
-	(*Action)(nil),              // 24: avtgym.v1.Action
-	(EpisodeStatus)(0),          // 25: avtgym.v1.EpisodeStatus
-	(*Reward)(nil),              // 26: avtgym.v1.Reward
-	(*status.Status)(nil),       // 27: google.rpc.Status
-	(*TaskSummary)(nil),         // 28: avtgym.v1.TaskSummary
-	(*TaskView)(nil),            // 29: avtgym.v1.TaskView
-	(OracleType)(0),             // 30: avtgym.v1.OracleType
+	(*ResetRequest)(nil),          // 0: avtgym.v1.ResetRequest
+	(*Episode)(nil),               // 1: avtgym.v1.Episode
+	(*ResetResponse)(nil),         // 2: avtgym.v1.ResetResponse
+	(*StepRequest)(nil),           // 3: avtgym.v1.StepRequest
+	(*StepResponse)(nil),          // 4: avtgym.v1.StepResponse
+	(*ResetBatchRequest)(nil),     // 5: avtgym.v1.ResetBatchRequest
+	(*ResetBatchResult)(nil),      // 6: avtgym.v1.ResetBatchResult
+	(*ResetBatchResponse)(nil),    // 7: avtgym.v1.ResetBatchResponse
+	(*StepBatchRequest)(nil),      // 8: avtgym.v1.StepBatchRequest
+	(*StepBatchResult)(nil),       // 9: avtgym.v1.StepBatchResult
+	(*StepBatchResponse)(nil),     // 10: avtgym.v1.StepBatchResponse
+	(*ListTasksRequest)(nil),      // 11: avtgym.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 12: avtgym.v1.ListTasksResponse
+	(*GetTaskRequest)(nil),        // 13: avtgym.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 14: avtgym.v1.GetTaskResponse
+	(*ListCorporaRequest)(nil),    // 15: avtgym.v1.ListCorporaRequest
+	(*CorpusInfo)(nil),            // 16: avtgym.v1.CorpusInfo
+	(*ListCorporaResponse)(nil),   // 17: avtgym.v1.ListCorporaResponse
+	(*ListOraclesRequest)(nil),    // 18: avtgym.v1.ListOraclesRequest
+	(*OracleInfo)(nil),            // 19: avtgym.v1.OracleInfo
+	(*ListOraclesResponse)(nil),   // 20: avtgym.v1.ListOraclesResponse
+	(*ListProtocolsRequest)(nil),  // 21: avtgym.v1.ListProtocolsRequest
+	(*ProtocolInfo)(nil),          // 22: avtgym.v1.ProtocolInfo
+	(*ActionPrice)(nil),           // 23: avtgym.v1.ActionPrice
+	(*ListProtocolsResponse)(nil), // 24: avtgym.v1.ListProtocolsResponse
+	(*EpisodeOptions)(nil),        // 25: avtgym.v1.EpisodeOptions
+	(*Observation)(nil),           // 26: avtgym.v1.Observation
+	(*Privileged)(nil),            // 27: avtgym.v1.Privileged
+	(*Action)(nil),                // 28: avtgym.v1.Action
+	(EpisodeStatus)(0),            // 29: avtgym.v1.EpisodeStatus
+	(*Reward)(nil),                // 30: avtgym.v1.Reward
+	(*status.Status)(nil),         // 31: google.rpc.Status
+	(*TaskSummary)(nil),           // 32: avtgym.v1.TaskSummary
+	(*TaskView)(nil),              // 33: avtgym.v1.TaskView
+	(OracleType)(0),               // 34: avtgym.v1.OracleType
+	(Protocol)(0),                 // 35: avtgym.v1.Protocol
 }
 var file_avtgym_v1_env_service_proto_depIdxs = []int32{
-	21, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
-	22, // 1: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
-	23, // 2: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
+	25, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
+	26, // 1: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
+	27, // 2: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
 	1,  // 3: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
-	24, // 4: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
-	22, // 5: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
-	25, // 6: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
-	26, // 7: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
-	23, // 8: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
+	28, // 4: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
+	26, // 5: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
+	29, // 6: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
+	30, // 7: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
+	27, // 8: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
 	0,  // 9: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
-	27, // 10: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
+	31, // 10: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
 	2,  // 11: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
 	6,  // 12: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
 	3,  // 13: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
-	27, // 14: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
+	31, // 14: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
 	4,  // 15: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
 	9,  // 16: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
-	28, // 17: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
-	29, // 18: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
+	32, // 17: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
+	33, // 18: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
 	16, // 19: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
-	30, // 20: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
-	30, // 21: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
+	34, // 20: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
+	34, // 21: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
 	19, // 22: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
-	30, // 23: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
-	0,  // 24: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
-	3,  // 25: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
-	5,  // 26: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
-	8,  // 27: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
-	11, // 28: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
-	13, // 29: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
-	15, // 30: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
-	18, // 31: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
-	2,  // 32: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
-	4,  // 33: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
-	7,  // 34: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
-	10, // 35: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
-	12, // 36: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
-	14, // 37: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
-	17, // 38: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
-	20, // 39: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	34, // 23: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
+	35, // 24: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
+	23, // 25: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
+	22, // 26: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
+	0,  // 27: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
+	3,  // 28: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
+	5,  // 29: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
+	8,  // 30: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
+	11, // 31: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
+	13, // 32: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
+	15, // 33: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
+	18, // 34: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
+	21, // 35: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
+	2,  // 36: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
+	4,  // 37: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
+	7,  // 38: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
+	10, // 39: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
+	12, // 40: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
+	14, // 41: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
+	17, // 42: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
+	20, // 43: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
+	24, // 44: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_env_service_proto_init() }
@@ -1534,7 +1847,7 @@ func file_avtgym_v1_env_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_env_service_proto_rawDesc), len(file_avtgym_v1_env_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

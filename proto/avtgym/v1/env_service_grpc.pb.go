@@ -19,14 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EnvService_Reset_FullMethodName       = "/avtgym.v1.EnvService/Reset"
-	EnvService_Step_FullMethodName        = "/avtgym.v1.EnvService/Step"
-	EnvService_ResetBatch_FullMethodName  = "/avtgym.v1.EnvService/ResetBatch"
-	EnvService_StepBatch_FullMethodName   = "/avtgym.v1.EnvService/StepBatch"
-	EnvService_ListTasks_FullMethodName   = "/avtgym.v1.EnvService/ListTasks"
-	EnvService_GetTask_FullMethodName     = "/avtgym.v1.EnvService/GetTask"
-	EnvService_ListCorpora_FullMethodName = "/avtgym.v1.EnvService/ListCorpora"
-	EnvService_ListOracles_FullMethodName = "/avtgym.v1.EnvService/ListOracles"
+	EnvService_Reset_FullMethodName         = "/avtgym.v1.EnvService/Reset"
+	EnvService_Step_FullMethodName          = "/avtgym.v1.EnvService/Step"
+	EnvService_ResetBatch_FullMethodName    = "/avtgym.v1.EnvService/ResetBatch"
+	EnvService_StepBatch_FullMethodName     = "/avtgym.v1.EnvService/StepBatch"
+	EnvService_ListTasks_FullMethodName     = "/avtgym.v1.EnvService/ListTasks"
+	EnvService_GetTask_FullMethodName       = "/avtgym.v1.EnvService/GetTask"
+	EnvService_ListCorpora_FullMethodName   = "/avtgym.v1.EnvService/ListCorpora"
+	EnvService_ListOracles_FullMethodName   = "/avtgym.v1.EnvService/ListOracles"
+	EnvService_ListProtocols_FullMethodName = "/avtgym.v1.EnvService/ListProtocols"
 )
 
 // EnvServiceClient is the client API for EnvService service.
@@ -98,6 +99,13 @@ type EnvServiceClient interface {
 	// No side effects: it reads the server's configuration, which does not
 	// change while the server runs.
 	ListOracles(ctx context.Context, in *ListOraclesRequest, opts ...grpc.CallOption) (*ListOraclesResponse, error)
+	// ListProtocols describes the protocols the server serves (selectable as
+	// EpisodeOptions.protocol): the actions each accepts, its budget rule
+	// and defaults, and BIRD_A's price list, so that clients read the rules
+	// from the server instead of keeping copies of them.
+	//
+	// No side effects: the rules are the server's, fixed while it runs.
+	ListProtocols(ctx context.Context, in *ListProtocolsRequest, opts ...grpc.CallOption) (*ListProtocolsResponse, error)
 }
 
 type envServiceClient struct {
@@ -188,6 +196,16 @@ func (c *envServiceClient) ListOracles(ctx context.Context, in *ListOraclesReque
 	return out, nil
 }
 
+func (c *envServiceClient) ListProtocols(ctx context.Context, in *ListProtocolsRequest, opts ...grpc.CallOption) (*ListProtocolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProtocolsResponse)
+	err := c.cc.Invoke(ctx, EnvService_ListProtocols_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EnvServiceServer is the server API for EnvService service.
 // All implementations must embed UnimplementedEnvServiceServer
 // for forward compatibility.
@@ -257,6 +275,13 @@ type EnvServiceServer interface {
 	// No side effects: it reads the server's configuration, which does not
 	// change while the server runs.
 	ListOracles(context.Context, *ListOraclesRequest) (*ListOraclesResponse, error)
+	// ListProtocols describes the protocols the server serves (selectable as
+	// EpisodeOptions.protocol): the actions each accepts, its budget rule
+	// and defaults, and BIRD_A's price list, so that clients read the rules
+	// from the server instead of keeping copies of them.
+	//
+	// No side effects: the rules are the server's, fixed while it runs.
+	ListProtocols(context.Context, *ListProtocolsRequest) (*ListProtocolsResponse, error)
 	mustEmbedUnimplementedEnvServiceServer()
 }
 
@@ -290,6 +315,9 @@ func (UnimplementedEnvServiceServer) ListCorpora(context.Context, *ListCorporaRe
 }
 func (UnimplementedEnvServiceServer) ListOracles(context.Context, *ListOraclesRequest) (*ListOraclesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOracles not implemented")
+}
+func (UnimplementedEnvServiceServer) ListProtocols(context.Context, *ListProtocolsRequest) (*ListProtocolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProtocols not implemented")
 }
 func (UnimplementedEnvServiceServer) mustEmbedUnimplementedEnvServiceServer() {}
 func (UnimplementedEnvServiceServer) testEmbeddedByValue()                    {}
@@ -456,6 +484,24 @@ func _EnvService_ListOracles_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EnvService_ListProtocols_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProtocolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EnvServiceServer).ListProtocols(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EnvService_ListProtocols_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EnvServiceServer).ListProtocols(ctx, req.(*ListProtocolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EnvService_ServiceDesc is the grpc.ServiceDesc for EnvService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -494,6 +540,10 @@ var EnvService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOracles",
 			Handler:    _EnvService_ListOracles_Handler,
+		},
+		{
+			MethodName: "ListProtocols",
+			Handler:    _EnvService_ListProtocols_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

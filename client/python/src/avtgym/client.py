@@ -32,6 +32,7 @@ from avtgym.types import (
     Action,
     Episode,
     OracleInfo,
+    ProtocolInfo,
     StepResult,
     TaskSummary,
     oracle_enum,
@@ -476,6 +477,12 @@ class Client:
         to pair it with for the responder-leakage diagnostic)."""
         return _oracle_infos(self._call("ListOracles", pb.ListOraclesRequest()))
 
+    def list_protocols(self) -> list[ProtocolInfo]:
+        """EnvService.ListProtocols: the protocols this server serves, in Protocol order, each with
+        the actions it accepts, its budget rule and, for BIRD_A, the price of every action in coins
+        (plan with these; the server charges what it publishes)."""
+        return [ProtocolInfo.from_proto(p) for p in self._call("ListProtocols", pb.ListProtocolsRequest()).protocols]
+
     def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         """All task summaries of a corpus (every page); subtasks is 2 for a task with a follow-up
         (the tasks BIRD_C serves)."""
@@ -676,6 +683,11 @@ class AsyncClient:
     async def list_oracles(self) -> list[OracleInfo]:
         """EnvService.ListOracles; see Client.list_oracles."""
         return _oracle_infos(await self._call("ListOracles", pb.ListOraclesRequest()))
+
+    async def list_protocols(self) -> list[ProtocolInfo]:
+        """EnvService.ListProtocols; see Client.list_protocols."""
+        resp = await self._call("ListProtocols", pb.ListProtocolsRequest())
+        return [ProtocolInfo.from_proto(p) for p in resp.protocols]
 
     async def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
         out: list[TaskSummary] = []

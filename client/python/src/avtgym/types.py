@@ -11,7 +11,6 @@ from avtgym.v1 import episode_pb2 as epb
 
 __all__ = [
     "ACTION_KINDS",
-    "COIN_COSTS",
     "AGENT_ROLES",
     "TOOL_KINDS",
     "Action",
@@ -27,6 +26,7 @@ __all__ = [
     "Episode",
     "StepResult",
     "OracleInfo",
+    "ProtocolInfo",
 ]
 
 
@@ -91,16 +91,11 @@ def _make(cls: type, fields: dict[str, Any]) -> Any:
 
 
 # BIRD_A's tools (the Action kinds beyond ask, stop, submit_sql and unparsed), in the order of the
-# Action oneof, with their price in coins (the server charges them before the action; ask costs 2,
-# submit_sql 3, unparsed 0.2; a submit the budget cannot pay for is free and ends the episode).
+# Action oneof. What each costs is the server's to say: Client.list_protocols() (ProtocolInfo.prices).
 TOOL_KINDS = ("execute", "get_schema", "get_all_column_meanings", "get_column_meaning",
               "get_all_external_knowledge_names", "get_knowledge_definition",
               "get_all_knowledge_definitions")
 ACTION_KINDS = ("ask", "stop", "submit_sql", "unparsed") + TOOL_KINDS
-COIN_COSTS = {"ask": 2.0, "stop": 0.0, "submit_sql": 3.0, "unparsed": 0.2, "execute": 1.0,
-              "get_schema": 1.0, "get_all_column_meanings": 1.0, "get_column_meaning": 0.5,
-              "get_all_external_knowledge_names": 0.5, "get_knowledge_definition": 0.5,
-              "get_all_knowledge_definitions": 1.0}
 
 
 @dataclass(frozen=True)
@@ -690,6 +685,38 @@ class OracleInfo:
         name = lambda v: _name(_ORACLE_TYPE, v)  # noqa: E731
         return OracleInfo(name(o.type), o.matcher, o.responder, name(o.hybrid), o.test_fixture,
                           o.type == reference)
+
+
+@dataclass(frozen=True)
+class ProtocolInfo:
+    """One protocol's published rules (EnvService.ListProtocols), read from the server rather than
+    copied into the client. protocol is its name as reset(protocol=...) takes it ("ambitab",
+    "bird-c", "bird-a", "tide-f", "tide-p"); actions the Action kinds it accepts (any other is
+    refused with INVALID_ACTION); prices, for a protocol that charges coins (BIRD_A), what each
+    accepted action costs in coins (empty otherwise; the server charges them before the action);
+    budget how the budget is set, in words; default_patience and max_patience the default and
+    upper bound of reset(patience=...) or extra_questions (0: the protocol takes none);
+    base_coins and coins_per_ambiguity BIRD_A's starting coins before patience (6 + 2 per
+    counted ambiguity); turn_limit the fixed bound on agent turns (TIDE: 20; 0 when the budget
+    decides); draws which tasks a reset without task_id draws from."""
+
+    protocol: str
+    actions: tuple[str, ...]
+    prices: Mapping[str, float]
+    budget: str
+    default_patience: int
+    max_patience: int
+    base_coins: float
+    coins_per_ambiguity: float
+    turn_limit: int
+    draws: str
+
+    @staticmethod
+    def from_proto(p: Any) -> "ProtocolInfo":
+        return ProtocolInfo(_name(_PROTOCOL, p.protocol), tuple(p.actions),
+                            {a.action: a.cost_milli / 1000 for a in p.prices}, p.budget,
+                            p.default_patience, p.max_patience, p.base_coins_milli / 1000,
+                            p.coins_per_ambiguity_milli / 1000, p.turn_limit, p.draws)
 
 
 def reward_enum(reward: str | None) -> int:

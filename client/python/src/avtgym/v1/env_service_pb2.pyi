@@ -201,3 +201,45 @@ class ListOraclesResponse(_message.Message):
     oracles: _containers.RepeatedCompositeFieldContainer[OracleInfo]
     reference: _episode_pb2.OracleType
     def __init__(self, oracles: _Optional[_Iterable[_Union[OracleInfo, _Mapping]]] = ..., reference: _Optional[_Union[_episode_pb2.OracleType, str]] = ...) -> None: ...
+
+class ListProtocolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ProtocolInfo(_message.Message):
+    __slots__ = ("protocol", "actions", "prices", "budget", "default_patience", "max_patience", "base_coins_milli", "coins_per_ambiguity_milli", "turn_limit", "draws")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    PRICES_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    BASE_COINS_MILLI_FIELD_NUMBER: _ClassVar[int]
+    COINS_PER_AMBIGUITY_MILLI_FIELD_NUMBER: _ClassVar[int]
+    TURN_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DRAWS_FIELD_NUMBER: _ClassVar[int]
+    protocol: _episode_pb2.Protocol
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    prices: _containers.RepeatedCompositeFieldContainer[ActionPrice]
+    budget: str
+    default_patience: int
+    max_patience: int
+    base_coins_milli: int
+    coins_per_ambiguity_milli: int
+    turn_limit: int
+    draws: str
+    def __init__(self, protocol: _Optional[_Union[_episode_pb2.Protocol, str]] = ..., actions: _Optional[_Iterable[str]] = ..., prices: _Optional[_Iterable[_Union[ActionPrice, _Mapping]]] = ..., budget: _Optional[str] = ..., default_patience: _Optional[int] = ..., max_patience: _Optional[int] = ..., base_coins_milli: _Optional[int] = ..., coins_per_ambiguity_milli: _Optional[int] = ..., turn_limit: _Optional[int] = ..., draws: _Optional[str] = ...) -> None: ...
+
+class ActionPrice(_message.Message):
+    __slots__ = ("action", "cost_milli")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    COST_MILLI_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    cost_milli: int
+    def __init__(self, action: _Optional[str] = ..., cost_milli: _Optional[int] = ...) -> None: ...
+
+class ListProtocolsResponse(_message.Message):
+    __slots__ = ("protocols",)
+    PROTOCOLS_FIELD_NUMBER: _ClassVar[int]
+    protocols: _containers.RepeatedCompositeFieldContainer[ProtocolInfo]
+    def __init__(self, protocols: _Optional[_Iterable[_Union[ProtocolInfo, _Mapping]]] = ...) -> None: ...

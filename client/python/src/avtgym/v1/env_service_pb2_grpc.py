@@ -90,6 +90,11 @@ class EnvServiceStub:
                 request_serializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.SerializeToString,
                 response_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.FromString,
                 _registered_method=True)
+        self.ListProtocols = channel.unary_unary(
+                '/avtgym.v1.EnvService/ListProtocols',
+                request_serializer=avtgym_dot_v1_dot_env__service__pb2.ListProtocolsRequest.SerializeToString,
+                response_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListProtocolsResponse.FromString,
+                _registered_method=True)
 
 
 class EnvServiceServicer:
@@ -199,6 +204,18 @@ class EnvServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListProtocols(self, request, context):
+        """ListProtocols describes the protocols the server serves (selectable as
+        EpisodeOptions.protocol): the actions each accepts, its budget rule
+        and defaults, and BIRD_A's price list, so that clients read the rules
+        from the server instead of keeping copies of them.
+
+        No side effects: the rules are the server's, fixed while it runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -241,6 +258,11 @@ def add_EnvServiceServicer_to_server(servicer, server):
                     servicer.ListOracles,
                     request_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.FromString,
                     response_serializer=avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.SerializeToString,
+            ),
+            'ListProtocols': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProtocols,
+                    request_deserializer=avtgym_dot_v1_dot_env__service__pb2.ListProtocolsRequest.FromString,
+                    response_serializer=avtgym_dot_v1_dot_env__service__pb2.ListProtocolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -475,6 +497,33 @@ class EnvService:
             '/avtgym.v1.EnvService/ListOracles',
             avtgym_dot_v1_dot_env__service__pb2.ListOraclesRequest.SerializeToString,
             avtgym_dot_v1_dot_env__service__pb2.ListOraclesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProtocols(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/avtgym.v1.EnvService/ListProtocols',
+            avtgym_dot_v1_dot_env__service__pb2.ListProtocolsRequest.SerializeToString,
+            avtgym_dot_v1_dot_env__service__pb2.ListProtocolsResponse.FromString,
             options,
             channel_credentials,
             insecure,
