@@ -94,10 +94,17 @@ func parseFlags() *flags {
 	return &f
 }
 
-// exit prints the command's error and ends the process with code (the
-// deferred calls do not run, as with any os.Exit).
+// atExit holds what must run however the process ends (stopping the
+// server it started): os.Exit skips deferred calls.
+var atExit []func()
+
+// exit prints the command's error, runs atExit (last first) and ends the
+// process with code.
 func exit(code int, args ...any) {
 	fmt.Fprintln(os.Stderr, append([]any{"servercpu:"}, args...)...)
+	for i := len(atExit) - 1; i >= 0; i-- {
+		atExit[i]()
+	}
 	os.Exit(code)
 }
 
@@ -117,6 +124,7 @@ func main() {
 			exit(1, err)
 		}
 		defer stop()
+		atExit = append(atExit, stop)
 		f.addr, f.pid = a, p
 	}
 	if f.pid == 0 {
