@@ -37,6 +37,8 @@ func CellBytes(v any) int64 {
 		return 16 + int64(len(x))
 	case []byte:
 		return 16 + int64(len(x))
+	case PyValue:
+		return 16 + int64(len(x.Key)+len(x.Err))
 	default:
 		return 16
 	}
@@ -55,6 +57,18 @@ type Limits struct {
 	// (sorters, temporary values, caches it grows meanwhile); 0 means
 	// unlimited.
 	MaxMemory int64
+	// Harness asks the engine for BIRD-Interact's harness's execution
+	// (Policy.Harness; see harness.go): cells as PyValue, and a text that
+	// HarnessTruncates keeps its first HarnessRows rows (the rest is read
+	// and dropped, not counted against MaxRows). Check sets it; engines
+	// that cannot (SQLite) ignore it, and Check compares their records
+	// under the sound variant.
+	Harness bool
+	// HarnessTimeout is the statement limit of a check under
+	// Policy.Harness, which replaces Timeout there (the harness's
+	// statement_timeout; a text containing WITH RECURSIVE gets 15 s); 0
+	// means DefaultHarnessTimeout, 60 s.
+	HarnessTimeout time.Duration
 }
 
 // DefaultLimits returns the default limits: 5s per call, 10000 rows, 8 MiB

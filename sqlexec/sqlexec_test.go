@@ -214,7 +214,14 @@ func TestRewrite(t *testing.T) {
 		{"comment markers in identifiers stay", Policy{StripComments: true}, `SELECT "a--b", [c/*d] FROM t`, `SELECT "a--b", [c/*d] FROM t`},
 		{"quote inside comment", Policy{StripComments: true}, "SELECT 1 -- it's\n, 2", "SELECT 1 \n, 2"},
 		{"distinct", Policy{StripDistinct: true}, "SELECT DISTINCT a FROM t", "SELECT a FROM t"},
-		{"distinct lower and in count", Policy{StripDistinct: true}, "select distinct a, count(distinct b) from t", "select a, count(b) from t"},
+		// Only SELECT DISTINCT goes: COUNT(DISTINCT b) counts something else, and
+		// DISTINCT ON keeps other rows (the sound variant; the harness strips both).
+		{"distinct lower, count's stays", Policy{StripDistinct: true}, "select distinct a, count(distinct b) from t", "select a, count(distinct b) from t"},
+		{"distinct after newline and comment", Policy{StripDistinct: true}, "SELECT\n  /* c */ DiStInCt\n a FROM t", "SELECT\n  /* c */ a FROM t"},
+		{"distinct on stays", Policy{StripDistinct: true}, "SELECT DISTINCT ON (a) a, b FROM t", "SELECT DISTINCT ON (a) a, b FROM t"},
+		{"distinct in a subquery's select goes", Policy{StripDistinct: true}, "SELECT x FROM (SELECT DISTINCT a AS x FROM t) s", "SELECT x FROM (SELECT a AS x FROM t) s"},
+		{"distinct in union select goes", Policy{StripDistinct: true}, "SELECT a FROM t UNION SELECT DISTINCT b FROM u", "SELECT a FROM t UNION SELECT b FROM u"},
+		{"distinct in array_agg stays", Policy{StripDistinct: true}, "SELECT array_agg(DISTINCT a) FROM t", "SELECT array_agg(DISTINCT a) FROM t"},
 		{"distinct in string stays", Policy{StripDistinct: true}, "SELECT 'DISTINCT' FROM t", "SELECT 'DISTINCT' FROM t"},
 		{"distinct as part of a word stays", Policy{StripDistinct: true}, "SELECT distinctive FROM t", "SELECT distinctive FROM t"},
 		{"distinct in comment stays", Policy{StripDistinct: true}, "SELECT a /* DISTINCT */ FROM t", "SELECT a /* DISTINCT */ FROM t"},

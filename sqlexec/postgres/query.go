@@ -224,7 +224,8 @@ func (d *DB) Query(ctx context.Context, sqlText string, lim sqlexec.Limits) (*sq
 	}
 	pc := conn.Conn().PgConn()
 	x := d.watch(pc)
-	q := &queryRun{classifier: classifier{pc: pc, lim: lim}, cs: connStateOf(pc), stmts: stmts}
+	q := &queryRun{classifier: classifier{pc: pc, lim: lim}, cs: connStateOf(pc), stmts: stmts,
+		truncate: lim.Harness && sqlexec.HarnessTruncates(sqlText)}
 	res, err := q.run(ctx, qctx)
 	if d.mw.done(x) {
 		// Past the memory bound: the statement was canceled (or finished
@@ -282,6 +283,10 @@ type queryRun struct {
 	settings map[string]string
 	res      *sqlexec.Result
 	capped   bool // the last statement's result passed a cap
+	// truncate keeps the last statement's first sqlexec.HarnessRows rows
+	// and drops the rest (sqlexec.Limits.Harness, for a text that
+	// sqlexec.HarnessTruncates).
+	truncate bool
 	discard  bool // the connection must be closed, not returned
 }
 
@@ -414,7 +419,7 @@ func (q *queryRun) readOne(p *pgconn.Pipeline, i int, r request) error {
 		q.cs.deallocated(r.name)
 	case reqStmt:
 		if r.stmt == len(q.stmts)-1 {
-			res, capErr := collect(rr, q.lim)
+			res, capErr := collectRows(rr, q.lim, q.truncate)
 			if capErr != nil {
 				// The rest of the result is not read: the connection goes.
 				q.capped, q.discard = true, true
@@ -501,14 +506,27 @@ func discard(conn *pgxpool.Conn) {
 // text is at most its raw length), so that a row past a cap is never
 // converted. The bytes charged are sqlexec.CellBytes of the converted cells.
 func collect(rr *pgconn.ResultReader, lim sqlexec.Limits) (*sqlexec.Result, error) {
+	return collectRows(rr, lim, false)
+}
+
+// collectRows is collect; with truncate, the rows past
+// sqlexec.HarnessRows are read and dropped (BIRD-Interact's harness keeps
+// the first 10,000 of a select/with text: sqlexec.HarnessTruncates), not
+// counted against the caps. Under lim.Harness the cells are
+// sqlexec.PyValue (harness.go), whose cost is known only once converted
+// (the byte cap is then checked after conversion).
+func collectRows(rr *pgconn.ResultReader, lim sqlexec.Limits, truncate bool) (*sqlexec.Result, error) {
 	fds := rr.FieldDescriptions()
 	res := &sqlexec.Result{Columns: make([]string, len(fds)), Rows: [][]any{}}
 	convs := make([]converter, len(fds))
 	kinds := make([]costKind, len(fds))
-	approx := false // a JSON column: the raw cost is an upper bound
+	approx := lim.Harness // a JSON column or harness cells: the raw cost is no exact bound
 	for i, fd := range fds {
 		res.Columns[i] = fd.Name
 		convs[i], kinds[i] = converterFor(fd.DataTypeOID)
+		if lim.Harness {
+			convs[i] = harnessConverterFor(fd.DataTypeOID)
+		}
 		approx = approx || kinds[i] == costJSON
 	}
 	tooBig := func() error {
@@ -516,6 +534,9 @@ func collect(rr *pgconn.ResultReader, lim sqlexec.Limits) (*sqlexec.Result, erro
 			"the result is larger than %d bytes (the byte cap) after %d rows", lim.MaxBytes, len(res.Rows))
 	}
 	for rr.NextRow() {
+		if truncate && len(res.Rows) >= sqlexec.HarnessRows {
+			continue
+		}
 		if lim.MaxRows > 0 && len(res.Rows) >= lim.MaxRows {
 			return nil, sqlexec.Errorf(sqlexec.KindTooManyRows, nil,
 				"the result has more than %d rows (the row cap); add a LIMIT or aggregate", lim.MaxRows)
