@@ -36,8 +36,50 @@ type Job struct {
 	// Prior are statements accepted in an earlier phase of the same
 	// episode (a follow-up is verified on the state its phase 1 left).
 	// They succeeded when they were accepted, on the same pristine state,
-	// so a failure here is the environment's (an error).
+	// so a failure here is the environment's (an error), unless
+	// PolicyPrior says they are the policy's doing.
 	Prior []string
+	// PolicyPrior, when positive, says that Prior is the policy's doing:
+	// its first PolicyPrior texts are the policy's own SQL, accepted in an
+	// earlier phase of the episode (FOLLOW_UP_STATE_POLICY's phase 1), and
+	// the rest are the corpus's statements run on the state that SQL left
+	// (the record's cleanup, the follow-up's setup). Replaying the policy's
+	// SQL need not succeed again (random(), the clock, a backend's pid),
+	// and the state it leaves can make the corpus's statements fail (a
+	// trigger, a CHECK constraint it added): either is the policy's
+	// outcome, a failed verdict, never an error, since ERROR is decided
+	// only by facts the policy cannot forge. A failure of the policy's own
+	// text carries Err (feedback on its own SQL); one of a corpus
+	// statement has a Reason only (privileged, as a failing check's), so
+	// that the corpus's texts do not reach the policy. The environment's
+	// failures stay errors, as the engines classify the policy's
+	// statements: the connection broke, the server shut down or is in
+	// recovery, no copy or connection in time, ctx ended. 0: a failure in
+	// Prior is the environment's. It concerns the predicted side: Setup
+	// and ExpectedPrior stay the corpus's, and a job with PolicyPrior
+	// needs ExpectedPrior (else the reference side runs Prior too, and a
+	// failure there is an error).
+	PolicyPrior int
+	// ExpectedPrior, when not nil, replaces Prior on the reference side:
+	// the reference's statements, its checks and its cleanup run after
+	// Setup and ExpectedPrior, while Predicted runs after Setup and Prior.
+	// It serves BIRD-Interact follow-ups verified on the policy's phase-1
+	// state (FOLLOW_UP_STATE_POLICY): Prior is the policy's accepted phase
+	// 1, ExpectedPrior the reference's, so that what the policy's phase 1
+	// did cannot change what the follow-up is expected to produce. They are
+	// the corpus's statements: their failure is an error. Python tests
+	// ignore it: they run on the policy's state, with the reference's
+	// statements run there by the test itself, as the a-Interact harness
+	// runs them.
+	ExpectedPrior []string
+	// ReferenceFailureFails makes a failure of the reference side's SQL
+	// (its statements, a check or its cleanup; not the environment: a
+	// busy or unavailable database, ctx ending) a failed verdict rather
+	// than an error: the a-Interact harness scores a task whose reference
+	// fails 0 (ex_base, evaluation/src/eval_bird_interact.py), never an
+	// error. The verdict's Reason says that the reference failed; Err is
+	// nil (nothing the policy's SQL did).
+	ReferenceFailureFails bool
 	// Predicted is the policy's SQL: one or more statements, run in order.
 	// Any failure is the policy's (a failed verdict with Err set).
 	Predicted string
@@ -71,12 +113,49 @@ type Job struct {
 // Stateful is an engine that can verify Jobs. Verify returns a Verdict for
 // whatever the policy's SQL did (wrong state, failed statement, a failed
 // test) and an error only when the environment failed: the database or a
-// test worker unavailable, Setup, Prior or Cleanup failing, a test worker
+// test worker unavailable, Setup, Prior (unless Job.PolicyPrior makes it
+// the policy's) or Cleanup failing, a test worker
 // that crashed or hung outside SQL, no private copy within the wait bound
 // (KindBusy), ctx ended. Concurrent Verify calls never see each other's
 // changes and never wait on each other's locks.
 type Stateful interface {
 	Verify(ctx context.Context, j Job) (Verdict, error)
+}
+
+// StateQuery is a read-only query on the state statements leave on a
+// private copy of the pristine database: Setup (the corpus's), then Prior,
+// then SQL, whose last statement's result is returned; nothing is kept.
+// It serves BIRD_A's execute tool in a follow-up, which explores the state
+// the follow-up is verified on.
+type StateQuery struct {
+	// Key names the query in messages.
+	Key string
+	// Setup are the corpus's statements (their failure is an error).
+	Setup []string
+	// Prior are the statements of an earlier phase (the policy's accepted
+	// SQL, checked as the policy's); their failure is an error, unless
+	// PolicyPrior says they are the policy's doing.
+	Prior []string
+	// PolicyPrior is as Job.PolicyPrior: when positive, a failure in Prior
+	// is the policy's, an *Error of KindExecution (its own text's error
+	// for the first PolicyPrior texts; for the corpus's statements after
+	// them a message that does not quote them), as a failure of SQL is.
+	PolicyPrior int
+	// SQL is the policy's read-only SQL, checked and bounded as a query's.
+	SQL string
+	// Limits bound each statement; Deadline the whole run (0: none beyond
+	// ctx and the limits).
+	Limits   Limits
+	Deadline time.Duration
+}
+
+// StateQuerier is a Stateful engine that also runs StateQuery. QueryState
+// returns the result, or an *Error (Kind set) for SQL of the policy's that
+// is denied or fails, as Engine.Query does; any other error is the
+// environment's (Setup or Prior failing, no copy in time: KindBusy, the
+// database unavailable, ctx ended).
+type StateQuerier interface {
+	QueryState(ctx context.Context, q StateQuery) (*Result, error)
 }
 
 // PyJob is a Job's Python part, as a PyRunner gets it: the whole
@@ -88,7 +167,9 @@ type PyJob struct {
 	DSN string
 	// DBName is the database's name as the tests see it (db_name).
 	DBName string
-	// Setup, Prior and Cleanup are as in Job (their failure is an error).
+	// Setup, Prior and Cleanup are as in Job (their failure is an error;
+	// the engine decides whether a Prior statement that failed on the
+	// worker's open session is the policy's, Job.PolicyPrior).
 	Setup, Prior, Cleanup []string
 	// Predicted are the policy's statements (pred_sqls); Reference the
 	// reference statements (sol_sqls).

@@ -20,10 +20,16 @@ import (
 // txn is one run of a job's statements on a copy, in one transaction.
 type txn struct {
 	setup, prior, main []string
-	checks             [][]string
-	cleanup            []string
-	lim                sqlexec.Limits
-	deadline           time.Duration
+	// phase1 are the policy's own statements of an earlier phase, run
+	// between setup and prior (sqlexec.Job.PolicyPrior's first texts);
+	// priorPolicy says prior runs on the state they left, so that its
+	// failures are the policy's too (with policy set).
+	phase1      []string
+	priorPolicy bool
+	checks      [][]string
+	cleanup     []string
+	lim         sqlexec.Limits
+	deadline    time.Duration
 	// collectLast keeps main's last result; policy says main is the
 	// policy's (its failures, and the checks', are verdicts).
 	collectLast, policy bool
@@ -45,6 +51,7 @@ type phase uint8
 const (
 	phControl phase = iota
 	phSetup
+	phPhase1
 	phPrior
 	phMain
 	phConstraints
@@ -56,17 +63,21 @@ const (
 	phAfter
 )
 
-var phaseNames = [...]string{"", "setup", "prior", "predicted", "predicted", "isolation", "guard", "check", "cleanup", "", "after-job check"}
+var phaseNames = [...]string{"", "setup", "earlier phase's", "prior", "predicted", "predicted", "isolation", "guard", "check", "cleanup", "", "after-job check"}
 
 // policyPhase reports the phases whose statements fail by the policy's
 // doing: its statements, the deferred constraints they left, the checks
 // and the cleanup run on the state they left (the corpus's cleanup passed
 // after the reference), and the isolation and the guard, which read what
-// the policy's statements made.
-func policyPhase(ph phase) bool {
+// the policy's statements made; the policy's statements of an earlier
+// phase, and with priorPolicy the prior statements on the state they left
+// (sqlexec.Job.PolicyPrior).
+func (t txn) policyPhase(ph phase) bool {
 	switch ph {
-	case phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
+	case phPhase1, phMain, phConstraints, phIsolate, phGuard, phChecks, phCleanup:
 		return true
+	case phPrior:
+		return t.priorPolicy
 	}
 	return false
 }
@@ -188,6 +199,7 @@ func (r *jobRun) requests(c *clone, iso isolation) {
 	}
 	r.control("DISCARD SEQUENCES")
 	r.add(phSetup, t.setup)
+	r.add(phPhase1, t.phase1)
 	r.add(phPrior, t.prior)
 	r.add(phMain, t.main)
 	if t.collectLast && len(t.main) > 0 {
@@ -356,7 +368,7 @@ func (r *jobRun) answered(ctx, jctx, qctx context.Context, i int, gerr error) {
 		label = "the predicted statements (a deferred constraint, checked as a commit would)"
 	}
 	r.failure = r.classifyJob(ctx, jctx, qctx, gerr, label)
-	if r.t.policy && policyPhase(q.ph) && ctx.Err() == nil && jctx.Err() == nil {
+	if r.t.policy && r.t.policyPhase(q.ph) && ctx.Err() == nil && jctx.Err() == nil {
 		// The server answered a statement on the state the policy made:
 		// whose fault is decided by the session, not the SQLSTATE
 		// (classifyPolicy).
@@ -422,7 +434,7 @@ func (r *jobRun) conclude(ctx context.Context) error {
 		return fmt.Errorf("postgres: the job was interrupted: %w", canceled(ctx))
 	}
 	ph := r.reqs[r.failedAt].ph
-	if r.t.policy && policyPhase(ph) {
+	if r.t.policy && r.t.policyPhase(ph) {
 		switch sqlexec.KindOf(r.failure) {
 		case sqlexec.KindUnavailable, sqlexec.KindBusy:
 			r.out = txnOut{}

@@ -75,9 +75,13 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +89,7 @@ import (
 	"avtgym/internal/cache"
 	"avtgym/internal/parallel"
 	"avtgym/sqlexec"
+	"avtgym/sqlexec/pytests"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -590,9 +595,14 @@ func (d *StatefulDB) recycle(c *clone) {
 // results are compared only: the last predicted and last reference
 // statements, without Checks. A predicted statement that fails, or a check
 // or Cleanup statement after it, ends the run (the transaction is aborted)
-// and fails the verdict with Err set. Errors: Setup, Prior or the
-// reference failing, Cleanup failing after the reference, a copy not free
-// in time (KindBusy), the database unavailable, ctx ended.
+// and fails the verdict with Err set. With Job.PolicyPrior a failure in
+// Prior is the policy's too (its earlier SQL failing when run again: Err
+// set; a corpus statement after it failing on the state it left: a
+// privileged Reason), classified as the predicted statements' are
+// (classifyPolicy: a broken connection stays an error). Errors: Setup,
+// Prior (otherwise) or the reference failing, Cleanup failing after the
+// reference, a copy not free in time (KindBusy), the database unavailable,
+// ctx ended.
 func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict, error) {
 	d.st.jobs.Add(1)
 	if len(j.Tests) > 0 {
@@ -607,6 +617,12 @@ func (d *StatefulDB) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict
 	}
 	want, err := d.reference(ctx, &pl)
 	if err != nil {
+		var rf *referenceFailure
+		if j.ReferenceFailureFails && errors.As(err, &rf) && ctx.Err() == nil {
+			// The a-Interact harness scores a failing reference 0
+			// (ex_base); the policy's SQL is not run.
+			return sqlexec.Verdict{Reason: rf.Error()}, nil
+		}
 		return sqlexec.Verdict{}, err
 	}
 	t := pl.base
@@ -631,7 +647,10 @@ type jobPlan struct {
 	// (the policy's, checked) and ref (the corpus's).
 	base      txn
 	pred, ref []string
-	checks    [][]string
+	// refPrior is the reference side's prior: the job's ExpectedPrior
+	// (the corpus's, split) when it has one, else base.prior.
+	refPrior []string
+	checks   [][]string
 	// last says the verdict compares the last statements' results (no
 	// checks); key is the reference outcomes' cache key ("": not cached).
 	last bool
@@ -648,8 +667,13 @@ func (d *StatefulDB) plan(j sqlexec.Job) (pl jobPlan, err error) {
 	if pl.pred, pl.denied = checks.checkStateful(j.Predicted); pl.denied != nil {
 		return pl, nil
 	}
-	setup, prior, cleanup, err := corpusParts(checks, j)
+	setup, phase1, prior, cleanup, err := corpusParts(checks, j)
 	if err != nil {
+		var pd *priorDenied
+		if errors.As(err, &pd) {
+			pl.denied = phase1Failure(pd.err)
+			return pl, nil
+		}
 		return pl, err
 	}
 	for i, r := range j.Reference {
@@ -681,28 +705,89 @@ func (d *StatefulDB) plan(j sqlexec.Job) (pl jobPlan, err error) {
 			return pl, fmt.Errorf("postgres: check %d of %q: %w", i+1, j.Key, err)
 		}
 	}
-	pl.base = txn{setup: setup, prior: prior, checks: pl.checks, cleanup: cleanup, lim: j.Limits, deadline: j.Deadline, collectLast: pl.last}
+	pl.base = txn{setup: setup, phase1: phase1, prior: prior, priorPolicy: j.PolicyPrior > 0,
+		checks: pl.checks, cleanup: cleanup, lim: j.Limits, deadline: j.Deadline, collectLast: pl.last}
+	pl.refPrior = append(append([]string(nil), phase1...), prior...)
+	key := j.Key
+	if j.ExpectedPrior != nil {
+		if pl.refPrior, err = splitAll(checks, j.ExpectedPrior, "expected prior", j.Key); err != nil {
+			return pl, err
+		}
+		// The reference side depends on ExpectedPrior, not on Prior: the
+		// key names it, whatever the caller's Key says.
+		key += "\x00expected-prior:" + digest(j.ExpectedPrior)
+	}
 	switch {
 	case j.Key == "":
 	case pl.last:
-		pl.key = sqlexec.CacheKey(j.Key+"\x00stateful:last", j.Policy)
+		pl.key = sqlexec.CacheKey(key+"\x00stateful:last", j.Policy)
 	default:
-		pl.key = j.Key + "\x00stateful:checks"
+		pl.key = key + "\x00stateful:checks"
 	}
 	return pl, nil
 }
+
+// splitAll splits the corpus's statements texts (what names them in
+// messages) of job key.
+func splitAll(checks *stmtChecks, texts []string, what, key string) ([]string, error) {
+	var out []string
+	for i, s := range texts {
+		st, err := checks.splitCorpus(s)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %s statement %d of %q: %w", what, i+1, key, err)
+		}
+		out = append(out, st...)
+	}
+	return out, nil
+}
+
+// digest is a hex SHA-256 of texts, each length-prefixed.
+func digest(texts []string) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, s := range texts {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// referenceFailure is a failure of the reference side's own SQL (its
+// statements, a check, its cleanup, on the state Setup and its prior
+// left), as opposed to Setup, the prior or the environment;
+// Job.ReferenceFailureFails makes it a failed verdict.
+type referenceFailure struct {
+	err error
+}
+
+func (e *referenceFailure) Error() string {
+	return "the reference failed on the state it ran on: " + e.err.Error()
+}
+func (e *referenceFailure) Unwrap() error { return e.err }
 
 // reference returns the reference side's results (the last statement's,
 // or each check's), computed on a copy once per key.
 func (d *StatefulDB) reference(ctx context.Context, pl *jobPlan) ([]*sqlexec.Result, error) {
 	compute := func(ctx context.Context) ([]*sqlexec.Result, error) {
 		t := pl.base
-		t.main = pl.ref
+		// The reference side's prior is the corpus's (or, without
+		// ExpectedPrior, the job's Prior as a whole): its failure is
+		// never the policy's.
+		t.phase1, t.prior, t.priorPolicy, t.main = nil, pl.refPrior, false, pl.ref
+		// With ReferenceFailureFails the reference's statements, checks
+		// and cleanup are attributed as the policy's are (job.go), so
+		// that their failure is told from Setup's, the prior's and the
+		// environment's: it comes back as out.failure.
+		t.policy = pl.j.ReferenceFailureFails
 		out, err := d.runJob(ctx, t)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: the reference of %q: %w", pl.j.Key, err)
 		}
 		if out.failure != nil {
+			if t.policy {
+				return nil, &referenceFailure{err: out.failure}
+			}
 			return nil, fmt.Errorf("postgres: the reference of %q failed: %w", pl.j.Key, out.failure)
 		}
 		if pl.last {
@@ -780,6 +865,10 @@ func rewriteLast(stmts []string, p sqlexec.Policy, split func(string) ([]string,
 // checked).
 func failedOn(out txnOut) sqlexec.Verdict {
 	switch out.failPhase {
+	case phPhase1:
+		return failed(phase1Failure(out.failure))
+	case phPrior:
+		return sqlexec.Verdict{Reason: "a statement of the task's (a cleanup or the follow-up's setup) failed on the state the SQL accepted in an earlier phase left: " + out.failure.Error()}
 	case phIsolate:
 		return sqlexec.Verdict{Reason: "the state the prediction left could not be checked: " + out.failure.Error()}
 	case phChecks:
@@ -797,30 +886,68 @@ func failed(err error) sqlexec.Verdict {
 
 // corpusParts splits the job's Setup and Cleanup (the corpus's) and checks
 // its Prior statements (the policy's own, accepted earlier) as the
-// prediction's are checked; a failure is the environment's.
-func corpusParts(checks *stmtChecks, j sqlexec.Job) (setup, prior, cleanup []string, err error) {
-	for i, s := range j.Setup {
-		st, err := checks.splitCorpus(s)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("postgres: setup statement %d of %q: %w", i+1, j.Key, err)
-		}
-		setup = append(setup, st...)
+// prediction's are checked; a failure is the environment's. With
+// Job.PolicyPrior, phase1 are the first PolicyPrior texts of Prior (the
+// policy's, checked: a denial is a *priorDenied, the policy's failure) and
+// prior the rest (the corpus's, split); without, phase1 is nil.
+func corpusParts(checks *stmtChecks, j sqlexec.Job) (setup, phase1, prior, cleanup []string, err error) {
+	if setup, err = splitAll(checks, j.Setup, "setup", j.Key); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	for i, s := range j.Prior {
-		st, err := checks.checkStateful(s)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
-		}
-		prior = append(prior, st...)
+	if phase1, prior, err = priorParts(checks, j.Prior, j.PolicyPrior, j.Key); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	for i, s := range j.Cleanup {
-		st, err := checks.splitCorpus(s)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("postgres: cleanup statement %d of %q: %w", i+1, j.Key, err)
-		}
-		cleanup = append(cleanup, st...)
+	if cleanup, err = splitAll(checks, j.Cleanup, "cleanup", j.Key); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	return setup, prior, cleanup, nil
+	return setup, phase1, prior, cleanup, nil
+}
+
+// priorParts checks and splits the prior texts of job key whose first
+// policy are the policy's own SQL (sqlexec.Job.PolicyPrior): those are
+// checked as the prediction's are (a denial is a *priorDenied), the rest
+// split as the corpus's. With policy 0 every text is checked as the
+// policy's and a denial is an error (prior, nil phase1).
+func priorParts(checks *stmtChecks, texts []string, policy int, key string) (phase1, prior []string, err error) {
+	for i, s := range texts {
+		var st []string
+		switch {
+		case policy == 0:
+			if st, err = checks.checkStateful(s); err != nil {
+				return nil, nil, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, key, err)
+			}
+			prior = append(prior, st...)
+		case i < policy:
+			if st, err = checks.checkStateful(s); err != nil {
+				return nil, nil, &priorDenied{err: err}
+			}
+			phase1 = append(phase1, st...)
+		default:
+			if st, err = checks.splitCorpus(s); err != nil {
+				return nil, nil, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, key, err)
+			}
+			prior = append(prior, st...)
+		}
+	}
+	return phase1, prior, nil
+}
+
+// priorDenied is the policy's SQL of an earlier phase denied when it is
+// run again (sqlexec.Job.PolicyPrior): the policy's failure.
+type priorDenied struct{ err error }
+
+func (e *priorDenied) Error() string { return phase1Failure(e.err).Error() }
+func (e *priorDenied) Unwrap() error { return phase1Failure(e.err) }
+
+// phase1Failure is err, a failure of the policy's SQL of an earlier phase
+// run again to rebuild its state, as the policy's failure: of err's kind
+// (KindExecution without one), saying which SQL failed.
+func phase1Failure(err error) error {
+	k := sqlexec.KindOf(err)
+	if k == 0 {
+		k = sqlexec.KindExecution
+	}
+	return sqlexec.Errorf(k, err, "the SQL accepted in an earlier phase failed when it was run again to rebuild its state: %v", err)
 }
 
 // verifyPython runs a job with Tests through the PyRunner, on a copy
@@ -836,10 +963,12 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 	if err != nil {
 		return failed(err), nil
 	}
-	for i, s := range j.Prior {
-		if _, err := d.s.checks.checkStateful(s); err != nil {
-			return sqlexec.Verdict{}, fmt.Errorf("postgres: prior statement %d of %q: %w", i+1, j.Key, err)
+	if _, _, err := priorParts(d.s.checks, j.Prior, j.PolicyPrior, j.Key); err != nil {
+		var pd *priorDenied
+		if errors.As(err, &pd) {
+			return failed(phase1Failure(pd.err)), nil
 		}
+		return sqlexec.Verdict{}, err
 	}
 	c, err := d.checkout(ctx)
 	if err != nil {
@@ -877,6 +1006,9 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 		return failed(sqlexec.Errorf(sqlexec.KindTooMuchMemory, nil, "%s", d.s.mw.memoryMessage("a statement (the prediction's, or a test's on the state it left)"))), nil
 	}
 	if rerr != nil {
+		if v, ok := pythonPriorFailure(ctx, j, rerr, aErr); ok {
+			return v, nil
+		}
 		return sqlexec.Verdict{}, fmt.Errorf("postgres: the Python tests of %q: %w", j.Key, rerr)
 	}
 	if res.Broken != "" {
@@ -895,6 +1027,29 @@ func (d *StatefulDB) verifyPython(ctx context.Context, j sqlexec.Job) (sqlexec.V
 		v.Err = sqlexec.Errorf(res.Kind, nil, "%s", res.Reason)
 	}
 	return v, nil
+}
+
+// pythonPriorFailure sorts a PyRunner's error for a job whose Prior is the
+// policy's doing (sqlexec.Job.PolicyPrior): ok when the worker reports
+// that a statement of Prior failed on its open session (a
+// *pytests.JobError of step "prior" whose message is the worker's
+// "statement N of prior failed: ..." rather than a lost connection or a
+// transaction ended early), the caller's ctx lives, and the engine's own
+// session on the same copy answered the after-job check afterwards (the
+// server was neither shutting down nor in recovery): what the session
+// saw, not the SQLSTATE, as classifyPolicy decides. The worker numbers
+// Prior's texts, so its Index tells the policy's own text (Err: feedback
+// on its SQL) from the corpus's after it (a privileged Reason).
+func pythonPriorFailure(ctx context.Context, j sqlexec.Job, rerr, afterErr error) (sqlexec.Verdict, bool) {
+	var je *pytests.JobError
+	if j.PolicyPrior <= 0 || ctx.Err() != nil || afterErr != nil || !errors.As(rerr, &je) ||
+		je.Step != "prior" || je.Dirty || !strings.HasPrefix(je.Msg, "statement ") {
+		return sqlexec.Verdict{}, false
+	}
+	if je.Index < j.PolicyPrior {
+		return failed(phase1Failure(sqlexec.Errorf(sqlexec.KindExecution, nil, "%s", je.Msg))), true
+	}
+	return sqlexec.Verdict{Reason: "a statement of the task's (a cleanup or the follow-up's setup) failed on the state the SQL accepted in an earlier phase left: " + je.Msg}, true
 }
 
 // pyJobFor is j as a PyRunner gets it on copy c (Predicted as given).
@@ -1015,4 +1170,60 @@ func (d *StatefulDB) findPython(mw *memWatch, db string, own uint32, seen map[in
 		}
 	}
 	return xs
+}
+
+var _ sqlexec.StateQuerier = (*StatefulDB)(nil)
+
+// QueryState runs q (see sqlexec.StateQuery) on a private copy, in one
+// transaction rolled back as every job's: Setup, Prior (checked as the
+// policy's statements are in a job), then q.SQL, checked as a read-only
+// query is (the query checks, stmts.go) and bounded by q.Limits; the last
+// statement's rows are returned. The policy's SQL denied or failing is an
+// *sqlexec.Error of its kind, as Server.Query returns it; Setup or Prior
+// failing is an error of kind 0 (the environment's), as are no copy in
+// time (KindBusy) and the database unavailable (KindUnavailable). With
+// q.PolicyPrior, Prior failing by the policy's doing is the policy's
+// failure, an *sqlexec.Error (its own SQL's error; for a corpus statement
+// after it, a message that does not quote it).
+func (d *StatefulDB) QueryState(ctx context.Context, q sqlexec.StateQuery) (*sqlexec.Result, error) {
+	checks := d.s.checks
+	stmts, err := checks.checkQuery(q.SQL, true)
+	if err != nil {
+		return nil, err
+	}
+	setup, err := splitAll(checks, q.Setup, "setup", q.Key)
+	if err != nil {
+		return nil, err
+	}
+	phase1, prior, err := priorParts(checks, q.Prior, q.PolicyPrior, q.Key)
+	if err != nil {
+		var pd *priorDenied
+		if errors.As(err, &pd) {
+			return nil, phase1Failure(pd.err)
+		}
+		return nil, errors.New(err.Error())
+	}
+	t := txn{setup: setup, phase1: phase1, prior: prior, priorPolicy: q.PolicyPrior > 0,
+		main: stmts, lim: q.Limits, deadline: q.Deadline, collectLast: true, policy: true}
+	out, err := d.runJob(ctx, t)
+	if err != nil {
+		switch sqlexec.KindOf(err) {
+		case sqlexec.KindUnavailable, sqlexec.KindBusy:
+			return nil, err
+		}
+		// Setup or Prior failed, or ctx ended: not the policy's SQL, so
+		// no kind that a caller would read as feedback on it.
+		return nil, errors.New(err.Error())
+	}
+	switch {
+	case out.failure == nil:
+		return out.last, nil
+	case out.failPhase == phPhase1:
+		return nil, phase1Failure(out.failure)
+	case out.failPhase == phPrior:
+		// The corpus's statement and its error are not the policy's to
+		// read.
+		return nil, sqlexec.Errorf(sqlexec.KindExecution, nil, "the state the SQL accepted in an earlier phase left could not be prepared: a statement of the task's (a cleanup or the follow-up's setup) failed on it")
+	}
+	return nil, out.failure
 }

@@ -161,8 +161,11 @@ func NewStateful(db *DB, opt StatefulOptions) *Stateful {
 //
 // A failure of the predicted SQL, a check that fails on the state it left
 // (its table dropped, its result over a cap), and a Cleanup that fails on
-// that state are the policy's: a failed Verdict (Err set for the first). The
-// error is reserved for the environment: Setup or Prior failing, the
+// that state are the policy's: a failed Verdict (Err set for the first); so
+// is, with Job.PolicyPrior, a failure in Prior (the policy's earlier SQL
+// failing when run again, or the corpus's statements failing on the state
+// it left). The error is reserved for the environment: Setup or Prior
+// failing (Prior otherwise), the
 // reference side failing (the record is invalid; also cached), no copy within
 // the wait (KindBusy), a database too large (ErrTooLarge), Python tests
 // (ErrTestsUnsupported), ctx ending. Cleanup runs on the predicted copy only
@@ -184,10 +187,30 @@ func (s *Stateful) Verify(ctx context.Context, j sqlexec.Job) (sqlexec.Verdict, 
 	pl := newPlan(j)
 	want, err := s.expected(ctx, img, j, pl)
 	if err != nil {
+		var rf *referenceFailure
+		if j.ReferenceFailureFails && errors.As(err, &rf) && ctx.Err() == nil && sqlexec.Lasting(err) {
+			// The a-Interact harness scores a failing reference 0
+			// (ex_base); the policy's SQL is not run. The reason does not
+			// name the job's key (an internal name, NUL bytes and all).
+			return sqlexec.Verdict{Reason: rf.reason}, nil
+		}
 		return sqlexec.Verdict{}, err
 	}
 	return s.predicted(ctx, img, j, pl, want)
 }
+
+// referenceFailure is a failure of the reference side's own SQL (its
+// statements, a check, its cleanup), as opposed to Setup, Prior or the
+// environment; Job.ReferenceFailureFails makes it a failed verdict.
+type referenceFailure struct {
+	// key is the job's (for the error); reason is the message without it
+	// (for a verdict).
+	key, reason string
+	err         error
+}
+
+func (e *referenceFailure) Error() string { return fmt.Sprintf("sqlite: job %q: %s", e.key, e.reason) }
+func (e *referenceFailure) Unwrap() error { return e.err }
 
 // plan is a job's SQL as the two sides run it.
 type plan struct {
@@ -265,9 +288,9 @@ func (s *Stateful) reference(ctx context.Context, img *pristine, j sqlexec.Job, 
 	}
 	defer done()
 	fail := func(what string, i int, err error) error {
-		return fmt.Errorf("sqlite: job %q: the reference side failed: %s %d: %w", j.Key, what, i+1, err)
+		return &referenceFailure{key: j.Key, reason: fmt.Sprintf("the reference side failed: %s %d: %v", what, i+1, err), err: err}
 	}
-	if err := s.prepare(jctx, cp, j); err != nil {
+	if _, err := s.prepare(ctx, jctx, cp, j, referencePrior(j), 0); err != nil {
 		return nil, err
 	}
 	var out []*sqlexec.Result
@@ -283,7 +306,7 @@ func (s *Stateful) reference(ctx context.Context, img *pristine, j sqlexec.Job, 
 	}
 	if len(pl.checks) > 0 {
 		if err := cp.dropTemp(jctx, j.Limits); err != nil {
-			return nil, fmt.Errorf("sqlite: job %q: the reference side failed: dropping its temporary objects: %w", j.Key, err)
+			return nil, &referenceFailure{key: j.Key, reason: fmt.Sprintf("the reference side failed: dropping its temporary objects: %v", err), err: err}
 		}
 	}
 	for i, q := range pl.checks {
@@ -301,19 +324,67 @@ func (s *Stateful) reference(ctx context.Context, img *pristine, j sqlexec.Job, 
 	return out, nil
 }
 
-// prepare runs Setup and Prior, whose failures are the environment's.
-func (s *Stateful) prepare(ctx context.Context, cp *dbCopy, j sqlexec.Job) error {
+// referencePrior is what the reference side runs after Setup: the job's
+// ExpectedPrior when it has one, else its Prior.
+func referencePrior(j sqlexec.Job) []string {
+	if j.ExpectedPrior != nil {
+		return j.ExpectedPrior
+	}
+	return j.Prior
+}
+
+// prepare runs Setup and prior (the job's Prior, or on the reference side
+// its ExpectedPrior), whose failures are the environment's (an error),
+// except with policy > 0 (Job.PolicyPrior, on the predicted side): then a
+// failure in prior that the policy's SQL caused is the policy's, returned
+// as the failed verdict (v not nil, err nil).
+func (s *Stateful) prepare(ctx, jctx context.Context, cp *dbCopy, j sqlexec.Job, prior []string, policy int) (v *sqlexec.Verdict, err error) {
 	for i, q := range j.Setup {
-		if _, err := cp.exec(ctx, q, j.Limits, unitOptions{empty: true}); err != nil {
-			return fmt.Errorf("sqlite: job %q: setup statement %d failed: %w", j.Key, i+1, err)
+		if _, err := cp.exec(jctx, q, j.Limits, unitOptions{empty: true}); err != nil {
+			return v, fmt.Errorf("sqlite: job %q: setup statement %d failed: %w", j.Key, i+1, err)
 		}
 	}
-	for i, q := range j.Prior {
-		if _, err := cp.exec(ctx, q, j.Limits, unitOptions{empty: true}); err != nil {
-			return fmt.Errorf("sqlite: job %q: prior statement %d (accepted in an earlier phase) failed: %w", j.Key, i+1, err)
+	for i, q := range prior {
+		_, err := cp.exec(jctx, q, j.Limits, unitOptions{empty: true})
+		if err == nil {
+			continue
 		}
+		if policy > 0 && policyFailure(ctx, err) {
+			pv := priorVerdict(i, policy, err)
+			return &pv, nil
+		}
+		return v, fmt.Errorf("sqlite: job %q: prior statement %d (accepted in an earlier phase) failed: %w", j.Key, i+1, err)
 	}
-	return nil
+	return v, nil
+}
+
+// policyFailure reports whether err, a statement's failure on a copy the
+// policy's SQL shaped, is the policy's: anything the engine classifies as
+// a failure of SQL (a kind other than KindUnavailable and KindBusy, the
+// job's own deadline included as KindTimeout), while the caller's ctx
+// lives. No kind (the copy itself failing), KindUnavailable and KindBusy
+// are the environment's, as for the predicted statements.
+func policyFailure(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	switch sqlexec.KindOf(err) {
+	case 0, sqlexec.KindUnavailable, sqlexec.KindBusy:
+		return false
+	}
+	return true
+}
+
+// priorVerdict is the failed verdict of statement i of a Prior whose first
+// policy texts are the policy's own SQL (Job.PolicyPrior): the policy's
+// text's error is its feedback (Err); a corpus statement's, on the state
+// the policy's SQL left, is privileged (the Reason only, as a check's).
+func priorVerdict(i, policy int, err error) sqlexec.Verdict {
+	if i < policy {
+		e := sqlexec.Errorf(sqlexec.KindOf(err), err, "the SQL accepted in an earlier phase failed when it was run again to rebuild its state: %v", err)
+		return sqlexec.Verdict{Reason: e.Error(), Err: e}
+	}
+	return sqlexec.Verdict{Reason: fmt.Sprintf("statement %d of the task's own after the SQL accepted in an earlier phase (a cleanup or the follow-up's setup) failed on the state that SQL left: %v", i-policy+1, err)}
 }
 
 // predicted runs the predicted side on a copy of its own and decides.
@@ -323,8 +394,11 @@ func (s *Stateful) predicted(ctx context.Context, img *pristine, j sqlexec.Job, 
 		return sqlexec.Verdict{}, err
 	}
 	defer done()
-	if err := s.prepare(jctx, cp, j); err != nil {
-		return sqlexec.Verdict{}, err
+	if v, err := s.prepare(ctx, jctx, cp, j, j.Prior, j.PolicyPrior); err != nil || v != nil {
+		if v == nil {
+			return sqlexec.Verdict{}, err
+		}
+		return *v, nil
 	}
 	// policyErr sorts a failure on the predicted state: the policy's (a
 	// failed verdict, nil) or the environment's (an error).
@@ -494,7 +568,15 @@ func refKey(j sqlexec.Job) string {
 		}
 	}
 	put(j.Setup...)
-	put(j.Prior...)
+	// The reference side's prior: with ExpectedPrior the side does not
+	// depend on Prior (the policy's), so that one entry serves every
+	// policy's phase 1; the marker keeps the two forms apart.
+	if j.ExpectedPrior != nil {
+		put("expected-prior")
+	} else {
+		put("prior")
+	}
+	put(referencePrior(j)...)
 	put(j.Reference...)
 	put(j.Checks...)
 	put(j.Cleanup...)
@@ -519,4 +601,62 @@ func newRefCache(opt StatefulOptions) *cache.Cache[string, []*sqlexec.Result] {
 		},
 		KeepError: sqlexec.Lasting,
 	})
+}
+
+var _ sqlexec.StateQuerier = (*Stateful)(nil)
+
+// QueryState runs q (see sqlexec.StateQuery) on a private copy of its own:
+// Setup and Prior, then q.SQL, every statement of which must be read-only,
+// bounded by q.Limits (rows, bytes, time, memory) as a query is; the last
+// statement's rows are returned and the copy dropped. The policy's SQL
+// failing (denied, a syntax error, a limit) is an *sqlexec.Error of its
+// kind; so is Prior failing by the policy's doing (q.PolicyPrior, see
+// stateFailure); Setup or Prior failing otherwise is an error of kind 0
+// (the environment's: they ran before on the same state), as are a
+// database too large
+// (ErrTooLarge), no copy within the wait (KindBusy) and ctx ending.
+func (s *Stateful) QueryState(ctx context.Context, q sqlexec.StateQuery) (*sqlexec.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: querying the state of %q: %w", q.Key, err)
+	}
+	img, err := s.image(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j := sqlexec.Job{Key: q.Key, Setup: q.Setup, Prior: q.Prior, Limits: q.Limits, Deadline: q.Deadline}
+	cp, jctx, done, err := s.open(ctx, img, j)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	v, err := s.prepare(ctx, jctx, cp, j, j.Prior, q.PolicyPrior)
+	if err != nil {
+		// Not the policy's failure: drop the kind, so that no caller
+		// reads it as feedback on the policy's SQL.
+		return nil, errors.New(err.Error())
+	}
+	if v != nil {
+		return nil, stateFailure(*v)
+	}
+	if strings.TrimSpace(q.SQL) == "" {
+		return nil, sqlexec.Errorf(sqlexec.KindSyntax, nil, "no SQL statement to run")
+	}
+	res, err := cp.exec(jctx, q.SQL, q.Limits, unitOptions{keep: true, readOnly: true})
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("sqlite: querying the state of %q: %w", q.Key, cerr)
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// stateFailure is a Prior failure of the policy's doing (a priorVerdict)
+// as QueryState reports it: an *sqlexec.Error, which the policy sees, with
+// its own SQL's error, or without the corpus statement's text and error.
+func stateFailure(v sqlexec.Verdict) error {
+	if v.Err != nil {
+		return v.Err
+	}
+	return sqlexec.Errorf(sqlexec.KindExecution, nil, "the state the SQL accepted in an earlier phase left could not be prepared: a statement of the task's (a cleanup or the follow-up's setup) failed on it")
 }
