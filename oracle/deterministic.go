@@ -71,6 +71,20 @@ func (m *DeterministicMatcher) Match(ctx context.Context, rec *corpus.Record, _ 
 	return Match{Credits: m.compiled(rec).match(question)}, nil
 }
 
+// Names reports whether text names ambiguity a for the deterministic
+// matcher: whether a question equal to text would be credited with a were
+// a the record's only ambiguity (its term or an alias occurs in text as
+// whole words, under the matcher's normalisation). On a record with other
+// ambiguities a longer phrase of another may cover the occurrence in that
+// text, but a question that quotes the phrase alone is still credited, so
+// Names is the test of whether the phrase can be reached from text at all
+// (`corpus check`'s unreachable-term warning). It compiles a's phrases on
+// every call: it is for audits, not for episodes.
+func Names(text string, a corpus.Ambiguity) bool {
+	one := &corpus.Record{Ambiguities: []corpus.Ambiguity{{Term: a.Term, Aliases: a.Aliases}}}
+	return len(compile(one).match(text)) > 0
+}
+
 // DescribeMatcher describes the deterministic matcher (MatcherDescriber).
 func (*DeterministicMatcher) DescribeMatcher() string {
 	return "deterministic: credits each registered ambiguity whose term or an alias occurs in the question as whole words (case, punctuation and spacing ignored; longest phrases first, no overlaps); reads only the question"
@@ -288,6 +302,21 @@ var asciiFold = func() (t [utf8.RuneSelf]byte) {
 // out); with no credit, or no resolution text, it returns Refusal, Refused.
 // It reads the match's credits only, not its action (so an LLM matcher's
 // unlabeled action, which credits nothing, is refused: the hybrid oracle).
+//
+// Under the BIRD-Interact protocols (AskOptions.Bird, which Oracle.AskWith
+// hands to RespondWith) it follows BIRD-Interact's response generator
+// where a fixed text can: its refusal is BirdRefusal, the harness's exact
+// text, and it answers in words where the record has words. The harness's
+// decoder must "NOT give ... any ground-truth SQL segments"
+// (bird_interact_agent/src/envs/user_simulator/prompts.py,
+// USER_SIMULATOR_DECODER), so for a record whose resolutions are SQL
+// snippets (resolution_format "sql", BIRD-Interact imported without a
+// response catalog) an ambiguity's annotated reading (Ambiguity.Chosen)
+// is answered instead of its snippet; only where the record has no words
+// for an ambiguity is the snippet returned, as without Bird (the paper's
+// LLM decoder would paraphrase it; a fixed responder cannot). Records
+// whose resolutions are text answer them unchanged. The credits are the
+// same either way: the responder never changes them.
 type DeterministicResponder struct{}
 
 // NewDeterministicResponder returns the deterministic responder.
@@ -296,22 +325,46 @@ func NewDeterministicResponder() *DeterministicResponder { return &Deterministic
 // DescribeResponder describes the deterministic responder
 // (ResponderDescriber).
 func (*DeterministicResponder) DescribeResponder() string {
-	return "deterministic: the stored resolutions of the credited ambiguities, in annotation order; the fixed refusal when nothing is credited"
+	return "deterministic: the stored resolutions of the credited ambiguities, in annotation order; the fixed refusal when nothing is credited (under BIRD_C and BIRD_A the harness's refusal, and annotated words before SQL snippets)"
 }
 
-// Respond returns the reply for the match's credits. It fails for a nil
-// record or a credit that is not an index of rec.Ambiguities.
-func (r *DeterministicResponder) Respond(_ context.Context, rec *corpus.Record, _ []Turn, _ string, m Match) (Reply, error) {
-	return r.reply(rec, m.Credits)
+// Respond returns the reply for the match's credits outside the
+// BIRD-Interact protocols (RespondWith with no options). It fails for a
+// nil record or a credit that is not an index of rec.Ambiguities.
+func (r *DeterministicResponder) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match) (Reply, error) {
+	return r.RespondWith(ctx, rec, history, question, m, AskOptions{})
 }
 
-// reply is the reply for credits: the joined resolutions, or Refusal.
-func (*DeterministicResponder) reply(rec *corpus.Record, credits []int) (Reply, error) {
+// RespondWith returns the reply for the match's credits under opt: with
+// opt.Bird by BIRD-Interact's rules (see DeterministicResponder). Only
+// opt.Bird is read. Oracle.AskWith calls it (ResponderWithOptions).
+//
+// It has a pointer receiver on purpose: a responder that embeds a
+// DeterministicResponder value and overrides Respond (the leaky test
+// oracle of package oracletest) does not inherit it, so AskWith keeps
+// calling that Respond.
+func (r *DeterministicResponder) RespondWith(_ context.Context, rec *corpus.Record, _ []Turn, _ string, m Match, opt AskOptions) (Reply, error) {
+	return r.replyWith(rec, m.Credits, opt.Bird)
+}
+
+// reply is the reply for credits outside the BIRD-Interact protocols: the
+// joined resolutions, or Refusal.
+func (r *DeterministicResponder) reply(rec *corpus.Record, credits []int) (Reply, error) {
+	return r.replyWith(rec, credits, false)
+}
+
+// replyWith is the reply for credits: the joined answers (resolutionText),
+// or the refusal (BirdRefusal under bird, else Refusal).
+func (*DeterministicResponder) replyWith(rec *corpus.Record, credits []int, bird bool) (Reply, error) {
 	if rec == nil {
 		return Reply{}, errNilRecord
 	}
+	refusal := Reply{Text: Refusal, Refused: true}
+	if bird {
+		refusal.Text = BirdRefusal
+	}
 	if len(credits) == 0 {
-		return Reply{Text: Refusal, Refused: true}, nil
+		return refusal, nil
 	}
 	sel := make([]bool, len(rec.Ambiguities))
 	for _, a := range credits {
@@ -325,16 +378,33 @@ func (*DeterministicResponder) reply(rec *corpus.Record, credits []int) (Reply, 
 		if !ok {
 			continue
 		}
-		t := strings.TrimSpace(rec.Ambiguities[a].Resolution)
+		t := resolutionText(rec, a, bird)
 		if t != "" && !contains(texts, t) {
 			texts = append(texts, t)
 		}
 	}
 	if len(texts) == 0 {
-		return Reply{Text: Refusal, Refused: true}, nil
+		return refusal, nil
 	}
 	return Reply{Text: strings.Join(texts, " ")}, nil
 }
+
+// resolutionText is the trimmed answer for ambiguity a: its resolution,
+// or, under bird for a record whose resolutions are SQL snippets
+// (ResolutionFormat "sql"), its annotated reading (Chosen) when it has one.
+func resolutionText(rec *corpus.Record, a int, bird bool) string {
+	amb := &rec.Ambiguities[a]
+	if bird && rec.ResolutionFormat == resolutionSQL {
+		if w := strings.TrimSpace(amb.Chosen); w != "" {
+			return w
+		}
+	}
+	return strings.TrimSpace(amb.Resolution)
+}
+
+// resolutionSQL is corpus.Record.ResolutionFormat's value for resolutions
+// that are SQL snippets.
+const resolutionSQL = "sql"
 
 func contains(ss []string, s string) bool {
 	for _, x := range ss {

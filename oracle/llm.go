@@ -96,6 +96,13 @@ const DefaultMaxRegenerations = 2
 // reply cannot change a later credit, and the hybrid oracle (Hybrid) earns
 // exactly the actual oracle's credits. Stage 2 also reads the dialogue.
 //
+// Under the BIRD-Interact protocols (AskOptions.Bird, which Oracle.AskWith
+// hands to MatchWith and RespondWith) both stages follow BIRD-Interact's
+// user simulator instead (llm_bird.go): its prompts (own version,
+// LLMBirdPromptVersion), a stage 2 that reads the clear request and not
+// the dialogue, segments that hold a labeled snippet answered, an
+// unlabeled action for the scoped oracle too, and the harness's refusal.
+//
 // Every model call goes through the llm client, with Purpose
 // "oracle.match" or "oracle.respond" and CacheKey "<record id>@<version>",
 // so that with the client's cache the reply is determined by (oracle
@@ -194,7 +201,11 @@ func (l *LLM) DescribeMatcher() string {
 	if l.opt.Scoped {
 		what = "labeled(term) or unanswerable(), from the request and the labeled ambiguities (no SQL, no segments)"
 	}
-	return fmt.Sprintf("LLM stage 1, %s (model %q, prompts %s): classifies the question (quoted data; an attempt to steer it is unanswerable) as %s; reads the question, not the dialogue (for chains, the terms already credited); the server validates the action (exactly one, none the question itself writes) and credits a labeled term's ambiguities", l.variant(), l.model(), l.promptVersion(), what)
+	bird := "the ambiguity points as JSON and the segments"
+	if l.opt.Scoped {
+		bird = "the ambiguity points with their resolutions as JSON; unlabeled names the resolution that settles the detail"
+	}
+	return fmt.Sprintf("LLM stage 1, %s (model %q, prompts %s): classifies the question (quoted data; an attempt to steer it is unanswerable) as %s; reads the question, not the dialogue (for chains, the terms already credited); the server validates the action (exactly one, none the question itself writes) and credits a labeled term's ambiguities; under BIRD_C and BIRD_A BIRD-Interact's encoder (prompts %s): %s, not the request", l.variant(), l.model(), l.promptVersion(), what, l.birdPromptVersion(), bird)
 }
 
 // DescribeResponder describes the LLM oracle's stage 2
@@ -208,17 +219,28 @@ func (l *LLM) DescribeResponder() string {
 	if l.RejectsLeaks() {
 		leaks = fmt.Sprintf("; replies quoting the reference SQL or unmentioned schema identifiers are regenerated (at most %d times, then the deterministic text)", l.opt.MaxRegenerations)
 	}
-	return fmt.Sprintf("LLM stage 2, %s (model %q, prompts %s): writes one reply about the one element the action names, seeing the request, the dialogue (as quoted data) and %s; the fixed refusal for unanswerable() without a model call%s", l.variant(), l.model(), l.promptVersion(), sees, leaks)
+	bird := "the clear request, the schema, the ambiguity points, the reference SQL and its segments; a segment holding a labeled snippet is answered"
+	if l.opt.Scoped {
+		bird = "the resolution the action names, nothing it is scoped away from"
+	}
+	return fmt.Sprintf("LLM stage 2, %s (model %q, prompts %s): writes one reply about the one element the action names, seeing the request, the dialogue (as quoted data) and %s; the fixed refusal for unanswerable() without a model call%s; under BIRD_C and BIRD_A BIRD-Interact's decoder (prompts %s): no dialogue, %s, and the harness's refusal text", l.variant(), l.model(), l.promptVersion(), sees, leaks, l.birdPromptVersion(), bird)
 }
 
 // Match runs stage 1 and returns the validated action with its credits.
 // A question or dialogue too long for the matcher's context is
 // unanswerable().
 func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Match, error) {
+	return l.MatchWith(ctx, rec, history, question, AskOptions{})
+}
+
+// MatchWith is Match for a question asked under opt (Oracle.AskWith calls it):
+// with opt.Bird, stage 1 is BIRD-Interact's encoder (see birdMatchMessages);
+// the other options are Oracle.AskWith's, not the matcher's.
+func (l *LLM) MatchWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Match, error) {
 	if rec == nil {
 		return Match{}, errNilRecord
 	}
-	act, credits, err := l.match(ctx, rec, history, question)
+	act, credits, err := l.match(ctx, rec, history, question, opt.Bird)
 	if err != nil {
 		return Match{}, err
 	}
@@ -235,6 +257,14 @@ func (l *LLM) Match(ctx context.Context, rec *corpus.Record, history []Turn, que
 // prompt does not fit, Respond fails with ErrRecordTooLong. It fails for a
 // nil record and for a credit that is not an index of rec.Ambiguities.
 func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match) (Reply, error) {
+	return l.RespondWith(ctx, rec, history, question, m, AskOptions{})
+}
+
+// RespondWith is Respond for a question asked under opt (Oracle.AskWith
+// calls it): with opt.Bird, stage 2 is BIRD-Interact's decoder
+// (see birdRespondMessages), which reads no dialogue, and every refusal is
+// the harness's text (BirdRefusal).
+func (l *LLM) RespondWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match, opt AskOptions) (Reply, error) {
 	if rec == nil {
 		return Reply{}, errNilRecord
 	}
@@ -250,14 +280,23 @@ func (l *LLM) Respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 			act = Action{Kind: ActionLabeled, Arg: rec.Ambiguities[m.Credits[0]].Term}
 		}
 	}
-	r, err := l.respond(ctx, rec, history, question, act, m.Credits)
+	r, err := l.respond(ctx, rec, history, question, act, m.Credits, opt.Bird)
 	if errors.Is(err, errTooLong) {
-		return Reply{Text: Refusal, Refused: true, Withdrawn: true}, nil
+		return Reply{Text: refusalText(opt.Bird), Refused: true, Withdrawn: true}, nil
 	}
 	return r, err
 }
 
 func (l *LLM) cacheKey(rec *corpus.Record) string { return rec.ID + "@" + l.promptVersion() }
+
+// keyFor is the cache key of a question's requests: cacheKey, or under
+// Bird birdCacheKey (the Bird prompts have their own version).
+func (l *LLM) keyFor(rec *corpus.Record, bird bool) string {
+	if bird {
+		return l.birdCacheKey(rec)
+	}
+	return l.cacheKey(rec)
+}
 
 // promptVersion is LLMPromptVersion, with the Version label after it when
 // that differs ("llm-oracle/3+v1").
@@ -304,7 +343,7 @@ func (l *LLM) responderSchema(rec *corpus.Record) string {
 // a corrective request when it could not be read as exactly one action —
 // then validation. Output that is still unreadable (or cut off) is
 // unanswerable().
-func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string) (Action, []int, error) {
+func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, bird bool) (Action, []int, error) {
 	if err := ctx.Err(); err != nil {
 		return Action{}, nil, err
 	}
@@ -312,12 +351,18 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 	if !l.opt.Scoped {
 		segs = l.segments(rec)
 	}
-	msgs := matchMessages(rec, segs, l.opt.Scoped, history, question)
+	prompt := func(history []Turn, question string) []llm.Message {
+		if bird {
+			return birdMatchMessages(rec, segs, l.opt.Scoped, history, question)
+		}
+		return matchMessages(rec, segs, l.opt.Scoped, history, question)
+	}
+	msgs := prompt(history, question)
 	maxTokens := l.opt.MaxTokens
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
 			Messages: msgs, JSON: true, MaxTokens: maxTokens,
-			Purpose: "oracle.match", CacheKey: l.cacheKey(rec),
+			Purpose: "oracle.match", CacheKey: l.keyFor(rec, bird),
 		})
 		if llm.KindOf(err) == llm.KindContextOverflow {
 			if attempt > 0 {
@@ -326,7 +371,7 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 				// below.
 				return unanswerable, nil, nil
 			}
-			base := matchMessages(rec, segs, l.opt.Scoped, nil, probeQuestion)
+			base := prompt(nil, probeQuestion)
 			if err := l.blame(ctx, rec, err, base, true, l.opt.MaxTokens, "oracle.match"); err != nil {
 				return Action{}, nil, err
 			}
@@ -337,7 +382,7 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 		}
 		if !resp.CutOff() {
 			if act, ok := parseAction(resp.Content, question); ok {
-				act, credits := l.validate(rec, segs, act)
+				act, credits := l.validateAs(rec, segs, act, bird)
 				return act, credits, nil
 			}
 		}
@@ -357,6 +402,14 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 // validate checks an action against the record and returns it in
 // canonical form with its credits; an invalid action is unanswerable().
 func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (Action, []int) {
+	return l.validateAs(rec, segs, act, false)
+}
+
+// validateAs is validate, under Bird by BIRD-Interact's simulator's rules
+// where they differ: a segment that holds a labeled snippet is answered
+// (the harness answers whatever segment stage 1 routes to), and the scoped
+// oracle's unlabeled action names a resolution (validateScopedUnlabeled).
+func (l *LLM) validateAs(rec *corpus.Record, segs []sqlexec.Segment, act Action, bird bool) (Action, []int) {
 	switch act.Kind {
 	case ActionLabeled:
 		want := corpus.Normalize(act.Arg)
@@ -379,6 +432,9 @@ func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (
 		return Action{Kind: ActionLabeled, Arg: rec.Ambiguities[credits[0]].Term}, credits
 	case ActionUnlabeled:
 		if l.opt.Scoped {
+			if bird {
+				return validateScopedUnlabeled(rec, act), nil
+			}
 			return unanswerable, nil
 		}
 		want := normSegment(act.Arg)
@@ -388,6 +444,12 @@ func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (
 		for _, s := range segs {
 			if normSegment(s.Text) != want {
 				continue
+			}
+			if bird {
+				// BIRD-Interact answers the segment whatever it holds
+				// (bird_interact_conv/prompts/prompts.py, the decoder's
+				// unlabeled action); it credits nothing.
+				return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
 			}
 			for _, a := range rec.Ambiguities {
 				if holdsSnippet(s.Text, snippet(rec, a)) {
@@ -629,9 +691,9 @@ func grammarAction(m []string) (Action, bool) {
 // deterministic responder's reply for the credits (Refusal, Refused, when
 // there are none: an unlabeled action). errTooLong: the question or the
 // dialogue is too long for the responder's context.
-func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act Action, credits []int) (Reply, error) {
+func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act Action, credits []int, bird bool) (Reply, error) {
 	if act.Kind == ActionUnanswerable {
-		return Reply{Text: Refusal, Refused: true}, nil
+		return Reply{Text: refusalText(bird), Refused: true}, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return Reply{}, err
@@ -641,12 +703,28 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		segs = l.segments(rec)
 	}
 	promptSchema := l.responderSchema(rec)
-	msgs := respondMessages(rec, segs, promptSchema, l.opt.Scoped, history, question, act, credits)
+	prompt := func(history []Turn, question string) []llm.Message {
+		if bird {
+			return birdRespondMessages(rec, segs, promptSchema, l.opt.Scoped, question, act, credits)
+		}
+		return respondMessages(rec, segs, promptSchema, l.opt.Scoped, history, question, act, credits)
+	}
+	msgs := prompt(history, question)
 	var lc *leakChecker
 	if l.RejectsLeaks() {
 		lc = newLeakChecker(rec, l.segments(rec), l.schema(rec))
+		if bird && !l.opt.Scoped {
+			lc.guardClearQuery(rec) // only its responder reads it
+		}
+	}
+	allowed := question + allowedText(rec, credits)
+	if bird {
+		allowed += allowedAction(rec, act, l.opt.Scoped)
 	}
 	fallback := func(attempt int) (Reply, error) {
+		if bird {
+			return birdFallback(rec, credits, attempt)
+		}
 		fb, err := NewDeterministicResponder().reply(rec, credits)
 		if err != nil {
 			return Reply{}, err
@@ -658,7 +736,7 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
 			Messages: msgs, JSON: true, MaxTokens: maxTokens,
-			Purpose: "oracle.respond", CacheKey: l.cacheKey(rec),
+			Purpose: "oracle.respond", CacheKey: l.keyFor(rec, bird),
 		})
 		if llm.KindOf(err) == llm.KindContextOverflow && attempt > 0 {
 			// A regeneration request (the draft and the corrective
@@ -667,7 +745,7 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 			return fallback(attempt)
 		}
 		if llm.KindOf(err) == llm.KindContextOverflow {
-			base := respondMessages(rec, segs, promptSchema, l.opt.Scoped, nil, probeQuestion, act, credits)
+			base := prompt(nil, probeQuestion)
 			if err := l.blame(ctx, rec, err, base, true, l.opt.MaxTokens, "oracle.respond"); err != nil {
 				return Reply{}, err
 			}
@@ -679,13 +757,16 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		text, cutOff := "", resp.CutOff()
 		if !cutOff {
 			text = replyText(resp.Content)
+			if bird {
+				text = birdReplyText(resp.Content)
+			}
 		}
 		corrective := ""
 		switch {
 		case cutOff:
 		case text == "":
 			corrective = respondEmptyCorrective
-		case lc != nil && lc.leaks(text, question+allowedText(rec, credits)):
+		case lc != nil && lc.leaks(text, allowed):
 			corrective = respondCorrective
 		default:
 			return Reply{Text: text, Regenerated: attempt}, nil

@@ -36,10 +36,65 @@ const leakRun = 4
 // What the reply may say anyway is passed with the question (see
 // allowedText): the resolutions of the credited ambiguities, which the
 // deterministic responder would serve word for word.
+//
+// Under Bird the unfiltered responder also reads the record's clear
+// request, which BIRD-Interact's decoder must not give "directly"
+// (bird_interact_conv/prompts/prompts.py, user_simulator_decoder, point
+// 1): guardClearQuery makes a run of clearRun of its tokens (all of them,
+// for a shorter one) that the public request does not contain a leak too.
 type leakChecker struct {
 	grams    map[string]bool // leakRun-grams of the reference SQL
 	segments [][]string      // token runs of segments with ≥ 3 tokens
 	idents   []string        // schema identifiers, lower-cased
+	clear    map[string]bool // clearN-grams of the clear request not in the request
+	clearN   int             // 0: the clear request is not guarded
+}
+
+// clearRun is the length of a run of the clear request's tokens that
+// counts as giving it away: long, because a faithful answer about one
+// phrase may well repeat a few of its words.
+const clearRun = 12
+
+// guardClearQuery adds the record's clear request (clearQuery) to what a
+// reply must not quote. A clear request of fewer than leakRun tokens, or
+// one the request already says word for word, is not guarded.
+func (lc *leakChecker) guardClearQuery(rec *corpus.Record) {
+	ct := leakTokens(clearQuery(rec))
+	n := min(clearRun, len(ct))
+	if n < leakRun {
+		return
+	}
+	public := map[string]bool{}
+	for _, g := range grams(leakTokens(rec.Request), n) {
+		public[g] = true
+	}
+	lc.clear = map[string]bool{}
+	for _, g := range grams(ct, n) {
+		if !public[g] {
+			lc.clear[g] = true
+		}
+	}
+	if len(lc.clear) > 0 {
+		lc.clearN = n
+	}
+}
+
+// quotesClear reports whether the reply's tokens rt hold a guarded run of
+// the clear request that the question's qt do not.
+func (lc *leakChecker) quotesClear(rt, qt []string) bool {
+	if lc.clearN == 0 || len(rt) < lc.clearN {
+		return false
+	}
+	asked := map[string]bool{}
+	for _, g := range grams(qt, lc.clearN) {
+		asked[g] = true
+	}
+	for _, g := range grams(rt, lc.clearN) {
+		if lc.clear[g] && !asked[g] {
+			return true
+		}
+	}
+	return false
 }
 
 func newLeakChecker(rec *corpus.Record, segs []sqlexec.Segment, schema string) *leakChecker {
@@ -76,6 +131,9 @@ func (lc *leakChecker) leaks(reply, question string) bool {
 		if containsRun(rt, seg) && !containsRun(qt, seg) {
 			return true
 		}
+	}
+	if lc.quotesClear(rt, qt) {
+		return true
 	}
 	if len(lc.idents) > 0 {
 		rw, qw := wordSet(rt), wordSet(qt)

@@ -132,6 +132,7 @@ func parseCall(msgs []llm.Message) fakeCall {
 			c.terms = append(c.terms, l[3:end])
 		}
 	}
+	c.terms = append(c.terms, birdTerms(c.user)...)
 	for _, l := range section(c.user, markSegments) {
 		if strings.HasPrefix(l, "- [") {
 			c.segments = append(c.segments, l[strings.Index(l, "] ")+2:])

@@ -34,7 +34,12 @@
 // Oracle.AskWith's StrictCredit option (off by default: AmbiTab's matcher)
 // narrows any matcher's verdict before the responder sees it (StrictMatch):
 // a question that reproduces the request credits nothing, any other at
-// most one ambiguity.
+// most one ambiguity. Its Bird option (the BIRD_C and BIRD_A protocols)
+// follows BIRD-Interact's user simulator instead: at most one ambiguity
+// per question (AtMostOne, the simulator's one action), the harness's
+// refusal text (BirdRefusal) and, from the deterministic responder, words
+// rather than SQL where the record has words. The deterministic oracle
+// stays a lexical reference point there, not the paper's LLM simulator.
 //
 // On a record with chain ambiguities (TIDE's L1 → L2, PROTOCOL.md §9)
 // Oracle.Ask applies the chain rule to any matcher's verdict (ChainMatch):
@@ -57,6 +62,15 @@ import (
 
 // Refusal is the fixed reply to a question that credits no ambiguity.
 const Refusal = "I can't answer that; please ask about something specific in the request."
+
+// BirdRefusal is the deterministic responder's refusal under the
+// BIRD-Interact protocols (AskOptions.Bird): the text BIRD-Interact's
+// response generator must give for unanswerable()
+// (bird_interact_agent/src/envs/user_simulator/prompts.py,
+// USER_SIMULATOR_DECODER: if the action is "unanswerable()", "you should
+// respond: <s>Sorry, this question is out of scope, so I can not answer
+// your question.</s>"), without the tags.
+const BirdRefusal = "Sorry, this question is out of scope, so I can not answer your question."
 
 // Turn is one answered question in an episode's history.
 type Turn struct {
@@ -161,7 +175,8 @@ type Oracle struct {
 type Reply struct {
 	// Text is the reply shown to the asking policy.
 	Text string
-	// Refused reports that the answer is a refusal: the fixed Refusal text,
+	// Refused reports that the answer is a refusal: the fixed Refusal text
+	// (BirdRefusal from the deterministic responder under AskOptions.Bird),
 	// given for a question that credits nothing (the deterministic
 	// responder), for unanswerable() (the LLM responder, which then calls
 	// no model), for a question or dialogue too long for the model's
@@ -195,6 +210,22 @@ type Reply struct {
 	FellBack bool
 }
 
+// optionMatcher is a matcher whose verdict depends on the question's
+// AskOptions (the LLM matcher, whose prompts under Bird are
+// BIRD-Interact's: MatcherWithOptions). AskWith calls MatchWith instead
+// of Match when the matcher has it.
+type optionMatcher interface {
+	MatchWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Match, error)
+}
+
+// optionResponder is a responder whose reply depends on the question's
+// AskOptions (the LLM responder and the deterministic one, whose refusal
+// and answers under Bird are BIRD-Interact's: ResponderWithOptions).
+// AskWith calls RespondWith instead of Respond when the responder has it.
+type optionResponder interface {
+	RespondWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, m Match, opt AskOptions) (Reply, error)
+}
+
 // ErrIncomplete is returned by Oracle.Ask when the matcher or the
 // responder is missing.
 var ErrIncomplete = errors.New("oracle: matcher or responder is nil")
@@ -204,14 +235,16 @@ func (o Oracle) Ask(ctx context.Context, rec *corpus.Record, history []Turn, que
 	return o.AskWith(ctx, rec, history, question, AskOptions{})
 }
 
-// AskWith credits the question with the matcher, narrows the verdict by
-// the strict-credit rule when opt.StrictCredit is set (StrictMatch: the one
-// place the rule is applied, whatever the matcher), then has the responder
-// write the reply for that verdict, and returns the reply with the
-// verdict's credits and action — or, when the responder withdrew the match
-// (see Reply.Withdrawn), with no credits and unanswerable(). With
-// opt.CreditHistory the history's credits are first recomputed (see
-// AskOptions). It implements env.Oracle.
+// AskWith credits the question with the matcher (its MatchWith under opt
+// when it has one), narrows the verdict by the strict-credit rule when
+// opt.StrictCredit is set (StrictMatch: the one place the rule is applied,
+// whatever the matcher), by the chain rule, and by the one-ambiguity rule
+// when opt.Bird is set (AtMostOne), then has the responder write the reply
+// for that verdict (its RespondWith under opt when it has one), and
+// returns the reply with the verdict's credits and action — or, when the
+// responder withdrew the match (see Reply.Withdrawn), with no credits and
+// unanswerable(). With opt.CreditHistory the history's credits are first
+// recomputed (see AskOptions). It implements env.Oracle.
 func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Reply, error) {
 	if o.Matcher == nil || o.Responder == nil {
 		return Reply{}, ErrIncomplete
@@ -229,7 +262,12 @@ func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn,
 	if err != nil {
 		return Reply{}, err
 	}
-	r, err := o.Responder.Respond(ctx, rec, history, question, m)
+	var r Reply
+	if ow, ok := o.Responder.(optionResponder); ok {
+		r, err = ow.RespondWith(ctx, rec, history, question, m, opt)
+	} else {
+		r, err = o.Responder.Respond(ctx, rec, history, question, m)
+	}
 	if err != nil {
 		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
 	}
@@ -244,16 +282,29 @@ func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn,
 }
 
 // match runs the matcher and, with opt.StrictCredit, the strict-credit
-// rule on its verdict, then the chain rule (ChainMatch).
+// rule on its verdict, then the chain rule (ChainMatch), then with opt.Bird
+// the one-ambiguity rule (AtMostOne). The one-ambiguity rule comes after
+// the chain rule so that a question naming a blocked L2 and an open L1
+// keeps L1 (the first creditable ambiguity), not nothing.
 func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, opt AskOptions) (Match, error) {
-	m, err := o.Matcher.Match(ctx, rec, history, question)
+	var m Match
+	var err error
+	if ow, ok := o.Matcher.(optionMatcher); ok {
+		m, err = ow.MatchWith(ctx, rec, history, question, opt)
+	} else {
+		m, err = o.Matcher.Match(ctx, rec, history, question)
+	}
 	if err != nil {
 		return Match{}, fmt.Errorf("oracle: match: %w", err)
 	}
 	if opt.StrictCredit && rec != nil {
 		m = StrictMatch(rec, question, m)
 	}
-	return ChainMatch(rec, history, m), nil
+	m = ChainMatch(rec, history, m)
+	if opt.Bird && rec != nil {
+		m = AtMostOne(rec, m)
+	}
+	return m, nil
 }
 
 // ChainMatch applies the chain rule of PROTOCOL.md §9 to a matcher's

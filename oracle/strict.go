@@ -19,6 +19,17 @@ type AskOptions struct {
 	// (matcher only, with the same options). Other records' matchers do not
 	// read the history, so nothing is done for them.
 	CreditHistory bool
+	// Bird says the episode plays a BIRD-Interact protocol (BIRD_C,
+	// BIRD_A): the oracle follows BIRD-Interact's user simulator (one
+	// ambiguity per question, the harness's refusal text, and for the LLM
+	// oracle the harness's two stages). Off for AMBITAB, TIDE and
+	// OracleService.Ask. AskWith applies AtMostOne to any matcher's
+	// verdict (after the chain rule; StrictCredit's request-reproduction
+	// rule only when StrictCredit is set too) and hands the option to the
+	// responder as Match.Bird: the deterministic responder then refuses
+	// with BirdRefusal and answers in words where the record has them
+	// (DeterministicResponder).
+	Bird bool
 }
 
 // StrictMatch applies the strict-credit rule to a matcher's verdict m on
@@ -49,6 +60,27 @@ func StrictMatch(rec *corpus.Record, question string, m Match) Match {
 		if m.Action.Kind != ActionNone {
 			m.Action = unanswerable
 		}
+		return m
+	}
+	return AtMostOne(rec, m)
+}
+
+// AtMostOne narrows a matcher's verdict m to at most one ambiguity, the
+// strict-credit rule's second half and, alone, the rule of the BIRD-Interact
+// protocols (AskOptions.Bird): the first credited ambiguity in annotation
+// order, together with any other credited ambiguity registered under the
+// same term (normalised: no question can name one of those without the
+// other, and BIRD-Interact's labeled("<term>") action names a term, not an
+// entry). A labeled action keeps naming that term. A verdict without
+// credits, or whose first credit is not an index of rec.Ambiguities (left
+// for the caller to reject), is returned unchanged.
+//
+// BIRD-Interact's user simulator takes exactly one action per question
+// (bird_interact_agent/src/envs/user_simulator/prompts.py,
+// USER_SIMULATOR_ENCODER: "You MUST choose only one action"), so one
+// question resolves one labeled term there.
+func AtMostOne(rec *corpus.Record, m Match) Match {
+	if rec == nil || len(m.Credits) == 0 {
 		return m
 	}
 	first := m.Credits[0] // credits are ascending: annotation order
