@@ -83,3 +83,33 @@ func TestCorpusCheckBrokenPythonTests(t *testing.T) {
 		t.Errorf("%d broken tests reported; want 2:\n%s", n, out)
 	}
 }
+
+// TestCorpusCheckUnreachableTermWarning: a knowledge ambiguity whose term
+// the request never names passes every check (the full probe names it
+// verbatim), and `corpus check` warns about it on stderr as
+// "file:line: unreachable_term: warning: record ID, ambiguities[i] (kind)
+// "term": …" and counts it under the table, with exit code 0 and PASS;
+// the unedited tiny corpus, whose terms all occur in their requests, gets
+// no warning.
+func TestCorpusCheckUnreachableTermWarning(t *testing.T) {
+	clean := testutil.WriteTiny(t)
+	code, stdout, stderr := runCmd(t, "corpus", "check", clean)
+	if code != 0 || !strings.Contains(stdout, "PASS") || strings.Contains(stderr, "unreachable_term") || strings.Contains(stdout, "warning") {
+		t.Fatalf("clean tiny corpus: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	dir := testutil.WriteTiny(t, func(f map[string]string) {
+		const old = `"request":"Which regions are a strong market?"`
+		if !strings.Contains(f["records.jsonl"], old) {
+			t.Fatal("the tiny corpus changed: no strong-market request")
+		}
+		f["records.jsonl"] = strings.Replace(f["records.jsonl"], old, `"request":"Which regions are doing well?"`, 1)
+	})
+	code, stdout, stderr = runCmd(t, "corpus", "check", dir)
+	if code != 0 || !strings.Contains(stdout, "PASS") || !strings.Contains(stdout, "1 warning(s), not failures: unreachable_term") {
+		t.Fatalf("edited tiny corpus: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	re := regexp.MustCompile(`(?m)^\S*records\.jsonl:4: unreachable_term: warning: record strong, ambiguities\[0\] \(knowledge\) "strong market": its term never occurs as whole words in the request, so the deterministic matcher`)
+	if !re.MatchString(stderr) || strings.Count(stderr, "unreachable_term") != 1 {
+		t.Errorf("stderr lacks the one warning:\n%s", stderr)
+	}
+}
