@@ -43,9 +43,17 @@ func startBirdC(t *testing.T) *birdC {
 }
 
 // reset starts a BIRD_C episode on task with the given patience (-1: the
-// default), privileged data included.
+// default), privileged data included, under the server's default variant
+// and follow-up state.
 func (b *birdC) reset(task string, patience int32) (*pb.Episode, error) {
-	opts := &pb.EpisodeOptions{Protocol: pb.Protocol_PROTOCOL_BIRD_C}
+	return b.resetWith(task, patience, &pb.EpisodeOptions{})
+}
+
+// resetWith is reset with opts (BirdVariant, FollowUpState) as the base of
+// the episode's options; protocol and patience are set over them.
+func (b *birdC) resetWith(task string, patience int32, opts *pb.EpisodeOptions) (*pb.Episode, error) {
+	opts = proto.Clone(opts).(*pb.EpisodeOptions)
+	opts.Protocol = pb.Protocol_PROTOCOL_BIRD_C
 	if patience >= 0 {
 		opts.Patience = proto.Int32(patience)
 	}
@@ -58,11 +66,42 @@ func (b *birdC) reset(task string, patience int32) (*pb.Episode, error) {
 
 func (b *birdC) mustReset(task string, patience int32) *pb.Episode {
 	b.t.Helper()
-	e, err := b.reset(task, patience)
+	return b.mustResetWith(task, patience, &pb.EpisodeOptions{})
+}
+
+func (b *birdC) mustResetWith(task string, patience int32, opts *pb.EpisodeOptions) *pb.Episode {
+	b.t.Helper()
+	e, err := b.resetWith(task, patience, opts)
 	if err != nil {
-		b.t.Fatalf("reset %s: %v", task, err)
+		b.t.Fatalf("reset %s (%v): %v", task, opts, err)
 	}
 	return e
+}
+
+// The BIRD_C variants' options and debug-retry texts (env/birdc.go; the
+// ORIGINAL texts are bird_interact_conv's infer_api_system.py "debug"
+// phase with eval_bird_interact_batch.py's error_msg, the ADK's are
+// BIRD-Interact-ADK's orchestrator/cinteract.py).
+var (
+	adkOpts = &pb.EpisodeOptions{BirdVariant: pb.BirdVariant_BIRD_VARIANT_ADK}
+)
+
+const (
+	retryUnsure       = "Are you sure about your SQL? You have one more chance to update your SQL now."
+	retryExecErr      = "Your SQL is not executable and raises the following error: [exec_err_flg] - Execution_Error: True"
+	adkRetryUnsure    = "Your SQL is not correct. You have one more chance. Please fix and call submit_sql."
+	adkRetryErrPrefix = "Your SQL is not executable: Error executing submitted SQL: "
+	adkRetryErrSuffix = "\nPlease fix and call submit_sql."
+)
+
+// hasOracleTurn reports whether a response holds an oracle's answer.
+func hasOracleTurn(r *pb.StepResponse) bool {
+	for _, t := range r.GetObservation().GetTurns() {
+		if t.GetRole() == pb.Role_ROLE_ORACLE {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *birdC) step(tok []byte, a *pb.Action) *pb.StepResponse {
@@ -92,8 +131,14 @@ func lastTurn(r *pb.StepResponse) *pb.Turn {
 }
 
 // TestBirdCTurnLimits: m + patience turns for each patience level; each
-// question is a turn; on the last turn only SQL is accepted, and a
-// question there ends the sub-task unsolved (TRUNCATED, reward 0).
+// question is a turn; on the last turn only SQL is accepted. A question
+// there is a failed submission (the BIRD_VARIANT_ORIGINAL rule, the
+// default: bird_interact_conv's infer_api_system.py pre-fills "<t>" on the
+// final turn, and wrap_up_sql.py's extract_system_response turns output
+// without a ```postgresql block into "ERROR!", which fails to run): the
+// turn is spent, no oracle answers, and the debug retry follows with the
+// [exec_err_flg] message. A stop there still ends the sub-task unsolved
+// (TRUNCATED, reward 0).
 func TestBirdCTurnLimits(t *testing.T) {
 	b := startBirdC(t)
 	for _, patience := range []int32{0, 3, 5, 7} {
@@ -115,81 +160,187 @@ func TestBirdCTurnLimits(t *testing.T) {
 				t.Fatalf("patience %d after %d questions: sql_required %v, phase %s", patience, i+1, r.Observation.SqlRequired, r.Observation.Phase)
 			}
 		}
-		r := b.step(tok, ask("And the recent year?"))
-		if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED || r.Reward.GetValue() != 0 ||
-			lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_NOTICE {
-			t.Fatalf("patience %d: a question on the last turn: %v", patience, r)
-		}
-		if c := r.Reward.GetComponents(); len(c) != 1 || c["phase1"] != 0 {
-			t.Errorf("patience %d: components %v, want phase1 = 0 only (the follow-up was never released)", patience, c)
-		}
-		// The same last turn with SQL is accepted.
-		if r := b.step(tok, submit(fuQueryRef)); r.Done || r.Observation.Subtask != 2 {
-			t.Errorf("patience %d: the reference on the last turn: %v", patience, r)
-		}
+		b.playLastTurn(patience, tok, turns)
 	}
+}
+
+// playLastTurn plays the last turn of TestBirdCTurnLimits' episode at token
+// tok (turns turns, all but one spent on questions): a question, a stop
+// and the reference, each from tok.
+func (b *birdC) playLastTurn(patience int32, tok []byte, turns int64) {
+	t := b.t
+	t.Helper()
+	// ORIGINAL: a question on the last turn is SQL that did not run.
+	r := b.step(tok, ask("And the recent year?"))
+	o := r.Observation
+	if r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || hasOracleTurn(r) ||
+		lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK || lastTurn(r).GetText() != retryExecErr {
+		t.Fatalf("patience %d: a question on the last turn: %v", patience, r)
+	}
+	if o.Budget.GetUsedMilli() != turns*1000 || !o.SqlRequired || o.QuestionsAsked != int32(turns-1) || o.Subtask != 1 {
+		t.Fatalf("patience %d: after a question on the last turn (the turn spent, the question not counted): %v", patience, o)
+	}
+	// Its debug retry passes with the reference and releases the
+	// follow-up; phase 1 scores as a retry (0.5 + 0.3).
+	rr := b.step(r.Token, submit(fuQueryRef))
+	if rr.Done || rr.Observation.Subtask != 2 || lastTurn(rr).GetText() != fuFollowUp {
+		t.Fatalf("patience %d: the reference on the retry after a last-turn question: %v", patience, rr)
+	}
+	if f := b.step(rr.Token, submit(fuQueryFU)); !f.Done || f.Reward.GetValue() != 0.8 || f.Reward.GetComponents()["phase1"] != 0.5 {
+		t.Errorf("patience %d: after a last-turn question, retry and follow-up: %v", patience, f.Reward)
+	}
+	// A stop on the last turn still ends the sub-task, truncated.
+	s := b.step(tok, &pb.Action{Kind: &pb.Action_Stop_{Stop: &pb.Action_Stop{}}})
+	if !s.Done || s.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED || s.Reward.GetValue() != 0 {
+		t.Fatalf("patience %d: a stop on the last turn: %v", patience, s)
+	}
+	if c := s.Reward.GetComponents(); len(c) != 1 || c["phase1"] != 0 {
+		t.Errorf("patience %d: components %v, want phase1 = 0 only (the follow-up was never released)", patience, c)
+	}
+	// The same last turn with SQL is accepted.
+	if r := b.step(tok, submit(fuQueryRef)); r.Done || r.Observation.Subtask != 2 {
+		t.Errorf("patience %d: the reference on the last turn: %v", patience, r)
+	}
+}
+
+// TestBirdCLastTurnQuestionADK: under BIRD_VARIANT_ADK a question on the
+// last turn is a phase ended without a submission: no answer, the turn
+// spent, and the ADK's orchestrator sends its "not correct" debug message
+// (orchestrator/cinteract.py; its last submit message holds no
+// [exec_err_flg]).
+func TestBirdCLastTurnQuestionADK(t *testing.T) {
+	b := startBirdC(t)
+	e := b.mustResetWith("fu-query", 0, adkOpts)
+	r := b.step(e.Token, ask("What do you mean by big sales?"))
+	r = b.step(r.Token, ask("And the recent year?"))
+	if r.Done || hasOracleTurn(r) || lastTurn(r).GetText() != adkRetryUnsure || !r.Observation.SqlRequired || r.Observation.Budget.GetUsedMilli() != 2000 {
+		t.Errorf("ADK: a question on the last turn: %v", r)
+	}
+}
+
+// birdVariant is one BIRD_C variant as TestBirdCRewards plays it.
+type birdVariant struct {
+	name   string
+	opts   *pb.EpisodeOptions
+	unsure string // the debug retry's message for SQL that ran but failed
+	sqlFU  bool   // sql_required after the release
+}
+
+// rewardPath is one path through both sub-tasks: each first try or after
+// the debug retry, and the exact reward it earns.
+type rewardPath struct {
+	retry1, retry2 bool
+	want, p1, p2   float64
 }
 
 // TestBirdCRewards plays each path through both sub-tasks: first try or
-// after the debug retry, for each; the rewards are exact.
+// after the debug retry, for each, under both variants; the rewards are
+// exact and the same under both. A wrong (but executable) SQL gets the
+// variant's "unsure" retry message: ORIGINAL's is bird_interact_conv's
+// infer_api_system.py "debug" phase text, ADK's orchestrator/cinteract.py's.
+// Under ORIGINAL the follow-up's release leaves only SQL (its one SQL turn:
+// sql_required, no questions); under ADK questions stay allowed.
 func TestBirdCRewards(t *testing.T) {
 	b := startBirdC(t)
-	for _, c := range []struct {
-		retry1, retry2 bool
-		want, p1, p2   float64
-	}{
-		{false, false, 1.0, 0.7, 0.3},
-		{true, false, 0.8, 0.5, 0.3},
-		{false, true, 0.9, 0.7, 0.2},
-		{true, true, 0.7, 0.5, 0.2},
+	for _, v := range []birdVariant{
+		{"default", &pb.EpisodeOptions{}, retryUnsure, true},
+		{"ORIGINAL", &pb.EpisodeOptions{BirdVariant: pb.BirdVariant_BIRD_VARIANT_ORIGINAL}, retryUnsure, true},
+		{"ADK", adkOpts, adkRetryUnsure, false},
 	} {
-		e := b.mustReset("fu-query", -1)
-		tok := e.Token
-		if c.retry1 {
-			r := b.step(tok, submit(fuQueryOther))
-			if r.Done || !r.Observation.SqlRequired || lastTurn(r).GetText() != "Are you sure about your SQL? You have one more chance." {
-				t.Fatalf("a wrong phase-1 SQL: %v", r)
-			}
-			tok = r.Token
+		for _, c := range []rewardPath{
+			{false, false, 1.0, 0.7, 0.3},
+			{true, false, 0.8, 0.5, 0.3},
+			{false, true, 0.9, 0.7, 0.2},
+			{true, true, 0.7, 0.5, 0.2},
+		} {
+			b.playRewardPath(v, c)
 		}
-		r := b.step(tok, submit(fuQueryRef))
-		if r.Done || r.Observation.Subtask != 2 || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_REQUEST ||
-			lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT || lastTurn(r).GetText() != fuFollowUp {
-			t.Fatalf("phase 1 passed: %v", r)
-		}
-		if got := r.Privileged.GetFollowUpReferenceSql(); len(got) != 1 || got[0] != fuQueryFU {
-			t.Errorf("the release's privileged follow-up reference: %q", got)
-		}
-		tok = r.Token
-		if c.retry2 {
-			r = b.step(tok, submit("SELECT COUNT(*) FROM sales"))
-			if r.Done || !r.Observation.SqlRequired || r.Observation.Subtask != 2 {
-				t.Fatalf("a wrong phase-2 SQL: %v", r)
-			}
-			tok = r.Token
-		}
-		r = b.step(tok, submit(fuQueryFU))
-		if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward.GetType() != pb.RewardType_REWARD_TYPE_BIRD_INTERACT {
-			t.Fatalf("phase 2 passed: %v", r)
-		}
-		comp := r.Reward.GetComponents()
-		if r.Reward.GetValue() != c.want || comp["phase1"] != c.p1 || comp["phase2"] != c.p2 {
-			t.Errorf("retries %v/%v: reward %v %v, want %v (%v + %v)", c.retry1, c.retry2, r.Reward.GetValue(), comp, c.want, c.p1, c.p2)
-		}
+		b.followUpQuestion(v)
 	}
 }
 
-// TestBirdCDebugRetry: the retry's message carries the database's error
-// for SQL that does not run; the retry must be SQL (anything else ends the
-// sub-task unsolved); it comes once per sub-task; it uses no turn.
+// playRewardPath plays path c under variant v and checks its reward.
+func (b *birdC) playRewardPath(v birdVariant, c rewardPath) {
+	t := b.t
+	t.Helper()
+	e := b.mustResetWith("fu-query", -1, v.opts)
+	tok := e.Token
+	if c.retry1 {
+		r := b.step(tok, submit(fuQueryOther))
+		if r.Done || !r.Observation.SqlRequired || lastTurn(r).GetText() != v.unsure {
+			t.Fatalf("%s: a wrong phase-1 SQL: %v", v.name, r)
+		}
+		tok = r.Token
+	}
+	r := b.step(tok, submit(fuQueryRef))
+	if r.Done || r.Observation.Subtask != 2 || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_REQUEST ||
+		lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT || lastTurn(r).GetText() != fuFollowUp {
+		t.Fatalf("%s: phase 1 passed: %v", v.name, r)
+	}
+	if r.Observation.SqlRequired != v.sqlFU || (r.Observation.QuestionsRemaining == 0) != v.sqlFU {
+		t.Errorf("%s: after the release sql_required %v, questions_remaining %d", v.name, r.Observation.SqlRequired, r.Observation.QuestionsRemaining)
+	}
+	if got := r.Privileged.GetFollowUpReferenceSql(); len(got) != 1 || got[0] != fuQueryFU {
+		t.Errorf("%s: the release's privileged follow-up reference: %q", v.name, got)
+	}
+	tok = r.Token
+	if c.retry2 {
+		r = b.step(tok, submit("SELECT COUNT(*) FROM sales"))
+		if r.Done || !r.Observation.SqlRequired || r.Observation.Subtask != 2 || lastTurn(r).GetText() != v.unsure {
+			t.Fatalf("%s: a wrong phase-2 SQL: %v", v.name, r)
+		}
+		tok = r.Token
+	}
+	r = b.step(tok, submit(fuQueryFU))
+	if !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward.GetType() != pb.RewardType_REWARD_TYPE_BIRD_INTERACT {
+		t.Fatalf("%s: phase 2 passed: %v", v.name, r)
+	}
+	comp := r.Reward.GetComponents()
+	if r.Reward.GetValue() != c.want || comp["phase1"] != c.p1 || comp["phase2"] != c.p2 {
+		t.Errorf("%s, retries %v/%v: reward %v %v, want %v (%v + %v)", v.name, c.retry1, c.retry2, r.Reward.GetValue(), comp, c.want, c.p1, c.p2)
+	}
+}
+
+// followUpQuestion asks a question on the follow-up under variant v: under
+// ORIGINAL it is a failed submission of the follow-up's one SQL turn (no
+// answer, the [exec_err_flg] retry); under ADK the oracle answers. Either
+// way a turn is spent.
+func (b *birdC) followUpQuestion(v birdVariant) {
+	t := b.t
+	t.Helper()
+	e := b.mustResetWith("fu-query", -1, v.opts)
+	r := b.step(e.Token, submit(fuQueryRef))
+	q := b.step(r.Token, ask("Do you mean the sum of the amounts?"))
+	used := q.Observation.Budget.GetUsedMilli()
+	if v.sqlFU {
+		if q.Done || hasOracleTurn(q) || lastTurn(q).GetText() != retryExecErr || !q.Observation.SqlRequired || used != 2000 {
+			t.Errorf("%s: a question on the follow-up's SQL turn: %v", v.name, q)
+		}
+	} else if q.Done || !hasOracleTurn(q) || q.Observation.SqlRequired || used != 2000 {
+		t.Errorf("%s: a question on the follow-up: %v", v.name, q)
+	}
+}
+
+// TestBirdCDebugRetry: for SQL that does not run, the retry's message is
+// the variant's. ORIGINAL (the default) says only that it failed — the
+// batch evaluation's error_msg, "[exec_err_flg] - Execution_Error: True"
+// (bird_interact_conv's eval_bird_interact_batch.py: pred_err is a bool) —
+// and never the database's error (ADK carries it: TestBirdCDebugRetryADK).
+// The retry must be SQL (anything else ends the sub-task unsolved); it
+// comes once per sub-task; it uses no turn.
 func TestBirdCDebugRetry(t *testing.T) {
 	b := startBirdC(t)
 	e := b.mustReset("fu-query", 0) // 2 turns
 	r := b.step(e.Token, submit("SELECT nope FROM sales"))
 	msg := lastTurn(r).GetText()
-	if r.Done || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK || lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT ||
-		!strings.HasPrefix(msg, "Your SQL is not executable and raises the following error: ") || !strings.Contains(msg, "nope") {
+	if r.Done || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK || lastTurn(r).GetRole() != pb.Role_ROLE_ENVIRONMENT || msg != retryExecErr {
 		t.Fatalf("an execution error: %v", r)
+	}
+	// No environment turn names the database's error (column "nope").
+	for _, tu := range r.Observation.GetTurns() {
+		if tu.GetRole() != pb.Role_ROLE_POLICY && strings.Contains(tu.GetText(), "nope") {
+			t.Errorf("ORIGINAL: a turn shows the database's error: %v", tu)
+		}
 	}
 	if r.Observation.Budget.GetUsedMilli() != 1000 || !r.Observation.SqlRequired {
 		t.Fatalf("after the first submission: %v", r.Observation)
@@ -212,6 +363,30 @@ func TestBirdCDebugRetry(t *testing.T) {
 	r = b.step(retryTok, submit(fuQueryOther))
 	if !r.Done || r.Reward.GetValue() != 0 || len(r.Reward.GetComponents()) != 1 {
 		t.Errorf("the retry failed too: %v", r)
+	}
+	// ORIGINAL shows no database error at any point: not when the retry
+	// fails to run either.
+	if r := b.step(retryTok, submit("SELECT nope2 FROM sales")); !r.Done || strings.Contains(lastTurn(r).GetText(), "nope2") {
+		t.Errorf("ORIGINAL: the retry failed to run: %v", r)
+	}
+}
+
+// TestBirdCDebugRetryADK: under BIRD_VARIANT_ADK the retry's message for
+// SQL that does not run carries the database's error between the ADK's
+// prefix and suffix (orchestrator/cinteract.py, from db_environment's
+// submit message), and so does the message of a retry that fails to run.
+func TestBirdCDebugRetryADK(t *testing.T) {
+	b := startBirdC(t)
+	a := b.mustResetWith("fu-query", 0, adkOpts)
+	r := b.step(a.Token, submit("SELECT nope FROM sales"))
+	msg := lastTurn(r).GetText()
+	if r.Done || lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK || !r.Observation.SqlRequired ||
+		!strings.HasPrefix(msg, adkRetryErrPrefix) || !strings.HasSuffix(msg, adkRetryErrSuffix) || !strings.Contains(msg, "nope") {
+		t.Errorf("ADK: an execution error: %v", r)
+	}
+	// ADK: a second failure that does not run names the error too.
+	if f := b.step(r.Token, submit("SELECT nope2 FROM sales")); !f.Done || lastTurn(f).GetRole() != pb.Role_ROLE_ENVIRONMENT || !strings.Contains(lastTurn(f).GetText(), "nope2") {
+		t.Errorf("ADK: the retry failed to run: %v", f)
 	}
 }
 
@@ -272,34 +447,61 @@ func TestBirdCFollowUpHidden(t *testing.T) {
 	leaks("a probing question's reply", r)
 }
 
-// TestBirdCPhase2OnPhase1State: the follow-up is verified on the state
-// phase 1's accepted SQL left — replayed in isolation — so a follow-up
-// that reads the policy's own view passes, and nothing reaches the shared
-// database.
+// TestBirdCPhase2OnPhase1State: the follow-up is verified on the state a
+// phase 1 leaves, replayed in isolation, so nothing reaches the shared
+// database. Which phase 1: under FOLLOW_UP_STATE_REFERENCE (the default;
+// the c-Interact pipeline's rule, bird_interact_conv's
+// eval_bird_interact_batch.py) the reference's, so a follow-up that reads
+// what only the policy's own view has fails to run — phase 1 cannot rig
+// phase 2; under FOLLOW_UP_STATE_POLICY (the a-Interact harness's rule) the
+// policy's, so that follow-up passes.
 func TestBirdCPhase2OnPhase1State(t *testing.T) {
 	b := startBirdC(t)
 	// A view that passes phase 1's check and has one more column than the
 	// reference's.
 	mine := "CREATE VIEW north_big AS SELECT id, amount, region FROM sales WHERE region = 'North' AND amount >= 110"
-	e := b.mustReset("fu-view", -1)
-	r := b.step(e.Token, ask("What do you mean by big?"))
-	r = b.step(r.Token, submit(mine))
-	if r.Done || r.Observation.Subtask != 2 {
-		t.Fatalf("phase 1 with the policy's view: %v", r)
-	}
-	released := r.Token
 	// Only the policy's view has a region column.
-	r = b.step(released, submit("SELECT COUNT(*) FROM north_big WHERE region = 'North'"))
+	readsMine := "SELECT COUNT(*) FROM north_big WHERE region = 'North'"
+	release := func(name string, opts *pb.EpisodeOptions, phase1 string) []byte {
+		t.Helper()
+		e := b.mustResetWith("fu-view", -1, opts)
+		r := b.step(e.Token, ask("What do you mean by big?"))
+		r = b.step(r.Token, submit(phase1))
+		if r.Done || r.Observation.Subtask != 2 {
+			t.Fatalf("%s: phase 1 with %q: %v", name, phase1, r)
+		}
+		return r.Token
+	}
+	policy := &pb.EpisodeOptions{FollowUpState: pb.FollowUpState_FOLLOW_UP_STATE_POLICY}
+	r := b.step(release("POLICY", policy, mine), submit(readsMine))
 	if !r.Done || r.Reward.GetValue() != 1 {
-		t.Fatalf("a follow-up reading the policy's view: %v (%s)", r.Reward, r.Privileged.GetVerifierReason())
+		t.Fatalf("POLICY: a follow-up reading the policy's view: %v (%s)", r.Reward, r.Privileged.GetVerifierReason())
+	}
+	for name, opts := range map[string]*pb.EpisodeOptions{
+		"default":   {},
+		"REFERENCE": {FollowUpState: pb.FollowUpState_FOLLOW_UP_STATE_REFERENCE},
+	} {
+		// The policy's view is not what the follow-up sees: region does not
+		// exist there, so the SQL does not run and gets the retry.
+		tok := release(name, opts, mine)
+		r := b.step(tok, submit(readsMine))
+		if r.Done || lastTurn(r).GetText() != retryExecErr {
+			t.Fatalf("%s: a follow-up reading the policy's view: %v (%s)", name, r, r.Privileged.GetVerifierReason())
+		}
+		// A follow-up on the reference's view passes on its retry: 0.7 + 0.2.
+		if f := b.step(r.Token, submit("SELECT COUNT(*) FROM north_big")); !f.Done || f.Reward.GetValue() != 0.9 {
+			t.Errorf("%s: the follow-up's reference on its retry: %v (%s)", name, f.Reward, f.Privileged.GetVerifierReason())
+		}
 	}
 	// The reference's own view has no region: the same follow-up after the
-	// reference fails to run (and gets its retry).
-	e = b.mustReset("fu-view", -1)
-	r = b.step(e.Token, submit("CREATE VIEW north_big AS SELECT id, amount FROM sales WHERE region = 'North' AND amount >= 110"))
-	r = b.step(r.Token, submit("SELECT COUNT(*) FROM north_big WHERE region = 'North'"))
-	if r.Done || !strings.Contains(lastTurn(r).GetText(), "not executable") {
-		t.Fatalf("the follow-up on the reference's view: %v", r)
+	// reference fails to run (and gets its retry), under either state.
+	for name, opts := range map[string]*pb.EpisodeOptions{"default": {}, "POLICY": policy} {
+		e := b.mustResetWith("fu-view", -1, opts)
+		r = b.step(e.Token, submit("CREATE VIEW north_big AS SELECT id, amount FROM sales WHERE region = 'North' AND amount >= 110"))
+		r = b.step(r.Token, submit(readsMine))
+		if r.Done || lastTurn(r).GetText() != retryExecErr {
+			t.Fatalf("%s: the follow-up on the reference's view: %v", name, r)
+		}
 	}
 	// The shared database never got the view: a plain Query episode on it
 	// cannot read north_big.
@@ -314,19 +516,33 @@ func TestBirdCPhase2OnPhase1State(t *testing.T) {
 	}
 }
 
-// TestBirdCUnparsed: under BIRD_C an unparsed output spends a turn (and on
-// the last turn ends the sub-task); under AMBITAB the first gets a notice
-// and the second in a row is a STOP.
+// TestBirdCUnparsed: under BIRD_C an unparsed output spends a turn; on the
+// last turn it is a failed submission (the BIRD_VARIANT_ORIGINAL rule:
+// wrap_up_sql.py's extract_system_response gives "ERROR!" for output
+// without a ```postgresql block), so the turn is spent and the debug retry
+// follows. Under AMBITAB the first gets a notice and the second in a row is
+// a STOP.
 func TestBirdCUnparsed(t *testing.T) {
 	b := startBirdC(t)
 	e := b.mustReset("fu-query", 0) // 2 turns
 	r := b.step(e.Token, unparsed("<s>half a question"))
 	if r.Done || r.Observation.Budget.GetUsedMilli() != 1000 || !r.Observation.SqlRequired ||
-		r.Observation.Turns[0].GetKind() != pb.TurnKind_TURN_KIND_UNPARSED || r.Observation.Turns[0].GetRole() != pb.Role_ROLE_POLICY {
+		r.Observation.Turns[0].GetKind() != pb.TurnKind_TURN_KIND_UNPARSED || r.Observation.Turns[0].GetRole() != pb.Role_ROLE_POLICY ||
+		lastTurn(r).GetKind() != pb.TurnKind_TURN_KIND_NOTICE {
 		t.Fatalf("BIRD_C unparsed: %v", r)
 	}
-	if r := b.step(r.Token, unparsed("again")); !r.Done || r.Status != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED {
-		t.Errorf("BIRD_C unparsed on the last turn: %v", r)
+	last := b.step(r.Token, unparsed("again"))
+	if last.Done || last.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || lastTurn(last).GetKind() != pb.TurnKind_TURN_KIND_FEEDBACK ||
+		lastTurn(last).GetText() != retryExecErr || !last.Observation.SqlRequired || last.Observation.Budget.GetUsedMilli() != 2000 {
+		t.Fatalf("BIRD_C unparsed on the last turn: %v", last)
+	}
+	// The retry: the reference passes and releases the follow-up; anything
+	// else ends the sub-task (no second retry).
+	if p := b.step(last.Token, submit(fuQueryRef)); p.Done || p.Observation.Subtask != 2 {
+		t.Errorf("the reference on the retry after a last-turn unparsed output: %v", p)
+	}
+	if x := b.step(last.Token, unparsed("still")); !x.Done || x.Reward.GetValue() != 0 || x.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED {
+		t.Errorf("an unparsed output during that retry: %v", x)
 	}
 
 	ctx := context.Background()

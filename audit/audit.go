@@ -474,7 +474,7 @@ func (a *auditor) checkFollowUp(ctx context.Context, t *corpus.Task) result {
 		return result{check: FollowUp, verdict: skip}
 	}
 	ref := strings.Join(fu.Reference.SQL, ";\n")
-	v, err := t.VerifyFollowUp(ctx, t.Reference.SQL, ref, a.opt.Limits)
+	v, err := t.VerifyFollowUp(ctx, t.Reference.SQL, ref, a.opt.Limits, corpus.VerifyOptions{})
 	var se *sqlexec.Error
 	switch {
 	case errors.As(err, &se):

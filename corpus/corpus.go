@@ -239,33 +239,126 @@ func (t *Task) FollowUpStateful() bool {
 	return t.Management() || f.Stateful()
 }
 
-// FollowUpJob is the stateful verification of predicted as t's follow-up
-// (PROTOCOL.md §8), on the state phase 1 left, as BIRD-Interact prepares
-// it: the record's setup, then phase1 (the statements phase 1 accepted)
-// and the record's cleanup, then predicted, decided by the follow-up's
-// tests or checks, else by its result; then the follow-up's cleanup.
+// FollowUpJob is FollowUpJobFor under FOLLOW_UP_STATE_POLICY: predicted
+// runs on the state phase1 leaves, the expected side on the state the
+// reference's phase 1 leaves (with phase1 the reference's, both are the
+// reference's state).
 func (t *Task) FollowUpJob(phase1 []string, predicted string, lim sqlexec.Limits) sqlexec.Job {
+	return t.FollowUpJobFor(phase1, predicted, lim, VerifyOptions{PolicyPhase1: true})
+}
+
+// FollowUpJobFor is the stateful verification of predicted as t's
+// follow-up (PROTOCOL.md §8) on a private copy, as BIRD-Interact prepares
+// phase 2: the record's setup, a phase 1, the record's cleanup and the
+// follow-up's setup; then predicted, decided by the follow-up's tests or
+// checks, else by its result; then the follow-up's cleanup. Which phase 1
+// opt.PolicyPhase1 chooses:
+//
+//   - false (FOLLOW_UP_STATE_REFERENCE, the default): the reference's
+//     phase 1 (t.Reference.SQL), on both sides, as the c-Interact
+//     pipeline evaluates phase 2 (bird_interact_conv's
+//     eval_bird_interact_batch.py: preprocess_sql, the phase-1 sol_sql,
+//     clean_up_sqls, then the prediction). phase1 is ignored, so nothing
+//     the policy's phase 1 did reaches phase 2. The whole prefix is the
+//     corpus's (Job.Setup): a failure there is the corpus's, an error.
+//   - true (FOLLOW_UP_STATE_POLICY, the a-Interact harness's rule):
+//     predicted runs after phase1 (the statements phase 1 accepted), the
+//     reference and the checks' expected rows after the reference's phase
+//     1 (Job.ExpectedPrior), so that phase 1 cannot rig what phase 2 is
+//     compared with; a reference that fails scores 0
+//     (Job.ReferenceFailureFails), as ex_base does. Python tests run on the
+//     policy's state only (the harness's way, their reference run there by
+//     the test): there phase 1 can still shape what the tests see. Prior
+//     is the policy's doing (Job.PolicyPrior): phase1 failing when
+//     replayed (it used random() or the clock), or leaving a state on
+//     which the record's cleanup or the follow-up's setup fails (a
+//     trigger, a constraint), fails the follow-up, never an error.
+//
+// The job's Key names the mode and the reference side's prior (a digest),
+// which is all the reference side depends on: the policy's phase 1 does
+// not enter it, so one reference outcome serves every episode.
+func (t *Task) FollowUpJobFor(phase1 []string, predicted string, lim sqlexec.Limits, opt VerifyOptions) sqlexec.Job {
 	fu := t.FollowUp.Reference
-	prior := append(append(append([]string{}, phase1...), t.Reference.Cleanup...), fu.Setup...)
-	h := sha256.New()
-	for _, s := range prior {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+	setup, prior, expected := t.followUpPrefix(phase1, opt)
+	mode := "reference-state"
+	if expected != nil {
+		mode = "policy-state"
+	}
+	refPrior := expected
+	policyPrior := 0
+	if refPrior == nil {
+		refPrior = setup
+	} else {
+		// Prior is the policy's doing: its phase 1, then the corpus's
+		// statements on the state phase 1 left. Its replay failing, or
+		// making those statements fail, is the policy's outcome.
+		policyPrior = len(phase1)
 	}
 	steps := 5 + len(fu.Checks) + len(fu.Tests)
 	return sqlexec.Job{
-		Key:       t.RefKey + "\x00follow_up\x00" + hex.EncodeToString(h.Sum(nil)),
-		Setup:     t.Reference.Setup,
-		Prior:     prior,
-		Predicted: predicted,
-		Reference: fu.SQL,
-		Checks:    fu.Checks,
-		Tests:     fu.Tests,
-		Cleanup:   fu.Cleanup,
-		Policy:    t.FollowUpPolicy,
-		Limits:    lim,
-		Deadline:  time.Duration(steps) * lim.Timeout,
+		Key:                   t.RefKey + "\x00follow_up\x00" + mode + "\x00" + digest(refPrior),
+		Setup:                 setup,
+		Prior:                 prior,
+		PolicyPrior:           policyPrior,
+		ExpectedPrior:         expected,
+		ReferenceFailureFails: expected != nil,
+		Predicted:             predicted,
+		Reference:             fu.SQL,
+		Checks:                fu.Checks,
+		Tests:                 fu.Tests,
+		Cleanup:               fu.Cleanup,
+		Policy:                t.FollowUpPolicy,
+		Limits:                lim,
+		Deadline:              time.Duration(steps) * lim.Timeout,
 	}
+}
+
+// followUpPrefix is what runs before the follow-up's SQL, as a Job's
+// Setup, Prior and ExpectedPrior: under FOLLOW_UP_STATE_REFERENCE all of
+// it is the corpus's (the record's setup, its reference, its cleanup, the
+// follow-up's setup) and expected is nil; under FOLLOW_UP_STATE_POLICY
+// setup is the record's, prior the policy's phase1 followed by the
+// cleanup and the follow-up's setup, expected the same with the
+// reference's phase 1.
+func (t *Task) followUpPrefix(phase1 []string, opt VerifyOptions) (setup, prior, expected []string) {
+	after := append(append([]string{}, t.Reference.Cleanup...), t.FollowUp.Reference.Setup...)
+	if !opt.PolicyPhase1 {
+		setup = append(append(append([]string{}, t.Reference.Setup...), t.Reference.SQL...), after...)
+		return setup, nil, nil
+	}
+	prior = append(append([]string{}, phase1...), after...)
+	expected = append(append([]string{}, t.Reference.SQL...), after...)
+	return t.Reference.Setup, prior, expected
+}
+
+// digest is a hex SHA-256 of statements, each terminated by a NUL byte.
+func digest(stmts []string) string {
+	h := sha256.New()
+	for _, s := range stmts {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// VerifyOptions are the episode's choices that change a verification.
+type VerifyOptions struct {
+	// Harness compares exactly as BIRD-Interact's harness does, quirks
+	// included (COMPARISON_HARNESS), on records whose comparison is
+	// BIRD-Interact's default test (sqlexec.Policy.BirdInteract); other
+	// records, and Harness false, use their policy as it is (the sound
+	// variant).
+	Harness bool
+	// PolicyPhase1 verifies the follow-up's SQL on the state the policy's
+	// own phase 1 left (FOLLOW_UP_STATE_POLICY, the a-Interact harness's
+	// rule) instead of the state the reference's phase 1 leaves.
+	PolicyPhase1 bool
+}
+
+// policy is p as opt selects it.
+func (opt VerifyOptions) policy(p sqlexec.Policy) sqlexec.Policy {
+	p.Harness = opt.Harness && p.BirdInteract
+	return p
 }
 
 // Verify verifies sql as t's solution (PROTOCOL.md §4): a read-only Query
@@ -273,9 +366,9 @@ func (t *Task) FollowUpJob(phase1 []string, predicted string, lim sqlexec.Limits
 // Management record, or one with tests, on a private copy of its database.
 // Errors are the verifier's own failures (sqlexec.KindBusy among them);
 // SQL that fails is a failed Verdict.
-func (t *Task) Verify(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+func (t *Task) Verify(ctx context.Context, sql string, lim sqlexec.Limits, opt VerifyOptions) (sqlexec.Verdict, error) {
 	if !t.Stateful() {
-		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, t.Policy, sql, t.ReferenceSQL, lim)
+		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey, opt.policy(t.Policy), sql, t.ReferenceSQL, lim)
 	}
 	if t.DB.Stateful == nil {
 		return sqlexec.Verdict{}, fmt.Errorf("database %q has no stateful verifier for task %s", t.Record.DB, t.ID)
@@ -283,23 +376,70 @@ func (t *Task) Verify(ctx context.Context, sql string, lim sqlexec.Limits) (sqle
 	return t.DB.Stateful.Verify(ctx, t.Job(nil, sql, lim))
 }
 
-// VerifyFollowUp verifies sql as t's follow-up (PROTOCOL.md §8) on the
-// state phase1 (the statements phase 1 accepted) leaves: on a private copy
-// when phase 1 or the follow-up is stateful (FollowUpJob), else by result
-// comparison with the follow-up's reference on the database as loaded.
-// t must have a follow-up.
-func (t *Task) VerifyFollowUp(ctx context.Context, phase1 []string, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+// VerifyFollowUp verifies sql as t's follow-up (PROTOCOL.md §8): on a
+// private copy when phase 1 or the follow-up is stateful (FollowUpJobFor:
+// on the state the reference's phase 1 leaves, or with opt.PolicyPhase1
+// on the state phase1, the statements the policy's phase 1 accepted,
+// leaves), else by result comparison with the follow-up's reference on the
+// database as loaded (a read-only phase 1 leaves nothing, so the modes
+// agree). t must have a follow-up. A follow-up reference that fails on the
+// reference's phase-1 state is the corpus's fault and an error under
+// FOLLOW_UP_STATE_REFERENCE (corpus audit's follow-up check finds it);
+// under FOLLOW_UP_STATE_POLICY a failing reference is a failed verdict.
+func (t *Task) VerifyFollowUp(ctx context.Context, phase1 []string, sql string, lim sqlexec.Limits, opt VerifyOptions) (sqlexec.Verdict, error) {
 	if t.FollowUp == nil {
 		return sqlexec.Verdict{}, fmt.Errorf("task %s has no follow-up", t.ID)
 	}
 	if !t.FollowUpStateful() {
 		ref := strings.Join(t.FollowUp.Reference.SQL, ";\n")
-		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey+"\x00follow_up", t.FollowUpPolicy, sql, ref, lim)
+		return sqlexec.Check(ctx, t.DB.Engine, t.Corpus.Cache, t.RefKey+"\x00follow_up", opt.policy(t.FollowUpPolicy), sql, ref, lim)
 	}
 	if t.DB.Stateful == nil {
 		return sqlexec.Verdict{}, fmt.Errorf("the follow-up of task %s needs a stateful verification, and database %q has no stateful verifier", t.ID, t.Record.DB)
 	}
-	return t.DB.Stateful.Verify(ctx, t.FollowUpJob(phase1, sql, lim))
+	return t.DB.Stateful.Verify(ctx, t.FollowUpJobFor(phase1, sql, lim, opt))
+}
+
+// QueryFollowUpState runs read-only SQL of the policy's (BIRD_A's execute
+// tool in sub-task 2) on the state t's follow-up is verified on, which
+// VerifyFollowUp would verify it on: the state the reference's phase 1
+// leaves (FOLLOW_UP_STATE_REFERENCE), or with opt.PolicyPhase1 the state
+// phase1 (the policy's accepted phase 1) leaves, the record's cleanup and
+// the follow-up's setup after it, on a private copy that is then dropped;
+// on the database as loaded when neither phase is stateful. sql is bounded
+// by lim as any policy SQL (rows, bytes, time, memory), and must be
+// read-only. The policy's SQL failing (denied, a syntax error, a limit) is
+// an *sqlexec.Error of its kind, as Engine.Query returns it; so is, under
+// opt.PolicyPhase1, phase1 failing when replayed or making the corpus's
+// statements after it fail (KindExecution: the policy's doing,
+// StateQuery.PolicyPrior); other errors are the environment's (KindBusy,
+// KindUnavailable, or no kind: the corpus's statements failing under
+// FOLLOW_UP_STATE_REFERENCE). t must have a follow-up.
+func (t *Task) QueryFollowUpState(ctx context.Context, phase1 []string, sql string, lim sqlexec.Limits, opt VerifyOptions) (*sqlexec.Result, error) {
+	if t.FollowUp == nil {
+		return nil, fmt.Errorf("task %s has no follow-up", t.ID)
+	}
+	if !t.FollowUpStateful() {
+		return t.DB.Engine.Query(ctx, sql, lim)
+	}
+	q, ok := t.DB.Stateful.(sqlexec.StateQuerier)
+	if !ok {
+		return nil, fmt.Errorf("the follow-up of task %s is on a state of its own, and database %q cannot query such a state", t.ID, t.Record.DB)
+	}
+	setup, prior, expected := t.followUpPrefix(phase1, opt)
+	policyPrior := 0
+	if expected != nil {
+		policyPrior = len(phase1)
+	}
+	return q.QueryState(ctx, sqlexec.StateQuery{
+		Key:         t.RefKey + "\x00follow_up\x00state-query",
+		Setup:       setup,
+		Prior:       prior,
+		PolicyPrior: policyPrior,
+		SQL:         sql,
+		Limits:      lim,
+		Deadline:    time.Duration(3) * lim.Timeout,
+	})
 }
 
 // DriftKey is the post-drift reference's key in the corpus's reference

@@ -973,6 +973,13 @@ func resolvePolicy(defaults, own *Comparison) (sqlexec.Policy, error) {
 		set(&p.EmptyFails, c.EmptyFails)
 		set(&p.DateOnly, c.DateOnly)
 		set(&p.CanonicalJSON, c.CanonicalJSON)
+		switch c.Harness {
+		case "":
+		case "bird-interact":
+			p.BirdInteract = true
+		default:
+			return p, fmt.Errorf("harness: unknown harness %q (want \"bird-interact\" or none)", c.Harness)
+		}
 	}
 	return p, nil
 }

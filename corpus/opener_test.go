@@ -149,7 +149,7 @@ func TestPostgresThroughOpener(t *testing.T) {
 		if !ok {
 			t.Fatal("no task count")
 		}
-		v, err := task.Verify(ctx, "SELECT COUNT(*) FROM sales", sqlexec.DefaultLimits())
+		v, err := task.Verify(ctx, "SELECT COUNT(*) FROM sales", sqlexec.DefaultLimits(), corpus.VerifyOptions{})
 		if err != nil || !v.Success {
 			t.Errorf("Verify on the PostgreSQL database: %+v, %v; want success", v, err)
 		}

@@ -68,8 +68,8 @@ type Record struct {
 	// Reference holds the verification assets (privileged: the verifier's).
 	Reference Reference `json:"reference"`
 	// FollowUp is the record's phase-2 sub-task (PROTOCOL.md §8;
-	// BIRD-Interact's follow_up), kept for the multi-phase protocol; it is
-	// decoded strictly but not served yet.
+	// BIRD-Interact's follow_up), played by BIRD_C and BIRD_A once phase 1
+	// passes.
 	FollowUp *FollowUp `json:"follow_up,omitempty"`
 	// Drift is the record's intent-drift turn (PROTOCOL.md §9; TIDE): the
 	// user's utterance, injected verbatim after the policy's first SQL under
@@ -242,6 +242,11 @@ type Comparison struct {
 	// (BIRD-Interact on PostgreSQL, whose harness compares JSON values as
 	// sorted-key JSON text). sqlexec.Policy.CanonicalJSON.
 	CanonicalJSON *bool `json:"canonical_json,omitempty"`
+	// Harness names the benchmark harness whose default test the switches
+	// above reproduce: "bird-interact" (BIRD-Interact's test_case_default)
+	// lets an episode choose COMPARISON_HARNESS, that harness's exact
+	// rules (sqlexec.Policy.BirdInteract); "" is none.
+	Harness string `json:"harness,omitempty"`
 }
 
 // FollowUp is a record's phase-2 sub-task (PROTOCOL.md §8): released only

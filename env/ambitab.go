@@ -63,6 +63,9 @@ func (ambiTab) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.Episode
 	if o != nil && o.Patience != nil {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.patience", "patience applies to PROTOCOL_BIRD_C only (AMBITAB's budget is m + extra_questions)")
 	}
+	if err := rejectBirdOptions(o, pb.Protocol_PROTOCOL_AMBITAB); err != nil {
+		return err
+	}
 	extra, zero := int32(DefaultExtraQuestions), int32(DefaultZeroAmbiguityBudget)
 	if o != nil && o.ExtraQuestions != nil {
 		extra = o.GetExtraQuestions()
@@ -219,7 +222,7 @@ func solveWithLLM(ctx context.Context, ep *episode) error {
 // with RESOURCE_EXHAUSTED / VERIFIER_BUSY and the same token can be
 // retried; any other failure of the verifier ends the episode in ERROR.
 func verify(ctx context.Context, ep *episode, sql string) error {
-	v, err := ep.task.Verify(ctx, sql, ep.env.cfg.Limits)
+	v, err := ep.task.Verify(ctx, sql, ep.env.cfg.Limits, ep.verifyOptions())
 	if verr := ep.verifierError(err); verr != nil {
 		return verr
 	}

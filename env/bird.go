@@ -59,8 +59,20 @@ func (b bird) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeS
 	if t.FollowUp == nil {
 		return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "task %q has no follow-up, and %s serves tasks with two sub-tasks only (TaskSummary.subtasks = 2)", t.ID, p)
 	}
+	bs := &statepb.BirdState{Subtask: 1, FollowUpState: pb.FollowUpState_FOLLOW_UP_STATE_REFERENCE, Variant: pb.BirdVariant_BIRD_VARIANT_ORIGINAL}
+	if f := o.GetFollowUpState(); f != pb.FollowUpState_FOLLOW_UP_STATE_UNSPECIFIED {
+		if _, ok := pb.FollowUpState_name[int32(f)]; !ok {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.follow_up_state", "unknown follow-up state %d", f)
+		}
+		bs.FollowUpState = f
+	}
+	if v := o.GetBirdVariant(); v != pb.BirdVariant_BIRD_VARIANT_UNSPECIFIED {
+		if _, ok := pb.BirdVariant_name[int32(v)]; !ok {
+			return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.bird_variant", "unknown BIRD variant %d", v)
+		}
+		bs.Variant = v
+	}
 	st.Reward, st.Solver = pb.RewardType_REWARD_TYPE_BIRD_INTERACT, pb.Solver_SOLVER_CLIENT
-	bs := &statepb.BirdState{Subtask: 1}
 	st.Rules = &statepb.EpisodeState_Bird{Bird: bs}
 	return bs, nil
 }
@@ -103,11 +115,15 @@ func (bird) ask(ep *episode, bs *statepb.BirdState) (rec *corpus.Record, from in
 // check is the current sub-task's verification: the record's reference,
 // or the follow-up's on the state phase 1's accepted SQL leaves.
 func (bird) check(ep *episode, bs *statepb.BirdState) checker {
+	opt := ep.verifyOptions()
 	if bs.Subtask == 1 {
-		return ep.task.Verify
+		return func(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+			return ep.task.Verify(ctx, sql, lim, opt)
+		}
 	}
+	opt.PolicyPhase1 = bs.FollowUpState == pb.FollowUpState_FOLLOW_UP_STATE_POLICY
 	return func(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
-		return ep.task.VerifyFollowUp(ctx, []string{bs.Phase1Sql}, sql, lim)
+		return ep.task.VerifyFollowUp(ctx, []string{bs.Phase1Sql}, sql, lim, opt)
 	}
 }
 
@@ -175,5 +191,6 @@ func (bird) stateBound() int {
 			varintField(4)+varintField(5)+ // sub-task results
 			varintField(6)+varintField(7)+boolField(8)+ // BIRD_C: turns total, used; retry pending
 			varintField(9)+varintField(10)+ // BIRD_A: coins total, used
-			bytesField(11, maxActionLog)) // BIRD_A: the action log
+			bytesField(11, maxActionLog)+ // BIRD_A: the action log
+			varintField(12)+varintField(13)) // follow-up state, variant
 }

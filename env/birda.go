@@ -16,18 +16,46 @@ import (
 
 // BIRD_A is BIRD-Interact's a-Interact (PROTOCOL.md §8): the two
 // sub-tasks of bird.go, played by an agent that pays for every action from
-// a coin budget of 6 + 2·m + patience coins (patience default 6):
+// a coin budget of 6 + 2·m + patience coins (patience default 6).
+// BirdState.variant picks the harness where the two differ (ORIGINAL, the
+// default: the batch runner, bird_interact_agent/batch_run_bird_interact;
+// ADK: BIRD-Interact-ADK):
 //
 //   - Prices (birdAPrices) are charged before the action. Several submits
 //     are allowed while coins last; a failed one gets feedback and the
-//     episode goes on. A submit the budget cannot pay for is free: it is
-//     scored for its sub-task and ends the episode. Any other action the
-//     budget cannot pay for ends the episode (TRUNCATED).
+//     episode goes on.
+//   - A submit that leaves no coins ends the task whatever its verdict:
+//     phase 1 passed this way scores 0.7 and releases nothing (main.py
+//     sets force_submit once the deducted budget is ≤ 0, and a submit made
+//     with force_submit set finishes the task; the ADK's before_tool_callback
+//     sets the budget to -1 after a submit that drains it). A submit the
+//     coins cannot pay for is free and ends the task the same way (the
+//     runner still deducts its price, to below 0, which nothing reads: the
+//     coins used stay at most the total plus one over-budget action).
+//   - ORIGINAL: an action other than a submit runs while any coins are
+//     left, even when they cannot pay for it: its price is deducted (the
+//     coins used may pass the total, as the runner's budget goes below 0),
+//     and once no coins are left the next action must be submit_sql (free,
+//     and the end); anything else ends the episode unsolved (TRUNCATED; the
+//     runner's "Budget depleted. Agent failed to submit."). Deliberate
+//     deviation: the runner's update_budget never sets force_submit for an
+//     unparsed output (it returns early), which would let a policy buy one
+//     more action with a deliberately garbled one; here an unparsed output
+//     that spends the coins forces the submit as any other action does.
+//   - ADK: an action other than a submit that the coins cannot pay for is
+//     refused with a notice and costs nothing (before_tool_callback's
+//     "Budget exhausted … You MUST call submit_sql now"); the free submit
+//     stays allowed.
+//   - The reset's task view is the request alone (agentView): the schema,
+//     the column meanings and the knowledge are what the tools sell
+//     (prompt_utils.py build_initial_agent_prompt and the ADK's
+//     orchestrator/ainteract.py give the user's query, the database's name
+//     and the budget only).
 //   - Tools answer from what the public task view holds: the schema, the
-//     column meanings and the knowledge entries the task does not hide (a
-//     hidden entry is "not found", as an unknown name is: only the user
-//     can reveal it). execute runs read-only SQL on the database as loaded
-//     under the server's limits.
+//     column meanings (with a JSON column's fields) and the knowledge
+//     entries the task does not hide (a hidden entry is "not found", as an
+//     unknown name is: only the user can reveal it). execute runs
+//     read-only SQL on the database as loaded under the server's limits.
 //   - Reward: sub-task 1 0.7, sub-task 2 0.3, no retry penalty.
 //   - Tool outputs are not kept in the token, only a one-byte-per-action
 //     log (the action's Action field number) and the coins spent.
@@ -133,10 +161,15 @@ func (r birdA) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.Episode
 	return nil
 }
 
-// sqlRequiredA reports whether only a (free) submission is left: the coins
-// cannot pay for the cheapest paid action.
+// sqlRequiredA reports whether only a (free) submission is left: under
+// ORIGINAL once no coins are left (force_submit), under ADK once the coins
+// cannot pay for the cheapest paid action (everything else is refused).
 func sqlRequiredA(bs *statepb.BirdState) bool {
-	return bs.CoinsTotalMilli-bs.CoinsUsedMilli < cheapestBirdA
+	left := bs.CoinsTotalMilli - bs.CoinsUsedMilli
+	if adk(bs) {
+		return left < cheapestBirdA
+	}
+	return left <= 0
 }
 
 // apply applies one action under BIRD_A.
@@ -160,33 +193,43 @@ func (r birdA) act(ctx context.Context, ep *episode, bs *statepb.BirdState, a *p
 	}
 	cost := birdAPrices[k]
 	left := bs.CoinsTotalMilli - bs.CoinsUsedMilli
-	if cost > left {
-		if k == actionSubmitSQL {
-			// The free final submit: scored for its sub-task, and the end.
-			return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), true)
-		}
+	if k == actionSubmitSQL && cost > left {
+		// The free final submit: scored for its sub-task, and the end.
+		// (The runner deducts its price too, below 0; nothing reads it.)
+		return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), true)
+	}
+	if left <= 0 || (cost > left && adk(bs)) {
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_TOOL_CALL, BoundText(callText(a), MaxQuestionBytes))
-		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, fmt.Sprintf(
-			"The budget cannot pay for this action (%s coins; %s left): only a submission was accepted. The episode ends.", coins(cost), coins(left)))
+		if adk(bs) {
+			// Refused, and free: the submit is still allowed.
+			ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, fmt.Sprintf(
+				"Budget exhausted (%s coins remaining; this action costs %s): it was not run. You MUST call submit_sql now with your best SQL.", coins(max(0, left)), coins(cost)))
+			return nil
+		}
+		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE,
+			"The budget is spent and the next action had to be submit_sql: the task failed. The episode ends.")
 		st.Phase = pb.Phase_PHASE_DONE
 		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
 		return nil
 	}
-	// Charged before the action; a step that fails (a busy verifier) is
-	// not sealed, so nothing is charged for it.
+	// Charged before the action (under ORIGINAL in full even when fewer
+	// coins are left: the coins used may pass the total); a step that fails
+	// (a busy verifier) is not sealed, so nothing is charged for it.
 	bs.CoinsUsedMilli += cost
 	if len(bs.ActionLog) < maxActionLog {
 		bs.ActionLog = append(bs.ActionLog, logByte(k))
 	}
+	spent := bs.CoinsUsedMilli >= bs.CoinsTotalMilli
 	switch k {
 	case actionAsk:
 		rec, from := r.ask(ep, bs)
 		return ep.ask(ctx, a.GetAsk().GetText(), rec, from)
 	case actionSubmitSQL:
-		return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), false)
+		// A paid submit that leaves no coins is the last (rule above).
+		return r.submit(ctx, ep, bs, a.GetSubmitSql().GetSql(), spent)
 	case actionUnparsed:
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_UNPARSED, BoundText(a.GetUnparsed().GetText(), MaxQuestionBytes))
-		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, birdAUnparsed)
+		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, birdAUnparsed+spentNote(bs, spent))
 		return nil
 	}
 	ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_TOOL_CALL, BoundText(callText(a), maxToolCallBytes))
@@ -197,8 +240,24 @@ func (r birdA) act(ctx context.Context, ep *episode, bs *statepb.BirdState, a *p
 	if st.Phase == pb.Phase_PHASE_DONE {
 		return nil // the environment failed
 	}
-	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_TOOL_RESULT, BoundText(out, MaxToolResultBytes))
+	note := spentNote(bs, spent)
+	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_TOOL_RESULT, BoundText(out, MaxToolResultBytes-len(note))+note)
 	return nil
+}
+
+// birdASpent tells the policy, after the action that spent the last
+// coins under ORIGINAL, that only a submission may follow (the runner's
+// " Budget depleted. You MUST submit next.").
+const birdASpent = "\n\n[The budget is spent: the next action must be submit_sql (free, and the last); anything else ends the episode unsolved.]"
+
+// spentNote is birdASpent when this action spent the coins under ORIGINAL,
+// else "". (An ask's reply is the oracle's; the observation's sql_required
+// says the same.)
+func spentNote(bs *statepb.BirdState, spent bool) string {
+	if spent && !adk(bs) {
+		return birdASpent
+	}
+	return ""
 }
 
 // coins formats thousandths of a coin.
@@ -206,10 +265,10 @@ func coins(milli int64) string {
 	return strconv.FormatFloat(float64(milli)/1000, 'f', -1, 64)
 }
 
-// submit verifies a submission for the current sub-task; free is the
-// final submission the budget could not pay for, which ends the episode
-// whatever its verdict.
-func (r birdA) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, sql string, free bool) error {
+// submit verifies a submission for the current sub-task; final is a
+// submission that leaves no coins (free, or paid with the last of them),
+// which ends the episode whatever its verdict.
+func (r birdA) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, sql string, final bool) error {
 	st := ep.st
 	v, ok, err := ep.verifySubmission(ctx, sql, r.check(ep, bs))
 	if !ok {
@@ -218,13 +277,9 @@ func (r birdA) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, s
 	switch {
 	case v.Success && bs.Subtask == 1:
 		bs.Subtask1 = statepb.SubtaskResult_SUBTASK_RESULT_SOLVED
-		if !free {
+		if !final {
+			// The question budget (what the coins buy) is unchanged.
 			r.releaseFollowUp(ep, bs, sql)
-			// The question budget reads 0 from the release on: state
-			// version 1 derived it from BIRD_C's turn count, which BIRD_A
-			// does not use, and the observation stays as it was. A policy
-			// reads questions_remaining, from the coins.
-			st.Budget = 0
 			return nil
 		}
 	case v.Success:
@@ -237,17 +292,19 @@ func (r birdA) submit(ctx context.Context, ep *episode, bs *statepb.BirdState, s
 			msg = "Your SQL failed: " + v.Err.Error()
 		}
 		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, BoundText(msg, MaxNoticeBytes))
-		if !free {
+		if !final {
 			return nil
 		}
 	}
-	// The free final submission ends the episode.
+	// The final submission ends the episode.
 	terminate(st)
 	return nil
 }
 
 // observe: BIRD_A's budget is its coins.
 func (birdA) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
+	// The reset's view: what the harness's first observation holds.
+	o.Task = agentView(o.Task)
 	bs := st.GetBird()
 	o.Subtask = max(1, bs.GetSubtask())
 	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_COINS, bs.GetCoinsTotalMilli(), bs.GetCoinsUsedMilli()
@@ -337,15 +394,41 @@ func allColumnMeanings(db *pb.DatabaseView) string {
 	return b.String()
 }
 
-// columnMeaning is get_column_meaning's output.
+// columnMeaning is get_column_meaning's output: the column's meaning and,
+// for a JSON or JSONB column, its fields' meanings. The harness's
+// column-meaning file holds {column_meaning, fields_meaning} for such a
+// column and get_column_meaning returns the whole value
+// (batch_run_bird_interact/action_handler.py; the ADK's /column_meaning
+// json.dumps it); the corpus keeps it flattened, the column under
+// "table.column" and each field under "table.column.field[.sub…]"
+// (corpus/birdinteract/database.go, columnMeanings), which this gathers
+// back, fields in sorted order.
 func columnMeaning(db *pb.DatabaseView, table, column string) string {
 	want := table + "." + column
-	for key, m := range db.GetColumnMeanings() {
-		if strings.EqualFold(key, want) {
-			return key + ": " + m
+	var col string
+	var fields []string
+	for key := range db.GetColumnMeanings() {
+		switch {
+		case strings.EqualFold(key, want):
+			col = key
+		case len(key) > len(want)+1 && key[len(want)] == '.' && strings.EqualFold(key[:len(want)], want):
+			fields = append(fields, key)
 		}
 	}
-	return "No meaning is recorded for " + BoundText(want, 256) + "."
+	if col == "" {
+		return "No meaning is recorded for " + BoundText(want, 256) + "."
+	}
+	m := db.GetColumnMeanings()
+	if len(fields) == 0 {
+		return col + ": " + m[col]
+	}
+	sort.Strings(fields)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\nFields:\n", col, m[col])
+	for _, f := range fields {
+		fmt.Fprintf(&b, "%s: %s\n", f, m[f])
+	}
+	return b.String()
 }
 
 // knowledgeDefinition is get_knowledge_definition's output: a hidden
@@ -359,8 +442,12 @@ func knowledgeDefinition(db *pb.DatabaseView, name string) string {
 	return "No external knowledge entry is named " + strconv.Quote(BoundText(name, 256)) + "."
 }
 
-// execute runs read-only SQL for the execute tool on the database as
-// loaded: its result, or the database's error, as readable text.
+// execute runs read-only SQL for the execute tool: in sub-task 1 on the
+// database as loaded, in sub-task 2 on the state the follow-up is verified
+// on (the reference's phase 1 by default, the policy's under
+// FOLLOW_UP_STATE_POLICY: Task.QueryFollowUpState), as the a-Interact
+// harness resets and replays the database before every execute. Its
+// result, or the database's error, as readable text.
 func (ep *episode) execute(ctx context.Context, sql string) (string, error) {
 	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
 		return "Error: the SQL was not run: it " + fault + ".", nil
@@ -369,7 +456,15 @@ func (ep *episode) execute(ctx context.Context, sql string) (string, error) {
 	if lim.MaxRows <= 0 || lim.MaxRows > executeMaxRows {
 		lim.MaxRows = executeMaxRows
 	}
-	res, err := ep.task.DB.Engine.Query(ctx, sql, lim)
+	var res *sqlexec.Result
+	var err error
+	if bs := ep.st.GetBird(); bs.GetSubtask() == 2 {
+		opt := ep.verifyOptions()
+		opt.PolicyPhase1 = bs.GetFollowUpState() == pb.FollowUpState_FOLLOW_UP_STATE_POLICY
+		res, err = ep.task.QueryFollowUpState(ctx, []string{bs.GetPhase1Sql()}, sql, lim, opt)
+	} else {
+		res, err = ep.task.DB.Engine.Query(ctx, sql, lim)
+	}
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return "", cerr

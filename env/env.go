@@ -388,6 +388,24 @@ func (e *Env) resolveShared(o *pb.EpisodeOptions, st *statepb.EpisodeState) erro
 		st.Oracle = k
 	}
 	st.StrictCredit = o.GetStrictCredit()
+	st.Comparison = pb.Comparison_COMPARISON_SOUND
+	if c := o.GetComparison(); c != pb.Comparison_COMPARISON_UNSPECIFIED {
+		if _, ok := pb.Comparison_name[int32(c)]; !ok {
+			return errorf(InvalidArgument, ReasonInvalidOption, "options.comparison", "unknown comparison %d", c)
+		}
+		st.Comparison = c
+	}
+	return nil
+}
+
+// rejectBirdOptions refuses the options only BIRD_C and BIRD_A read.
+func rejectBirdOptions(o *pb.EpisodeOptions, p pb.Protocol) error {
+	if o.GetFollowUpState() != pb.FollowUpState_FOLLOW_UP_STATE_UNSPECIFIED {
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.follow_up_state", "follow_up_state applies to PROTOCOL_BIRD_C and PROTOCOL_BIRD_A only, not %s", p)
+	}
+	if o.GetBirdVariant() != pb.BirdVariant_BIRD_VARIANT_UNSPECIFIED {
+		return errorf(InvalidArgument, ReasonInvalidOption, "options.bird_variant", "bird_variant applies to PROTOCOL_BIRD_C and PROTOCOL_BIRD_A only, not %s", p)
+	}
 	return nil
 }
 

@@ -114,7 +114,7 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 	} else {
 		var err error
 		history = dialogue(st, from)
-		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, rec, history, q, oracle.AskOptions{StrictCredit: st.StrictCredit})
+		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, rec, history, q, oracle.AskOptions{StrictCredit: st.StrictCredit, Bird: st.GetBird() != nil})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
 			// ERROR, and the caller may retry the same token later.
@@ -169,6 +169,13 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 // corpus.Task method, or the follow-up's verification on the state phase
 // 1 left.
 type checker func(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error)
+
+// verifyOptions are the episode's sealed choices that change a
+// verification (EpisodeOptions.comparison; the follow-up's state is the
+// BIRD rules' to add).
+func (ep *episode) verifyOptions() corpus.VerifyOptions {
+	return corpus.VerifyOptions{Harness: ep.st.Comparison == pb.Comparison_COMPARISON_HARNESS}
+}
 
 // verifySubmission verifies a submission of a protocol where the policy
 // submits SQL step by step (BIRD_C, BIRD_A, TIDE) with check, the

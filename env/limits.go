@@ -171,7 +171,8 @@ func sharedStateBound(corpusBytes, idBytes int) int {
 		boolField(20) + // strict credit
 		varintField(21) + // protocol
 		varintField(41) + // pre-filled questions
-		fixed64Field(42) + fixed64Field(43) // record hash
+		fixed64Field(42) + fixed64Field(43) + // record hash
+		varintField(47) // comparison
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound

@@ -44,6 +44,7 @@ func worstState(corpusBytes, idBytes, answered int, rulesState func(*statepb.Epi
 		StrictCredit:   true,
 		Protocol:       pb.Protocol(-1),
 		Prefilled:      -1,
+		Comparison:     pb.Comparison(-1),
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
@@ -78,6 +79,8 @@ func worstBird(st *statepb.EpisodeState) {
 		CoinsTotalMilli:       -1,
 		CoinsUsedMilli:        -1,
 		ActionLog:             make([]byte, maxActionLog),
+		FollowUpState:         pb.FollowUpState(-1),
+		Variant:               pb.BirdVariant(-1),
 	}}
 }
 

@@ -9,6 +9,7 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/reward"
 	"avtgym/sqlcommit"
+	"avtgym/sqlexec"
 )
 
 // TIDE_F and TIDE_P (PROTOCOL.md §9, §11) are TIDE-Bench's harness, as its
@@ -126,6 +127,9 @@ func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeS
 	if o.ExtraQuestions != nil || o.ZeroAmbiguityBudget != nil || o.Patience != nil {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.extra_questions", "extra_questions, zero_ambiguity_budget and patience do not apply to %s: its budget is %d agent turns", p, TideTurns)
 	}
+	if err := rejectBirdOptions(o, p); err != nil {
+		return err
+	}
 	if why := r.serves(t); why != "" {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "task %q: %s", t.ID, why)
 	}
@@ -229,7 +233,10 @@ func abstain(ep *episode, notice string) {
 // post-drift reference. No result or feedback is shown.
 func (r tide) submit(ctx context.Context, ep *episode, ts *statepb.TideState, sql string) error {
 	st, t := ep.st, ep.task
-	check := checker(t.Verify)
+	opt := ep.verifyOptions()
+	check := checker(func(ctx context.Context, sql string, lim sqlexec.Limits) (sqlexec.Verdict, error) {
+		return t.Verify(ctx, sql, lim, opt)
+	})
 	if ts.DriftInjected {
 		check = t.VerifyDrift
 	}

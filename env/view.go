@@ -29,6 +29,32 @@ func PublicView(t *corpus.Task) *pb.TaskView {
 	}
 }
 
+// agentView is the reset's task view under BIRD_A: v without the
+// database's schema, column meanings and knowledge entries, which the
+// a-Interact agent buys with its tools (get_schema, get_all_column_meanings,
+// get_knowledge_definition, …). The harnesses' first observation is the
+// user's query with the database's name and the budget: the batch runner's
+// build_initial_agent_prompt (bird_interact_agent/batch_run_bird_interact/
+// prompt_utils.py: the ReAct instructions, a toy demo and "User's
+// Question: …") and the ADK's initial message (BIRD-Interact-ADK/
+// orchestrator/ainteract.py: "Database: …", "Task ID: …", "User Query:
+// …"). The request's evidence (public hint text; BIRD-Interact's records
+// have none) stays: no tool could sell it. v itself, shared by every
+// protocol's resets, is not changed.
+func agentView(v *pb.TaskView) *pb.TaskView {
+	if v == nil {
+		return nil
+	}
+	return &pb.TaskView{
+		Corpus:   v.Corpus,
+		TaskId:   v.TaskId,
+		Split:    v.Split,
+		Request:  v.Request,
+		Evidence: v.Evidence,
+		Database: &pb.DatabaseView{Id: v.GetDatabase().GetId(), Dialect: v.GetDatabase().GetDialect()},
+	}
+}
+
 // Summary builds a task's listing entry.
 func Summary(t *corpus.Task) *pb.TaskSummary {
 	n := int32(1)

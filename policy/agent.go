@@ -16,7 +16,7 @@ import (
 // AgentPromptVersion names the agent prompts below; it is part of every
 // agent cache key, so that a changed prompt never reads an old reply.
 // Change it whenever the wording changes.
-const AgentPromptVersion = "agent-v1"
+const AgentPromptVersion = "agent-v2"
 
 // AgentName is the LLM agent's name in summaries and run files.
 const AgentName = "llm-agent"
@@ -220,8 +220,8 @@ const agentSystemC = "You are a data assistant. A user wants data from a SQL dat
 	"Actions:\n" +
 	"- ask(\"question\"): ask the user one clarifying question (one turn).\n" +
 	"- submit(\"SQL\"): submit your SQL for the current request (one turn).\n\n" +
-	"You have a limited number of turns; the last one must be a submission. If a submission fails you get one more chance, which must be a submission. " +
-	"Once your SQL for the first request is accepted, the user sends a follow-up request: solve it the same way. Ask only about what the schema and the knowledge cannot tell you."
+	"You have a limited number of turns; the last one must be a submission (anything else there counts as SQL that did not run). If a submission fails you get one more chance, which must be a submission. " +
+	"Once your SQL for the first request is accepted, the user sends a follow-up request: submit its SQL at once (you get one more chance if it fails). Ask only about what the schema and the knowledge cannot tell you."
 
 const agentSystemA = "You are a data assistant. A user wants data from a SQL database; their request may be ambiguous, and only they know what they meant. " +
 	"You explore the database with tools, ask the user about what you cannot find out yourself, and submit the SQL.\n\n" + agentRules +
@@ -236,5 +236,5 @@ const agentSystemA = "You are a data assistant. A user wants data from a SQL dat
 	"- get_all_knowledge_definitions(): every knowledge entry with its definition (1).\n" +
 	"- submit(\"SQL\"): submit your SQL for the current request (3).\n\n" +
 	"Coins are charged before each action; your reply costs 0.2 coins when it holds no valid action. A failed submission tells you so, and you may submit again while coins last. " +
-	"When the coins cannot pay for anything else, only a final submission is accepted: it is free and ends the task. Some knowledge is not documented: only the user can tell you. " +
+	"An action the coins left cannot pay for still runs, and then only a final submission is accepted: it is free and ends the task; so is a submission the coins cannot pay for. A paid submission that leaves no coins ends the task. Some knowledge is not documented: only the user can tell you. " +
 	"Once your SQL for the first request is accepted, the user sends a follow-up request: solve it the same way, with the coins left."

@@ -9,9 +9,12 @@
 // the table dumps postgre_table_dumps/<db>_template/<table>.sql
 // (PostgreSQL), which are copied into the corpus for the loader to build
 // the database from. Query tasks become task records compared as
-// BIRD-Interact's harness compares them; Management tasks are reported and
-// written to unserved.jsonl, which the manifest does not list. See
-// docs/birdinteract.md for the field mapping.
+// BIRD-Interact's harness compares them; Management tasks on PostgreSQL are
+// served and verified statefully (by their Python tests, on a private copy
+// of the database); Management tasks on SQLite, whose tests cannot run
+// there, are reported and written to unserved.jsonl, which the manifest does
+// not list. Follow-ups are kept on their records and played by BIRD_C and
+// BIRD_A. See docs/birdinteract.md for the field mapping.
 package birdinteract
 
 import (
@@ -112,7 +115,8 @@ type Summary struct {
 	SQLResolutions []string
 	// Critical, Knowledge and NonCritical count the served ambiguities.
 	Critical, Knowledge, NonCritical int
-	// FollowUps counts served records carrying a follow-up (kept, not served).
+	// FollowUps counts served records carrying a follow-up (played by the
+	// bird-c and bird-a protocols).
 	FollowUps int
 	// PythonTests are served records verified by their Python test_cases
 	// (on PostgreSQL, by the test workers).
@@ -159,7 +163,7 @@ func (s *Summary) Write(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "  ambiguities: %d critical, %d knowledge (masked KB entries), %d non_critical (not counted)\n", s.Critical, s.Knowledge, s.NonCritical)
-	fmt.Fprintf(w, "  follow-ups kept (not served yet): %d\n", s.FollowUps)
+	fmt.Fprintf(w, "  follow-ups (played by --protocol bird-c and bird-a): %d\n", s.FollowUps)
 	if len(s.OpaqueTests) > 0 {
 		fmt.Fprintf(w, "  SQLite records with Python test_cases (they run on PostgreSQL only; kept in the source notes, default comparison used): %s\n", strings.Join(s.OpaqueTests, ", "))
 	}
@@ -819,7 +823,7 @@ const (
 // either side fails. comparison adds what depends on the task.
 func defaultComparison() *corpus.Comparison {
 	yes, two := true, 2
-	return &corpus.Comparison{Order: "set", Decimals: &two, StripComments: &yes, StripDistinct: &yes, StripRound: &yes, EmptyFails: &yes}
+	return &corpus.Comparison{Order: "set", Decimals: &two, StripComments: &yes, StripDistinct: &yes, StripRound: &yes, EmptyFails: &yes, Harness: "bird-interact"}
 }
 
 // comparison is what a task (or follow-up) of a database of the given

@@ -55,9 +55,15 @@ func birdReward(phase1, phase2 float64) *wantReward {
 	return &wantReward{typ: pb.RewardType_REWARD_TYPE_BIRD_INTERACT, value: value, components: c}
 }
 
+// The debug retry's messages under BIRD_VARIANT_ORIGINAL, the default
+// (env/birdc.go; bird_interact_conv/code/infer_api_system.py's "debug"
+// phase): SQL that did not run gets retryError followed by the batch
+// evaluation's "[exec_err_flg] - Execution_Error: True", never the
+// database's error.
 const (
-	retryUnsure = "Are you sure about your SQL? You have one more chance."
+	retryUnsure = "Are you sure about your SQL? You have one more chance to update your SQL now."
 	retryError  = "Your SQL is not executable and raises the following error: "
+	retryExec   = retryError + "[exec_err_flg] - Execution_Error: True"
 )
 
 func patienceOf(o *pb.EpisodeOptions, def int) int {
@@ -92,11 +98,12 @@ func birdCScripts(tk *task) []script {
 
 	// Both sub-tasks solved at the first try: 0.7 + 0.3. Each question and
 	// each submission is a turn; the release adds one, for the follow-up's
-	// SQL, and shows the follow-up's request.
+	// SQL, and shows the follow-up's request. Under the default variant
+	// (ORIGINAL) that turn is the follow-up's only one: SQL only.
 	moves := askTerms(tk, 1000)
 	moves = append(moves,
 		move{name: "submit the reference", act: submit(tk.reference), mark: "released",
-			want: want{turns: turns(sqlTurn, request), charge: 1000, grow: 1000, subtask: 2, release: true}},
+			want: want{turns: turns(sqlTurn, request), charge: 1000, grow: 1000, subtask: 2, release: true, phase: solving, sqlRequired: true}},
 		move{name: "submit the follow-up's reference", act: submitFollowUp(),
 			want: want{turns: turns(sqlTurn), charge: 1000, done: true, status: done, reward: birdReward(0.7, 0.3)}})
 	moves = append(moves, afterDone()...)
@@ -115,7 +122,7 @@ func birdCScripts(tk *task) []script {
 	// sub-task's reward: 0.5 + 0.2.
 	scripts = append(scripts, script{name: "debug retries", check: checkSteps, moves: []move{
 		{name: "a wrong answer", act: submit(wrongSQL), want: want{turns: turns(sqlTurn, turnSaying(pb.TurnKind_TURN_KIND_FEEDBACK, retryUnsure)), charge: 1000, phase: solving, sqlRequired: true}, mark: "retry"},
-		{name: "the reference, in the retry", act: submit(tk.reference), want: want{turns: turns(sqlTurn, request), grow: 1000, subtask: 2, release: true}},
+		{name: "the reference, in the retry", act: submit(tk.reference), want: want{turns: turns(sqlTurn, request), grow: 1000, subtask: 2, release: true, phase: solving, sqlRequired: true}},
 		{name: "a wrong follow-up answer", act: submit(wrongSQL), want: want{turns: turns(sqlTurn, turnSaying(pb.TurnKind_TURN_KIND_FEEDBACK, retryUnsure)), charge: 1000, phase: solving, sqlRequired: true}},
 		{name: "the follow-up's reference, in the retry", act: submitFollowUp(), want: want{turns: turns(sqlTurn), done: true, status: done, reward: birdReward(0.5, 0.2)}},
 		// In the retry only SQL is accepted; anything else ends the sub-task.
@@ -129,8 +136,10 @@ func birdCScripts(tk *task) []script {
 		{name: "stop", act: stop(), want: want{turns: turns(stopTurn, notice), done: true, status: done, reward: birdReward(0, -1)}},
 	}})
 
-	// The turn limit: T − 1 questions, then only SQL; anything else on the
-	// last turn ends the sub-task unsolved, TRUNCATED.
+	// The turn limit: T − 1 questions, then only SQL. A question or an
+	// unparsed output on the last turn is taken as SQL that did not run
+	// (the pipeline pre-fills "<t>" there): the turn is spent, unanswered,
+	// and the debug retry follows; a stop ends the sub-task, TRUNCATED.
 	for _, b := range []struct {
 		name string
 		opts *pb.EpisodeOptions
@@ -146,8 +155,8 @@ func birdCScripts(tk *task) []script {
 		}
 		truncated := pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
 		moves = append(moves,
-			move{name: "a question on the last turn", from: from, act: ask(fullQuestion("everything")), want: want{turns: turns(question, notice), done: true, status: truncated, reward: birdReward(0, -1)}},
-			move{name: "unparsed on the last turn", from: from, act: unparsed("<garbled"), want: want{turns: turns(unparsedTurn, notice), done: true, status: truncated, reward: birdReward(0, -1)}},
+			move{name: "a question on the last turn", from: from, act: ask(fullQuestion("everything")), want: want{turns: turns(question, turnSaying(pb.TurnKind_TURN_KIND_FEEDBACK, retryExec)), charge: 1000, phase: solving, sqlRequired: true, noCredit: true}},
+			move{name: "unparsed on the last turn", from: from, act: unparsed("<garbled"), want: want{turns: turns(unparsedTurn, turnSaying(pb.TurnKind_TURN_KIND_FEEDBACK, retryExec)), charge: 1000, phase: solving, sqlRequired: true}},
 			move{name: "stop on the last turn", from: from, act: stop(), want: want{turns: turns(stopTurn, notice), done: true, status: truncated, reward: birdReward(0, -1)}},
 			move{name: "the reference on the last turn", from: from, act: submit(tk.reference), want: want{turns: turns(sqlTurn, request), charge: 1000, grow: 1000, subtask: 2, release: true, phase: solving, sqlRequired: true}},
 			move{name: "the follow-up's reference on its turn", act: submitFollowUp(), want: want{turns: turns(sqlTurn), charge: 1000, done: true, status: done, reward: birdReward(0.7, 0.3)}})
@@ -231,8 +240,10 @@ func birdAScripts(tk *task) []script {
 	tool := func(name string, a *pb.Action, result turnWant) move {
 		return move{name: name, act: act(a), want: want{turns: turns(toolCall, result), charge: c.pay(driver.ActionName(a))}}
 	}
+	// BIRD_A's reset view holds no schema (the tools sell it: env/view.go,
+	// agentView), so its text is checked only where a view carries it.
 	schema := toolResult
-	if s := tk.view.GetDatabase().GetSchema(); len(s) <= 64<<10 {
+	if s := tk.view.GetDatabase().GetSchema(); s != "" && len(s) <= 64<<10 {
 		schema = turnSaying(pb.TurnKind_TURN_KIND_TOOL_RESULT, s) // the public schema, as it is
 	}
 	moves = append(moves,

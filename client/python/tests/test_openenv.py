@@ -118,7 +118,8 @@ def test_bird_c_episode(addr):
 
         r = env.step(json.dumps({"type": "sql", "sql": ref}))
         obs = r.observation
-        assert not r.done and r.reward is None and obs.subtask == 2
+        # BIRD_VARIANT_ORIGINAL (the default): the follow-up is one SQL turn, so SQL is required.
+        assert not r.done and r.reward is None and obs.subtask == 2 and obs.sql_required
         assert obs.turns[-1]["role"] == "environment" and obs.turns[-1]["kind"] == "request"
         assert obs.messages[-1] == {"role": "user", "content": obs.turns[-1]["text"]} == {
             "role": "user", "content": obs.reply}

@@ -11,10 +11,19 @@ import asyncio
 
 import pytest
 
-from avtgym import PROTOCOLS, Action, AsyncClient, AvtgymError, Budget, Turn, parse_action, render_chat
+from avtgym import PROTOCOLS, Action, AsyncClient, AvtgymError, Budget, Episode, Turn, parse_action, render_chat
+from avtgym.client import _reset_request
 from avtgym.v1 import episode_pb2 as epb
 
-RETRY_UNSURE = "Are you sure about your SQL? You have one more chance."
+# BIRD_C's debug-retry messages (env/birdc.go). BIRD_VARIANT_ORIGINAL, the server's default, as
+# bird_interact_conv's infer_api_system.py "debug" phase words them (an execution error is only the
+# batch evaluation's error_msg, "[exec_err_flg] - Execution_Error: True", never the database's
+# error); BIRD_VARIANT_ADK as BIRD-Interact-ADK's orchestrator/cinteract.py does.
+RETRY_UNSURE = "Are you sure about your SQL? You have one more chance to update your SQL now."
+RETRY_EXEC_ERR = "Your SQL is not executable and raises the following error: [exec_err_flg] - Execution_Error: True"
+ADK_RETRY_UNSURE = "Your SQL is not correct. You have one more chance. Please fix and call submit_sql."
+ADK_RETRY_ERROR = "Your SQL is not executable: Error executing submitted SQL: "
+ADK_RETRY_FIX = "\nPlease fix and call submit_sql."
 DEFAULT_PATIENCE = 3
 
 
@@ -46,6 +55,30 @@ def bird_task(bird_tasks) -> str:
     return bird_tasks[0]
 
 
+def reset_variant(client, variant: int, **kwargs) -> Episode:
+    """A reset with EpisodeOptions.bird_variant set through Client.reset's bird_variant argument
+    (an enum value; names are tested in test_bird_options_by_name)."""
+    return client.reset(bird_variant=variant, **kwargs)
+
+
+def test_bird_options_by_name():
+    """reset's follow_up_state and bird_variant arguments take names and enum values; unknown
+    ones are refused before any call."""
+    req = _reset_request(protocol="bird-c", follow_up_state="policy", bird_variant="ADK")
+    assert req.options.follow_up_state == epb.FOLLOW_UP_STATE_POLICY
+    assert req.options.bird_variant == epb.BIRD_VARIANT_ADK
+    req = _reset_request(protocol="bird-a", follow_up_state=epb.FOLLOW_UP_STATE_REFERENCE,
+                         bird_variant="bird_variant_original")
+    assert req.options.follow_up_state == epb.FOLLOW_UP_STATE_REFERENCE
+    assert req.options.bird_variant == epb.BIRD_VARIANT_ORIGINAL
+    assert _reset_request(protocol="bird-c").options.follow_up_state == epb.FOLLOW_UP_STATE_UNSPECIFIED
+    for bad in ({"follow_up_state": "mine"}, {"bird_variant": "adk2"}, {"bird_variant": 9}):
+        with pytest.raises(ValueError):
+            _reset_request(protocol="bird-c", **bad)
+    with pytest.raises(TypeError):
+        _reset_request(protocol="bird-c", bird_variant=True)
+
+
 def ask_all(client, ep):
     """Ask each counted ambiguity canonically; every question is answered and spends a turn."""
     for i, term in enumerate(counted(ep.privileged)):
@@ -75,7 +108,10 @@ def test_bird_c_full_scripted_episode(client, bird_tasks):
 
         res = client.step(ep, Action.submit_sql(joined(ep.privileged["reference_sql"])), privileged=True)
         assert not res.done and res.status == "running", res.new_turns
-        assert res.subtask == 2 and res.released and not res.sql_required
+        # BIRD_VARIANT_ORIGINAL (the default): the follow-up gets one SQL turn plus its debug retry,
+        # no questions (infer_api_system.py's "follow" phase pre-fills "<t>"), so SQL is required.
+        assert res.subtask == 2 and res.released and res.sql_required
+        assert res.episode.questions_remaining == 0
         assert [(t.role, t.kind) for t in res.new_turns] == [("policy", "sql"), ("environment", "request")]
         follow_up = res.new_turns[-1].text
         assert follow_up and follow_up != ep.request
@@ -106,23 +142,61 @@ def test_bird_c_debug_retry(client, bird_task):
         ("policy", "sql", "SELECT 1 AS wrong"), ("environment", "feedback", RETRY_UNSURE)]
     assert res.budget.used_milli == 1000  # the failed submission spent a turn
     res = client.step(res.episode, Action.submit_sql(ref), privileged=True)
-    assert res.subtask == 2 and res.released and not res.sql_required
+    assert res.subtask == 2 and res.released and res.sql_required  # ORIGINAL: the follow-up's SQL turn
     assert res.budget.used_milli == 1000  # the retry did not
     res = client.step(res.episode, Action.submit_sql(joined(res.privileged["follow_up_reference_sql"])))
     assert res.done and res.reward.value == pytest.approx(0.8)
     assert res.reward.components == {"phase1": pytest.approx(0.5), "phase2": pytest.approx(0.3)}
 
 
-def test_bird_c_retry_carries_the_database_error(client, bird_task):
+def test_bird_c_retry_message_per_variant(client, bird_task):
+    """SQL that does not run: under BIRD_VARIANT_ORIGINAL (the default) the retry says only that it
+    failed ([exec_err_flg]; the batch evaluation's pred_err is a bool), never the database's error;
+    under BIRD_VARIANT_ADK it carries the database's error."""
+    bad = "SELECT nope FROM no_such_table_xyz"
     ep = client.reset(task_id=bird_task, protocol="bird-c")
-    res = client.step(ep, Action.submit_sql("SELECT nope FROM no_such_table_xyz"))
+    res = client.step(ep, Action.submit_sql(bad))
     fb = res.new_turns[-1]
-    assert (fb.role, fb.kind) == ("environment", "feedback") and res.sql_required
-    assert fb.text != RETRY_UNSURE and "no_such_table_xyz" in fb.text
+    assert (fb.role, fb.kind, fb.text) == ("environment", "feedback", RETRY_EXEC_ERR) and res.sql_required
+    assert not any("no_such_table_xyz" in t.text for t in res.new_turns if t.role != "policy")
     # A second failure ends the sub-task, and with it the episode, unsolved; phase 2 never came.
     res = client.step(res.episode, Action.submit_sql("SELECT 1 AS still_wrong"))
     assert res.done and res.reward.value == 0.0 and res.reward.components.get("phase1") == 0.0
     assert res.subtask == 1 and not any(t.kind == "request" for t in res.new_turns)
+
+    for variant in (epb.BIRD_VARIANT_ORIGINAL, epb.BIRD_VARIANT_ADK):
+        ep = reset_variant(client, variant, task_id=bird_task, protocol="bird-c")
+        assert ep.protocol == "bird-c"
+        fb = client.step(ep, Action.submit_sql(bad)).new_turns[-1]
+        if variant == epb.BIRD_VARIANT_ORIGINAL:
+            assert fb.text == RETRY_EXEC_ERR
+        else:
+            assert fb.text.startswith(ADK_RETRY_ERROR) and fb.text.endswith(ADK_RETRY_FIX), fb.text
+            assert "no_such_table_xyz" in fb.text
+        fb = client.step(ep, Action.submit_sql("SELECT 1 AS wrong")).new_turns[-1]
+        assert fb.text == (RETRY_UNSURE if variant == epb.BIRD_VARIANT_ORIGINAL else ADK_RETRY_UNSURE)
+
+
+def test_bird_c_follow_up_questions_per_variant(client, bird_task):
+    """After phase 1 passes: under BIRD_VARIANT_ORIGINAL the follow-up is one SQL turn, so a question
+    gets no answer and is taken as SQL that did not run (the [exec_err_flg] retry follows); under
+    BIRD_VARIANT_ADK the user answers while turns last."""
+    ref = joined(client.reset(task_id=bird_task, protocol="bird-c", privileged=True).privileged["reference_sql"])
+    for variant in (epb.BIRD_VARIANT_ORIGINAL, epb.BIRD_VARIANT_ADK):
+        ep = reset_variant(client, variant, task_id=bird_task, protocol="bird-c")
+        res = client.step(ep, Action.submit_sql(ref))
+        assert res.released and res.subtask == 2
+        assert res.sql_required == (variant == epb.BIRD_VARIANT_ORIGINAL)
+        res = client.step(res.episode, Action.ask("Which columns do you want?"))
+        kinds = [(t.role, t.kind) for t in res.new_turns]
+        assert not res.done and res.budget.used_milli == 2000, res.new_turns
+        if variant == epb.BIRD_VARIANT_ORIGINAL:
+            assert kinds == [("policy", "question"), ("environment", "feedback")]
+            assert res.new_turns[-1].text == RETRY_EXEC_ERR and res.sql_required
+        else:
+            # The oracle answers (a reply or a refusal: this question names no ambiguity).
+            assert kinds[0] == ("policy", "question") and [r for r, _ in kinds] == ["policy", "oracle"]
+            assert not res.sql_required
 
 
 def test_bird_c_sql_required_accepts_only_sql(client, bird_task):
@@ -143,8 +217,9 @@ def test_bird_c_unparsed_spends_a_turn(client, bird_task):
     assert res.new_turns[0] == Turn("policy", "unparsed", "I think... hmm")
     assert res.new_turns[1].role == "environment" and res.new_turns[1].kind == "notice"
     assert res.budget.used_milli == 1000 and res.budget.remaining_milli == total - 1000
-    # Spend the turns until only SQL is accepted; an unparsed output on the last turn ends the
-    # sub-task unsolved.
+    # Spend the turns until only SQL is accepted. BIRD_VARIANT_ORIGINAL: an unparsed output on the
+    # last turn is SQL that did not run (wrap_up_sql.py's extract_system_response gives "ERROR!"):
+    # the turn is spent and the debug retry follows; anything but SQL there ends the sub-task.
     ep = res.episode
     for _ in range(total // 1000):
         if ep.sql_required:
@@ -153,7 +228,14 @@ def test_bird_c_unparsed_spends_a_turn(client, bird_task):
         assert not ep.done
     assert ep.sql_required and ep.budget.remaining_milli == 1000
     res = client.step(ep, Action.unparsed("nope"))
-    assert res.done and res.reward.value == 0.0 and res.status in ("terminated", "truncated")
+    assert not res.done and res.status == "running" and res.sql_required and res.budget.remaining_milli == 0
+    assert [(t.role, t.kind, t.text) for t in res.new_turns] == [
+        ("policy", "unparsed", "nope"), ("environment", "feedback", RETRY_EXEC_ERR)]
+    end = client.step(res.episode, Action.unparsed("nope again"))
+    assert end.done and end.reward.value == 0.0 and end.status == "terminated"
+    # A stop on the last turn still ends the sub-task unsolved.
+    end = client.step(ep, Action.stop())
+    assert end.done and end.reward.value == 0.0 and end.status == "truncated"
 
 
 @pytest.mark.parametrize("patience", [0, 5])

@@ -145,6 +145,9 @@ type EpisodeState struct {
 	RecordHashHi uint64 `protobuf:"fixed64,42,opt,name=record_hash_hi,json=recordHashHi,proto3" json:"record_hash_hi,omitempty"`
 	// Bytes 8 to 15 of the record's content hash, big-endian.
 	RecordHashLo uint64 `protobuf:"fixed64,43,opt,name=record_hash_lo,json=recordHashLo,proto3" json:"record_hash_lo,omitempty"`
+	// How submissions are compared on a BIRD-Interact-style record (never
+	// UNSPECIFIED once resolved).
+	Comparison v1.Comparison `protobuf:"varint,47,opt,name=comparison,proto3,enum=avtgym.v1.Comparison" json:"comparison,omitempty"`
 	// What the episode's protocol alone keeps.
 	//
 	// Types that are valid to be assigned to Rules:
@@ -348,6 +351,13 @@ func (x *EpisodeState) GetRecordHashLo() uint64 {
 	return 0
 }
 
+func (x *EpisodeState) GetComparison() v1.Comparison {
+	if x != nil {
+		return x.Comparison
+	}
+	return v1.Comparison(0)
+}
+
 func (x *EpisodeState) GetRules() isEpisodeState_Rules {
 	if x != nil {
 		return x.Rules
@@ -486,7 +496,11 @@ type BirdState struct {
 	// field number of the action), so that a transcript can say what the
 	// coins bought; tool outputs are not kept (they are recomputed from the
 	// corpus).
-	ActionLog     []byte `protobuf:"bytes,11,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
+	ActionLog []byte `protobuf:"bytes,11,opt,name=action_log,json=actionLog,proto3" json:"action_log,omitempty"`
+	// The follow-up's verification state (never UNSPECIFIED once resolved).
+	FollowUpState v1.FollowUpState `protobuf:"varint,12,opt,name=follow_up_state,json=followUpState,proto3,enum=avtgym.v1.FollowUpState" json:"follow_up_state,omitempty"`
+	// BIRD_C's harness variant (never UNSPECIFIED once resolved).
+	Variant       v1.BirdVariant `protobuf:"varint,13,opt,name=variant,proto3,enum=avtgym.v1.BirdVariant" json:"variant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -596,6 +610,20 @@ func (x *BirdState) GetActionLog() []byte {
 		return x.ActionLog
 	}
 	return nil
+}
+
+func (x *BirdState) GetFollowUpState() v1.FollowUpState {
+	if x != nil {
+		return x.FollowUpState
+	}
+	return v1.FollowUpState(0)
+}
+
+func (x *BirdState) GetVariant() v1.BirdVariant {
+	if x != nil {
+		return x.Variant
+	}
+	return v1.BirdVariant(0)
 }
 
 // TideState is what TIDE's protocols keep: the agent turns and the two
@@ -793,7 +821,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xa7\b\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xde\b\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -820,13 +848,16 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\bprotocol\x18\x15 \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x1c\n" +
 	"\tprefilled\x18) \x01(\x05R\tprefilled\x12$\n" +
 	"\x0erecord_hash_hi\x18* \x01(\x06R\frecordHashHi\x12$\n" +
-	"\x0erecord_hash_lo\x18+ \x01(\x06R\frecordHashLo\x12B\n" +
+	"\x0erecord_hash_lo\x18+ \x01(\x06R\frecordHashLo\x125\n" +
+	"\n" +
+	"comparison\x18/ \x01(\x0e2\x15.avtgym.v1.ComparisonR\n" +
+	"comparison\x12B\n" +
 	"\aambitab\x18, \x01(\v2&.avtgym.internal.state.v1.AmbiTabStateH\x00R\aambitab\x129\n" +
 	"\x04bird\x18- \x01(\v2#.avtgym.internal.state.v1.BirdStateH\x00R\x04bird\x129\n" +
 	"\x04tide\x18. \x01(\v2#.avtgym.internal.state.v1.TideStateH\x00R\x04tideB\a\n" +
 	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\x16\x10)\"6\n" +
 	"\fAmbiTabState\x12&\n" +
-	"\x0funparsed_in_row\x18\x01 \x01(\x05R\runparsedInRow\"\xe0\x03\n" +
+	"\x0funparsed_in_row\x18\x01 \x01(\x05R\runparsedInRow\"\xd4\x04\n" +
 	"\tBirdState\x12\x18\n" +
 	"\asubtask\x18\x01 \x01(\x05R\asubtask\x126\n" +
 	"\x17subtask2_first_question\x18\x02 \x01(\x05R\x15subtask2FirstQuestion\x12\x1d\n" +
@@ -843,7 +874,9 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x10coins_used_milli\x18\n" +
 	" \x01(\x03R\x0ecoinsUsedMilli\x12\x1d\n" +
 	"\n" +
-	"action_log\x18\v \x01(\fR\tactionLog\"\xc0\x02\n" +
+	"action_log\x18\v \x01(\fR\tactionLog\x12@\n" +
+	"\x0ffollow_up_state\x18\f \x01(\x0e2\x18.avtgym.v1.FollowUpStateR\rfollowUpState\x120\n" +
+	"\avariant\x18\r \x01(\x0e2\x16.avtgym.v1.BirdVariantR\avariant\"\xc0\x02\n" +
 	"\tTideState\x12\x1d\n" +
 	"\n" +
 	"turns_used\x18\x01 \x01(\x05R\tturnsUsed\x12&\n" +
@@ -893,6 +926,9 @@ var file_avtgym_internal_state_v1_state_proto_goTypes = []any{
 	(v1.Phase)(0),            // 9: avtgym.v1.Phase
 	(v1.EpisodeStatus)(0),    // 10: avtgym.v1.EpisodeStatus
 	(v1.Protocol)(0),         // 11: avtgym.v1.Protocol
+	(v1.Comparison)(0),       // 12: avtgym.v1.Comparison
+	(v1.FollowUpState)(0),    // 13: avtgym.v1.FollowUpState
+	(v1.BirdVariant)(0),      // 14: avtgym.v1.BirdVariant
 }
 var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
 	6,  // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
@@ -902,16 +938,19 @@ var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
 	10, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
 	5,  // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
 	11, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
-	2,  // 7: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
-	3,  // 8: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
-	4,  // 9: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
-	0,  // 10: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
-	0,  // 11: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	12, // 7: avtgym.internal.state.v1.EpisodeState.comparison:type_name -> avtgym.v1.Comparison
+	2,  // 8: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
+	3,  // 9: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
+	4,  // 10: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
+	0,  // 11: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
+	0,  // 12: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
+	13, // 13: avtgym.internal.state.v1.BirdState.follow_up_state:type_name -> avtgym.v1.FollowUpState
+	14, // 14: avtgym.internal.state.v1.BirdState.variant:type_name -> avtgym.v1.BirdVariant
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_internal_state_v1_state_proto_init() }

@@ -60,6 +60,13 @@ func (m *EpisodeState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		}
 		i -= size
 	}
+	if m.Comparison != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Comparison))
+		i--
+		dAtA[i] = 0x2
+		i--
+		dAtA[i] = 0xf8
+	}
 	if m.RecordHashLo != 0 {
 		i -= 8
 		binary.LittleEndian.PutUint64(dAtA[i:], uint64(m.RecordHashLo))
@@ -377,6 +384,16 @@ func (m *BirdState) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Variant != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Variant))
+		i--
+		dAtA[i] = 0x68
+	}
+	if m.FollowUpState != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.FollowUpState))
+		i--
+		dAtA[i] = 0x60
+	}
 	if len(m.ActionLog) > 0 {
 		i -= len(m.ActionLog)
 		copy(dAtA[i:], m.ActionLog)
@@ -687,6 +704,9 @@ func (m *EpisodeState) SizeVT() (n int) {
 	if vtmsg, ok := m.Rules.(interface{ SizeVT() int }); ok {
 		n += vtmsg.SizeVT()
 	}
+	if m.Comparison != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.Comparison))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -786,6 +806,12 @@ func (m *BirdState) SizeVT() (n int) {
 	l = len(m.ActionLog)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.FollowUpState != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.FollowUpState))
+	}
+	if m.Variant != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Variant))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1491,6 +1517,25 @@ func (m *EpisodeState) UnmarshalVT(dAtA []byte) error {
 				m.Rules = &EpisodeState_Tide{Tide: v}
 			}
 			iNdEx = postIndex
+		case 47:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Comparison", wireType)
+			}
+			m.Comparison = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Comparison |= v1.Comparison(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -1850,6 +1895,44 @@ func (m *BirdState) UnmarshalVT(dAtA []byte) error {
 				m.ActionLog = []byte{}
 			}
 			iNdEx = postIndex
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field FollowUpState", wireType)
+			}
+			m.FollowUpState = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.FollowUpState |= v1.FollowUpState(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Variant", wireType)
+			}
+			m.Variant = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Variant |= v1.BirdVariant(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -2895,6 +2978,25 @@ func (m *EpisodeState) UnmarshalVTUnsafe(dAtA []byte) error {
 				m.Rules = &EpisodeState_Tide{Tide: v}
 			}
 			iNdEx = postIndex
+		case 47:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Comparison", wireType)
+			}
+			m.Comparison = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Comparison |= v1.Comparison(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -3255,6 +3357,44 @@ func (m *BirdState) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.ActionLog = dAtA[iNdEx:postIndex]
 			iNdEx = postIndex
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field FollowUpState", wireType)
+			}
+			m.FollowUpState = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.FollowUpState |= v1.FollowUpState(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Variant", wireType)
+			}
+			m.Variant = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Variant |= v1.BirdVariant(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

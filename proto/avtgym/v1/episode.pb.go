@@ -748,6 +748,198 @@ func (AmbiguityKind) EnumDescriptor() ([]byte, []int) {
 	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{9}
 }
 
+// Comparison is how a submission's result is compared with the
+// reference's on a record whose comparison is BIRD-Interact's default test
+// (test_case_default in the harness's evaluation/src/eval_bird_interact.py;
+// docs/birdinteract.md lists every rule).
+type Comparison int32
+
+const (
+	// The server's default: COMPARISON_SOUND.
+	Comparison_COMPARISON_UNSPECIFIED Comparison = 0
+	// avtgym's sound variant, for training: the harness's rules without its
+	// false passes (DISTINCT is removed only as SELECT DISTINCT, never inside
+	// an aggregate; ROUND(x, n) becomes (x), keeping the parentheses; no
+	// truncation at 10,000 rows: a larger result is compared whole or fails
+	// the server's row limit) and without punishing correct SQL (a float and
+	// a numeric of the same value after rounding are equal). The server's
+	// statement limit applies.
+	Comparison_COMPARISON_SOUND Comparison = 1
+	// The harness's ex_base exactly, for evaluation comparable with the
+	// paper: its text rewrites (comments, DISTINCT as space-separated tokens,
+	// ROUND by splicing), its conversion of values as psycopg2 gives them
+	// (Decimal quantized half-up, float rounded, dates as YYYY-MM-DD, JSON and
+	// arrays as sorted-key json.dumps), Python equality (a float never equals
+	// a Decimal it does not represent exactly), its 10,000-row truncation and
+	// its 60 s statement limit (15 s with WITH RECURSIVE), within the
+	// server's own limits.
+	Comparison_COMPARISON_HARNESS Comparison = 2
+)
+
+// Enum value maps for Comparison.
+var (
+	Comparison_name = map[int32]string{
+		0: "COMPARISON_UNSPECIFIED",
+		1: "COMPARISON_SOUND",
+		2: "COMPARISON_HARNESS",
+	}
+	Comparison_value = map[string]int32{
+		"COMPARISON_UNSPECIFIED": 0,
+		"COMPARISON_SOUND":       1,
+		"COMPARISON_HARNESS":     2,
+	}
+)
+
+func (x Comparison) Enum() *Comparison {
+	p := new(Comparison)
+	*p = x
+	return p
+}
+
+func (x Comparison) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Comparison) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[10].Descriptor()
+}
+
+func (Comparison) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[10]
+}
+
+func (x Comparison) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Comparison.Descriptor instead.
+func (Comparison) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{10}
+}
+
+// FollowUpState is the database state a BIRD-Interact follow-up is
+// verified on.
+type FollowUpState int32
+
+const (
+	// The server's default: FOLLOW_UP_STATE_REFERENCE.
+	FollowUpState_FOLLOW_UP_STATE_UNSPECIFIED FollowUpState = 0
+	// The state the reference's phase-1 SQL leaves (the c-Interact
+	// pipeline's rule, bird_interact_conv's eval_bird_interact_batch.py):
+	// nothing the policy's phase 1 did can reach phase 2.
+	FollowUpState_FOLLOW_UP_STATE_REFERENCE FollowUpState = 1
+	// The state the policy's own accepted phase-1 SQL leaves, for the
+	// policy's follow-up SQL (the a-Interact harness's rule); the expected
+	// side (the reference's result, check queries' expected rows) still
+	// comes from the reference's state where the test form allows it, and a
+	// reference that fails scores the follow-up 0, never ERROR.
+	FollowUpState_FOLLOW_UP_STATE_POLICY FollowUpState = 2
+)
+
+// Enum value maps for FollowUpState.
+var (
+	FollowUpState_name = map[int32]string{
+		0: "FOLLOW_UP_STATE_UNSPECIFIED",
+		1: "FOLLOW_UP_STATE_REFERENCE",
+		2: "FOLLOW_UP_STATE_POLICY",
+	}
+	FollowUpState_value = map[string]int32{
+		"FOLLOW_UP_STATE_UNSPECIFIED": 0,
+		"FOLLOW_UP_STATE_REFERENCE":   1,
+		"FOLLOW_UP_STATE_POLICY":      2,
+	}
+)
+
+func (x FollowUpState) Enum() *FollowUpState {
+	p := new(FollowUpState)
+	*p = x
+	return p
+}
+
+func (x FollowUpState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FollowUpState) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[11].Descriptor()
+}
+
+func (FollowUpState) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[11]
+}
+
+func (x FollowUpState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FollowUpState.Descriptor instead.
+func (FollowUpState) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{11}
+}
+
+// BirdVariant is which BIRD-Interact harness BIRD_C and BIRD_A follow
+// where the harnesses differ (docs/birdinteract.md).
+type BirdVariant int32
+
+const (
+	// The server's default: BIRD_VARIANT_ORIGINAL.
+	BirdVariant_BIRD_VARIANT_UNSPECIFIED BirdVariant = 0
+	// The original harnesses. BIRD_C as the c-Interact pipeline
+	// (bird_interact_conv): the follow-up gets one SQL turn plus its debug
+	// retry, and the retry message says only that the SQL failed
+	// ("[exec_err_flg] - Execution_Error: True" on an execution error).
+	// BIRD_A as the batch a-Interact runner (batch_run_bird_interact): an
+	// action the coins cannot pay for still runs and is followed by one
+	// forced, free submit.
+	BirdVariant_BIRD_VARIANT_ORIGINAL BirdVariant = 1
+	// BIRD-Interact-ADK. BIRD_C: the follow-up may ask while turns last, and
+	// the retry message carries the database's error. BIRD_A: an action the
+	// coins cannot pay for is refused with a notice, and a free submit is
+	// still allowed.
+	BirdVariant_BIRD_VARIANT_ADK BirdVariant = 2
+)
+
+// Enum value maps for BirdVariant.
+var (
+	BirdVariant_name = map[int32]string{
+		0: "BIRD_VARIANT_UNSPECIFIED",
+		1: "BIRD_VARIANT_ORIGINAL",
+		2: "BIRD_VARIANT_ADK",
+	}
+	BirdVariant_value = map[string]int32{
+		"BIRD_VARIANT_UNSPECIFIED": 0,
+		"BIRD_VARIANT_ORIGINAL":    1,
+		"BIRD_VARIANT_ADK":         2,
+	}
+)
+
+func (x BirdVariant) Enum() *BirdVariant {
+	p := new(BirdVariant)
+	*p = x
+	return p
+}
+
+func (x BirdVariant) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BirdVariant) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[12].Descriptor()
+}
+
+func (BirdVariant) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[12]
+}
+
+func (x BirdVariant) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BirdVariant.Descriptor instead.
+func (BirdVariant) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{12}
+}
+
 // Turn is one utterance of the dialogue, labelled with who produced it.
 type Turn struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1090,7 +1282,18 @@ type EpisodeOptions struct {
 	// The patience beyond the m counted ambiguities. BIRD_C: in turns
 	// (BIRD-Interact used 0, 3, 5 and 7), default 3; BIRD_A: in coins (0, 6,
 	// 10 and 14), default 6; at most 32 either way. AMBITAB rejects it.
-	Patience      *int32 `protobuf:"varint,8,opt,name=patience,proto3,oneof" json:"patience,omitempty"`
+	Patience *int32 `protobuf:"varint,8,opt,name=patience,proto3,oneof" json:"patience,omitempty"`
+	// How a submission is compared with the reference on a record whose
+	// comparison is BIRD-Interact's default test (records imported from
+	// BIRD-Interact); default COMPARISON_SOUND. Other records ignore it.
+	Comparison Comparison `protobuf:"varint,9,opt,name=comparison,proto3,enum=avtgym.v1.Comparison" json:"comparison,omitempty"`
+	// BIRD_C and BIRD_A: the database state the follow-up is verified on;
+	// default FOLLOW_UP_STATE_REFERENCE. Other protocols reject it.
+	FollowUpState FollowUpState `protobuf:"varint,10,opt,name=follow_up_state,json=followUpState,proto3,enum=avtgym.v1.FollowUpState" json:"follow_up_state,omitempty"`
+	// BIRD_C and BIRD_A: which BIRD-Interact harness the rules follow where
+	// the harnesses differ; default BIRD_VARIANT_ORIGINAL. Other protocols
+	// reject it.
+	BirdVariant   BirdVariant `protobuf:"varint,11,opt,name=bird_variant,json=birdVariant,proto3,enum=avtgym.v1.BirdVariant" json:"bird_variant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1179,6 +1382,27 @@ func (x *EpisodeOptions) GetPatience() int32 {
 		return *x.Patience
 	}
 	return 0
+}
+
+func (x *EpisodeOptions) GetComparison() Comparison {
+	if x != nil {
+		return x.Comparison
+	}
+	return Comparison_COMPARISON_UNSPECIFIED
+}
+
+func (x *EpisodeOptions) GetFollowUpState() FollowUpState {
+	if x != nil {
+		return x.FollowUpState
+	}
+	return FollowUpState_FOLLOW_UP_STATE_UNSPECIFIED
+}
+
+func (x *EpisodeOptions) GetBirdVariant() BirdVariant {
+	if x != nil {
+		return x.BirdVariant
+	}
+	return BirdVariant_BIRD_VARIANT_UNSPECIFIED
 }
 
 // KnowledgeEntry is one public external-knowledge definition.
@@ -2752,7 +2976,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x1aGetAllKnowledgeDefinitions\x1a\x1e\n" +
 	"\bUnparsed\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04textB\x06\n" +
-	"\x04kind\"\xb2\x03\n" +
+	"\x04kind\"\xe6\x04\n" +
 	"\x0eEpisodeOptions\x12-\n" +
 	"\x06reward\x18\x01 \x01(\x0e2\x15.avtgym.v1.RewardTypeR\x06reward\x12)\n" +
 	"\x06solver\x18\x02 \x01(\x0e2\x11.avtgym.v1.SolverR\x06solver\x12,\n" +
@@ -2761,7 +2985,13 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x06oracle\x18\x05 \x01(\x0e2\x15.avtgym.v1.OracleTypeR\x06oracle\x12#\n" +
 	"\rstrict_credit\x18\x06 \x01(\bR\fstrictCredit\x12/\n" +
 	"\bprotocol\x18\a \x01(\x0e2\x13.avtgym.v1.ProtocolR\bprotocol\x12\x1f\n" +
-	"\bpatience\x18\b \x01(\x05H\x02R\bpatience\x88\x01\x01B\x12\n" +
+	"\bpatience\x18\b \x01(\x05H\x02R\bpatience\x88\x01\x01\x125\n" +
+	"\n" +
+	"comparison\x18\t \x01(\x0e2\x15.avtgym.v1.ComparisonR\n" +
+	"comparison\x12@\n" +
+	"\x0ffollow_up_state\x18\n" +
+	" \x01(\x0e2\x18.avtgym.v1.FollowUpStateR\rfollowUpState\x129\n" +
+	"\fbird_variant\x18\v \x01(\x0e2\x16.avtgym.v1.BirdVariantR\vbirdVariantB\x12\n" +
 	"\x10_extra_questionsB\x18\n" +
 	"\x16_zero_ambiguity_budgetB\v\n" +
 	"\t_patience\"T\n" +
@@ -2934,7 +3164,20 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x1aAMBIGUITY_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17AMBIGUITY_KIND_CRITICAL\x10\x01\x12\x1c\n" +
 	"\x18AMBIGUITY_KIND_KNOWLEDGE\x10\x02\x12\x1f\n" +
-	"\x1bAMBIGUITY_KIND_NON_CRITICAL\x10\x03B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"\x1bAMBIGUITY_KIND_NON_CRITICAL\x10\x03*V\n" +
+	"\n" +
+	"Comparison\x12\x1a\n" +
+	"\x16COMPARISON_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10COMPARISON_SOUND\x10\x01\x12\x16\n" +
+	"\x12COMPARISON_HARNESS\x10\x02*k\n" +
+	"\rFollowUpState\x12\x1f\n" +
+	"\x1bFOLLOW_UP_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19FOLLOW_UP_STATE_REFERENCE\x10\x01\x12\x1a\n" +
+	"\x16FOLLOW_UP_STATE_POLICY\x10\x02*\\\n" +
+	"\vBirdVariant\x12\x1c\n" +
+	"\x18BIRD_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15BIRD_VARIANT_ORIGINAL\x10\x01\x12\x14\n" +
+	"\x10BIRD_VARIANT_ADK\x10\x02B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_episode_proto_rawDescOnce sync.Once
@@ -2948,7 +3191,7 @@ func file_avtgym_v1_episode_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_episode_proto_rawDescData
 }
 
-var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
 var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Role)(0),                           // 0: avtgym.v1.Role
@@ -2961,73 +3204,79 @@ var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Solver)(0),                         // 7: avtgym.v1.Solver
 	(OracleType)(0),                     // 8: avtgym.v1.OracleType
 	(AmbiguityKind)(0),                  // 9: avtgym.v1.AmbiguityKind
-	(*Turn)(nil),                        // 10: avtgym.v1.Turn
-	(*Action)(nil),                      // 11: avtgym.v1.Action
-	(*EpisodeOptions)(nil),              // 12: avtgym.v1.EpisodeOptions
-	(*KnowledgeEntry)(nil),              // 13: avtgym.v1.KnowledgeEntry
-	(*DatabaseView)(nil),                // 14: avtgym.v1.DatabaseView
-	(*TaskView)(nil),                    // 15: avtgym.v1.TaskView
-	(*TaskSummary)(nil),                 // 16: avtgym.v1.TaskSummary
-	(*Observation)(nil),                 // 17: avtgym.v1.Observation
-	(*Budget)(nil),                      // 18: avtgym.v1.Budget
-	(*Reward)(nil),                      // 19: avtgym.v1.Reward
-	(*AmbiguityInfo)(nil),               // 20: avtgym.v1.AmbiguityInfo
-	(*Credit)(nil),                      // 21: avtgym.v1.Credit
-	(*Privileged)(nil),                  // 22: avtgym.v1.Privileged
-	(*TideInfo)(nil),                    // 23: avtgym.v1.TideInfo
-	(*Action_Ask)(nil),                  // 24: avtgym.v1.Action.Ask
-	(*Action_Stop)(nil),                 // 25: avtgym.v1.Action.Stop
-	(*Action_SubmitSql)(nil),            // 26: avtgym.v1.Action.SubmitSql
-	(*Action_Execute)(nil),              // 27: avtgym.v1.Action.Execute
-	(*Action_GetSchema)(nil),            // 28: avtgym.v1.Action.GetSchema
-	(*Action_GetAllColumnMeanings)(nil), // 29: avtgym.v1.Action.GetAllColumnMeanings
-	(*Action_GetColumnMeaning)(nil),     // 30: avtgym.v1.Action.GetColumnMeaning
-	(*Action_GetAllExternalKnowledgeNames)(nil), // 31: avtgym.v1.Action.GetAllExternalKnowledgeNames
-	(*Action_GetKnowledgeDefinition)(nil),       // 32: avtgym.v1.Action.GetKnowledgeDefinition
-	(*Action_GetAllKnowledgeDefinitions)(nil),   // 33: avtgym.v1.Action.GetAllKnowledgeDefinitions
-	(*Action_Unparsed)(nil),                     // 34: avtgym.v1.Action.Unparsed
-	nil,                                         // 35: avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	nil,                                         // 36: avtgym.v1.Reward.ComponentsEntry
+	(Comparison)(0),                     // 10: avtgym.v1.Comparison
+	(FollowUpState)(0),                  // 11: avtgym.v1.FollowUpState
+	(BirdVariant)(0),                    // 12: avtgym.v1.BirdVariant
+	(*Turn)(nil),                        // 13: avtgym.v1.Turn
+	(*Action)(nil),                      // 14: avtgym.v1.Action
+	(*EpisodeOptions)(nil),              // 15: avtgym.v1.EpisodeOptions
+	(*KnowledgeEntry)(nil),              // 16: avtgym.v1.KnowledgeEntry
+	(*DatabaseView)(nil),                // 17: avtgym.v1.DatabaseView
+	(*TaskView)(nil),                    // 18: avtgym.v1.TaskView
+	(*TaskSummary)(nil),                 // 19: avtgym.v1.TaskSummary
+	(*Observation)(nil),                 // 20: avtgym.v1.Observation
+	(*Budget)(nil),                      // 21: avtgym.v1.Budget
+	(*Reward)(nil),                      // 22: avtgym.v1.Reward
+	(*AmbiguityInfo)(nil),               // 23: avtgym.v1.AmbiguityInfo
+	(*Credit)(nil),                      // 24: avtgym.v1.Credit
+	(*Privileged)(nil),                  // 25: avtgym.v1.Privileged
+	(*TideInfo)(nil),                    // 26: avtgym.v1.TideInfo
+	(*Action_Ask)(nil),                  // 27: avtgym.v1.Action.Ask
+	(*Action_Stop)(nil),                 // 28: avtgym.v1.Action.Stop
+	(*Action_SubmitSql)(nil),            // 29: avtgym.v1.Action.SubmitSql
+	(*Action_Execute)(nil),              // 30: avtgym.v1.Action.Execute
+	(*Action_GetSchema)(nil),            // 31: avtgym.v1.Action.GetSchema
+	(*Action_GetAllColumnMeanings)(nil), // 32: avtgym.v1.Action.GetAllColumnMeanings
+	(*Action_GetColumnMeaning)(nil),     // 33: avtgym.v1.Action.GetColumnMeaning
+	(*Action_GetAllExternalKnowledgeNames)(nil), // 34: avtgym.v1.Action.GetAllExternalKnowledgeNames
+	(*Action_GetKnowledgeDefinition)(nil),       // 35: avtgym.v1.Action.GetKnowledgeDefinition
+	(*Action_GetAllKnowledgeDefinitions)(nil),   // 36: avtgym.v1.Action.GetAllKnowledgeDefinitions
+	(*Action_Unparsed)(nil),                     // 37: avtgym.v1.Action.Unparsed
+	nil,                                         // 38: avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	nil,                                         // 39: avtgym.v1.Reward.ComponentsEntry
 }
 var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	0,  // 0: avtgym.v1.Turn.role:type_name -> avtgym.v1.Role
 	1,  // 1: avtgym.v1.Turn.kind:type_name -> avtgym.v1.TurnKind
-	24, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
-	25, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
-	26, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
-	34, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
-	27, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
-	28, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
-	29, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
-	30, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
-	31, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
-	32, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
-	33, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
+	27, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
+	28, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
+	29, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
+	37, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
+	30, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
+	31, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
+	32, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
+	33, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
+	34, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
+	35, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
+	36, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
 	6,  // 13: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
 	7,  // 14: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
 	8,  // 15: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
 	2,  // 16: avtgym.v1.EpisodeOptions.protocol:type_name -> avtgym.v1.Protocol
-	35, // 17: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	13, // 18: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
-	14, // 19: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
-	15, // 20: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
-	10, // 21: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
-	4,  // 22: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
-	2,  // 23: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
-	18, // 24: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
-	3,  // 25: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
-	6,  // 26: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
-	36, // 27: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
-	9,  // 28: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
-	20, // 29: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
-	21, // 30: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
-	21, // 31: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
-	23, // 32: avtgym.v1.Privileged.tide:type_name -> avtgym.v1.TideInfo
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	10, // 17: avtgym.v1.EpisodeOptions.comparison:type_name -> avtgym.v1.Comparison
+	11, // 18: avtgym.v1.EpisodeOptions.follow_up_state:type_name -> avtgym.v1.FollowUpState
+	12, // 19: avtgym.v1.EpisodeOptions.bird_variant:type_name -> avtgym.v1.BirdVariant
+	38, // 20: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	16, // 21: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
+	17, // 22: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
+	18, // 23: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
+	13, // 24: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
+	4,  // 25: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
+	2,  // 26: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
+	21, // 27: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
+	3,  // 28: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
+	6,  // 29: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
+	39, // 30: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
+	9,  // 31: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
+	23, // 32: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
+	24, // 33: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
+	24, // 34: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
+	26, // 35: avtgym.v1.Privileged.tide:type_name -> avtgym.v1.TideInfo
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_episode_proto_init() }
@@ -3054,7 +3303,7 @@ func file_avtgym_v1_episode_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_episode_proto_rawDesc), len(file_avtgym_v1_episode_proto_rawDesc)),
-			NumEnums:      10,
+			NumEnums:      13,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -808,6 +808,21 @@ func (m *EpisodeOptions) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.BirdVariant != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.BirdVariant))
+		i--
+		dAtA[i] = 0x58
+	}
+	if m.FollowUpState != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.FollowUpState))
+		i--
+		dAtA[i] = 0x50
+	}
+	if m.Comparison != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Comparison))
+		i--
+		dAtA[i] = 0x48
+	}
 	if m.Patience != nil {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.Patience))
 		i--
@@ -2095,6 +2110,15 @@ func (m *EpisodeOptions) SizeVT() (n int) {
 	}
 	if m.Patience != nil {
 		n += 1 + protohelpers.SizeOfVarint(uint64(*m.Patience))
+	}
+	if m.Comparison != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Comparison))
+	}
+	if m.FollowUpState != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.FollowUpState))
+	}
+	if m.BirdVariant != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.BirdVariant))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4077,6 +4101,63 @@ func (m *EpisodeOptions) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Patience = &v
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Comparison", wireType)
+			}
+			m.Comparison = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Comparison |= Comparison(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field FollowUpState", wireType)
+			}
+			m.FollowUpState = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.FollowUpState |= FollowUpState(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field BirdVariant", wireType)
+			}
+			m.BirdVariant = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.BirdVariant |= BirdVariant(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -8384,6 +8465,63 @@ func (m *EpisodeOptions) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 			}
 			m.Patience = &v
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Comparison", wireType)
+			}
+			m.Comparison = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Comparison |= Comparison(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 10:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field FollowUpState", wireType)
+			}
+			m.FollowUpState = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.FollowUpState |= FollowUpState(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field BirdVariant", wireType)
+			}
+			m.BirdVariant = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.BirdVariant |= BirdVariant(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

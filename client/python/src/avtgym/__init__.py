@@ -19,6 +19,7 @@ from avtgym.client import TLS, AsyncClient, Client, OracleReply
 from avtgym.errors import AvtgymError
 from avtgym.types import (
     AGENT_ROLES,
+    COMPARISONS,
     PROTOCOLS,
     Action,
     Budget,
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AGENT_ROLES",
+    "COMPARISONS",
     "Action",
     "AsyncClient",
     "AvtgymError",

@@ -35,6 +35,9 @@ from avtgym.types import (
     ProtocolInfo,
     StepResult,
     TaskSummary,
+    bird_variant_enum,
+    comparison_enum,
+    follow_up_state_enum,
     oracle_enum,
     protocol_enum,
     reward_enum,
@@ -192,7 +195,8 @@ def _health_status(data: bytes) -> str:
 def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None,
                    solver=None, extra_questions=None, zero_ambiguity_budget=None,
                    privileged=False, group_size=0, oracle=None, strict_credit=False,
-                   protocol=None, patience=None) -> pb.ResetRequest:
+                   protocol=None, patience=None, comparison=None, follow_up_state=None,
+                   bird_variant=None) -> pb.ResetRequest:
     proto = protocol_enum(protocol)
     if proto in (epb.PROTOCOL_UNSPECIFIED, epb.PROTOCOL_AMBITAB):
         # AMBITAB's defaults, sent as before (the server's defaults are the same).
@@ -200,7 +204,9 @@ def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None
         solver = "client" if solver is None else solver
     opts = epb.EpisodeOptions(reward=reward_enum(reward), solver=solver_enum(solver),
                               oracle=oracle_enum(oracle), strict_credit=bool(strict_credit),
-                              protocol=proto)
+                              protocol=proto, comparison=comparison_enum(comparison),
+                              follow_up_state=follow_up_state_enum(follow_up_state),
+                              bird_variant=bird_variant_enum(bird_variant))
     if patience is not None:
         opts.patience = int(patience)
     if extra_questions is not None:
@@ -406,7 +412,9 @@ class Client:
               extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
               privileged: bool = False, oracle: str | None = None,
               strict_credit: bool = False, protocol: "str | int | None" = None,
-              patience: int | None = None) -> Episode:
+              patience: int | None = None, comparison: "str | int | None" = None,
+              follow_up_state: "str | int | None" = None,
+              bird_variant: "str | int | None" = None) -> Episode:
         """Start one episode. reward: "question_f1" | "outcome" | "bird_interact" (None: the
         protocol's default, question_f1 under AMBITAB); solver: "client" | "lookup" | ... (None:
         "client"); oracle: None (the server's default, deterministic) or an OracleType name in
@@ -415,17 +423,26 @@ class Client:
         AmbiTab). protocol: None (the server's default, AMBITAB), a name ("ambitab", "bird-c",
         "bird-a", "tide-f", "tide-p") or a Protocol enum value; patience: BIRD_C's turns beyond
         the m counted ambiguities (None: the server's default, 3; other protocols reject it).
+        comparison: None (the server's default, "sound"), "sound" (avtgym's sound variant of
+        BIRD-Interact's test, for training) or "harness" (BIRD-Interact's ex_base exactly, quirks
+        included, for numbers comparable with the paper's), or a Comparison enum value; only
+        records imported from BIRD-Interact read it, others ignore it. follow_up_state (BIRD_C,
+        BIRD_A): None (the server's default, "reference": the follow-up is verified on the state
+        the reference's phase 1 leaves) or "policy" (the policy's own phase-1 state);
+        bird_variant (BIRD_C, BIRD_A): None (the server's default, "original": the original
+        harnesses) or "adk" (BIRD-Interact-ADK's rules); other protocols reject both.
         Under BIRD_C leave reward and solver unset: it takes only its own reward and the client
         as solver."""
         return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                 reward=reward, solver=solver, extra_questions=extra_questions,
                                 zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
                                 oracle=oracle, strict_credit=strict_credit, protocol=protocol,
-                                patience=patience)[0]
+                                patience=patience, comparison=comparison,
+                                follow_up_state=follow_up_state, bird_variant=bird_variant)[0]
 
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1;
-        kwargs are reset()'s (protocol and patience included)."""
+        kwargs are reset()'s (every option included)."""
         resp = self._call("Reset", _reset_request(group_size=n, **kwargs))
         return [Episode.from_proto(e) for e in resp.episodes]
 
@@ -588,13 +605,16 @@ class AsyncClient:
                     extra_questions: int | None = None, zero_ambiguity_budget: int | None = None,
                     privileged: bool = False, oracle: str | None = None,
                     strict_credit: bool = False, protocol: "str | int | None" = None,
-                    patience: int | None = None) -> Episode:
-        """Start one episode; see Client.reset (protocol and patience included)."""
+                    patience: int | None = None, comparison: "str | int | None" = None,
+                    follow_up_state: "str | int | None" = None,
+                    bird_variant: "str | int | None" = None) -> Episode:
+        """Start one episode; see Client.reset (every option included)."""
         eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                      reward=reward, solver=solver, extra_questions=extra_questions,
                                      zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
                                      oracle=oracle, strict_credit=strict_credit, protocol=protocol,
-                                     patience=patience)
+                                     patience=patience, comparison=comparison,
+                                     follow_up_state=follow_up_state, bird_variant=bird_variant)
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:

@@ -56,6 +56,13 @@ _PROTOCOL[epb.PROTOCOL_UNSPECIFIED] = "ambitab"
 # chain whose first layer has an annotated question, TaskSummary.sample_type "chain_only" or
 # "joint": any other task is INVALID_ARGUMENT / INVALID_OPTION).
 PROTOCOLS = tuple(n for n, v in sorted(_PROTOCOL_VALUE.items(), key=lambda nv: nv[1]))
+# Comparisons are named as `avtgym eval --comparison` names them: "sound" (the server's default,
+# for training) and "harness" (BIRD-Interact's ex_base exactly, for numbers comparable with the
+# paper's); only records imported from BIRD-Interact read the option.
+_COMPARISON_VALUE = {n: v for v, n in _names(epb.Comparison, "COMPARISON_").items() if v}
+COMPARISONS = tuple(n for n, v in sorted(_COMPARISON_VALUE.items(), key=lambda nv: nv[1]))
+_FOLLOW_UP_STATE_VALUE = {n: v for v, n in _names(epb.FollowUpState, "FOLLOW_UP_STATE_").items() if v}
+_BIRD_VARIANT_VALUE = {n: v for v, n in _names(epb.BirdVariant, "BIRD_VARIANT_").items() if v}
 # Name -> value for the option arguments ("unspecified" included, as the enum's own name).
 _REWARD_VALUE = {n: v for v, n in _REWARD_TYPE.items()}
 _SOLVER_VALUE = {n: v for v, n in _names(epb.Solver, "SOLVER_").items()}
@@ -770,6 +777,51 @@ def protocol_enum(protocol: "str | int | None") -> int:
     if v is None:
         raise ValueError(f"unknown protocol {protocol!r}: want one of {', '.join(PROTOCOLS)}")
     return v
+
+
+def _option_enum(value: "str | int | None", table: Mapping[str, int], prefix: str, what: str) -> int:
+    """The enum value of an episode option given as None or "" (UNSPECIFIED: the server's default),
+    an enum value, or a name from table in any case, with or without prefix."""
+    names = ", ".join(sorted(table, key=table.__getitem__))
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} {value!r}: want a name or an enum value")
+    if isinstance(value, int):
+        if value != 0 and value not in table.values():
+            raise ValueError(f"unknown {what} value {value}: want one of {names}")
+        return int(value)
+    key = value.strip().lower()
+    if key.startswith(prefix):
+        key = key[len(prefix):]
+    v = table.get(key)
+    if v is None:
+        raise ValueError(f"unknown {what} {value!r}: want one of {names}")
+    return v
+
+
+def comparison_enum(comparison: "str | int | None") -> int:
+    """The Comparison value of reset(comparison=...): None or "" (UNSPECIFIED: the server's
+    default, SOUND); a Comparison enum value (avtgym.v1.episode_pb2.COMPARISON_HARNESS); or a
+    name, "sound" or "harness", in any case, with or without the "COMPARISON_" prefix. The option
+    changes the verification only on records whose comparison is BIRD-Interact's default test
+    (imported from BIRD-Interact); other records ignore it."""
+    return _option_enum(comparison, _COMPARISON_VALUE, "comparison_", "comparison")
+
+
+def follow_up_state_enum(state: "str | int | None") -> int:
+    """The FollowUpState value of reset(follow_up_state=...) (BIRD_C, BIRD_A): None (the server's
+    default, REFERENCE: the follow-up is verified on the state the reference's phase 1 leaves),
+    "reference", "policy" (the policy's own phase-1 state, the a-Interact harness's rule), or an
+    enum value."""
+    return _option_enum(state, _FOLLOW_UP_STATE_VALUE, "follow_up_state_", "follow_up_state")
+
+
+def bird_variant_enum(variant: "str | int | None") -> int:
+    """The BirdVariant value of reset(bird_variant=...) (BIRD_C, BIRD_A): None (the server's
+    default, ORIGINAL: the original c-Interact pipeline and batch a-Interact runner), "original",
+    "adk" (BIRD-Interact-ADK's rules), or an enum value."""
+    return _option_enum(variant, _BIRD_VARIANT_VALUE, "bird_variant_", "bird_variant")
 
 
 def protocol_name(protocol: "str | int | None") -> str:

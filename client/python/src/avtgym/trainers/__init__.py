@@ -42,9 +42,10 @@ BIRD_C_SYSTEM_PROMPT = (
     "ambiguous. You may ask the user clarifying questions, one per turn, within a small number of "
     "turns, and then write the SQL. Answer with exactly one JSON object per turn: "
     '{"type": "clarification", "question": "..."} to ask a question, or '
-    '{"type": "sql", "sql": "..."} to submit the SQL. If the SQL fails you get one more chance, '
-    "which must be SQL. Once it is accepted the user may send a follow-up request: answer it the "
-    "same way."
+    '{"type": "sql", "sql": "..."} to submit the SQL. The last turn must be SQL (anything else '
+    "there counts as SQL that did not run). If the SQL fails you get one more chance, which must be "
+    "SQL. Once it is accepted the user may send a follow-up request: submit its SQL at once (with "
+    "one more chance if it fails)."
 )
 
 # BIRD_A (BIRD-Interact's a-Interact): one action per turn in BIRD-Interact's agentic grammar
@@ -56,9 +57,11 @@ BIRD_A_SYSTEM_PROMPT = (
     "question (2 coins); execute(\"SQL\") runs a read-only query and shows its result (1); "
     "get_schema() (1); get_all_column_meanings() (1); get_column_meaning(\"table\", \"column\") "
     "(0.5); get_all_external_knowledge_names() (0.5); get_knowledge_definition(\"name\") (0.5); "
-    "get_all_knowledge_definitions() (1); submit(\"SQL\") submits your solution (3). When the "
-    "coins cannot pay for anything else, only a final submit is accepted, and it is free. Once a "
-    "submission is accepted the user may send a follow-up request: solve it the same way. "
+    "get_all_knowledge_definitions() (1); submit(\"SQL\") submits your solution (3). An action the "
+    "coins left cannot pay for still runs, and then only a final submit is accepted: it is free and "
+    "ends the task (so is a submit the coins cannot pay for); a paid submit that leaves no coins "
+    "ends the task too. Once a submission is accepted the user may send a follow-up request: solve "
+    "it the same way. "
     'Example: <action>ask("Which date range do you mean?")</action>'
 )
 

@@ -93,6 +93,24 @@ class AmbiguityKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AMBIGUITY_KIND_CRITICAL: _ClassVar[AmbiguityKind]
     AMBIGUITY_KIND_KNOWLEDGE: _ClassVar[AmbiguityKind]
     AMBIGUITY_KIND_NON_CRITICAL: _ClassVar[AmbiguityKind]
+
+class Comparison(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPARISON_UNSPECIFIED: _ClassVar[Comparison]
+    COMPARISON_SOUND: _ClassVar[Comparison]
+    COMPARISON_HARNESS: _ClassVar[Comparison]
+
+class FollowUpState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FOLLOW_UP_STATE_UNSPECIFIED: _ClassVar[FollowUpState]
+    FOLLOW_UP_STATE_REFERENCE: _ClassVar[FollowUpState]
+    FOLLOW_UP_STATE_POLICY: _ClassVar[FollowUpState]
+
+class BirdVariant(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BIRD_VARIANT_UNSPECIFIED: _ClassVar[BirdVariant]
+    BIRD_VARIANT_ORIGINAL: _ClassVar[BirdVariant]
+    BIRD_VARIANT_ADK: _ClassVar[BirdVariant]
 ROLE_UNSPECIFIED: Role
 ROLE_POLICY: Role
 ROLE_ORACLE: Role
@@ -150,6 +168,15 @@ AMBIGUITY_KIND_UNSPECIFIED: AmbiguityKind
 AMBIGUITY_KIND_CRITICAL: AmbiguityKind
 AMBIGUITY_KIND_KNOWLEDGE: AmbiguityKind
 AMBIGUITY_KIND_NON_CRITICAL: AmbiguityKind
+COMPARISON_UNSPECIFIED: Comparison
+COMPARISON_SOUND: Comparison
+COMPARISON_HARNESS: Comparison
+FOLLOW_UP_STATE_UNSPECIFIED: FollowUpState
+FOLLOW_UP_STATE_REFERENCE: FollowUpState
+FOLLOW_UP_STATE_POLICY: FollowUpState
+BIRD_VARIANT_UNSPECIFIED: BirdVariant
+BIRD_VARIANT_ORIGINAL: BirdVariant
+BIRD_VARIANT_ADK: BirdVariant
 
 class Turn(_message.Message):
     __slots__ = ("role", "kind", "text")
@@ -235,7 +262,7 @@ class Action(_message.Message):
     def __init__(self, ask: _Optional[_Union[Action.Ask, _Mapping]] = ..., stop: _Optional[_Union[Action.Stop, _Mapping]] = ..., submit_sql: _Optional[_Union[Action.SubmitSql, _Mapping]] = ..., unparsed: _Optional[_Union[Action.Unparsed, _Mapping]] = ..., execute: _Optional[_Union[Action.Execute, _Mapping]] = ..., get_schema: _Optional[_Union[Action.GetSchema, _Mapping]] = ..., get_all_column_meanings: _Optional[_Union[Action.GetAllColumnMeanings, _Mapping]] = ..., get_column_meaning: _Optional[_Union[Action.GetColumnMeaning, _Mapping]] = ..., get_all_external_knowledge_names: _Optional[_Union[Action.GetAllExternalKnowledgeNames, _Mapping]] = ..., get_knowledge_definition: _Optional[_Union[Action.GetKnowledgeDefinition, _Mapping]] = ..., get_all_knowledge_definitions: _Optional[_Union[Action.GetAllKnowledgeDefinitions, _Mapping]] = ...) -> None: ...
 
 class EpisodeOptions(_message.Message):
-    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit", "protocol", "patience")
+    __slots__ = ("reward", "solver", "extra_questions", "zero_ambiguity_budget", "oracle", "strict_credit", "protocol", "patience", "comparison", "follow_up_state", "bird_variant")
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SOLVER_FIELD_NUMBER: _ClassVar[int]
     EXTRA_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +271,9 @@ class EpisodeOptions(_message.Message):
     STRICT_CREDIT_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    COMPARISON_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_UP_STATE_FIELD_NUMBER: _ClassVar[int]
+    BIRD_VARIANT_FIELD_NUMBER: _ClassVar[int]
     reward: RewardType
     solver: Solver
     extra_questions: int
@@ -252,7 +282,10 @@ class EpisodeOptions(_message.Message):
     strict_credit: bool
     protocol: Protocol
     patience: int
-    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ..., strict_credit: _Optional[bool] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., patience: _Optional[int] = ...) -> None: ...
+    comparison: Comparison
+    follow_up_state: FollowUpState
+    bird_variant: BirdVariant
+    def __init__(self, reward: _Optional[_Union[RewardType, str]] = ..., solver: _Optional[_Union[Solver, str]] = ..., extra_questions: _Optional[int] = ..., zero_ambiguity_budget: _Optional[int] = ..., oracle: _Optional[_Union[OracleType, str]] = ..., strict_credit: _Optional[bool] = ..., protocol: _Optional[_Union[Protocol, str]] = ..., patience: _Optional[int] = ..., comparison: _Optional[_Union[Comparison, str]] = ..., follow_up_state: _Optional[_Union[FollowUpState, str]] = ..., bird_variant: _Optional[_Union[BirdVariant, str]] = ...) -> None: ...
 
 class KnowledgeEntry(_message.Message):
     __slots__ = ("id", "name", "definition")
