@@ -94,6 +94,15 @@ type Record struct {
 	Asked           *float64 `json:"asked,omitempty"`
 	SQLs            []string `json:"sqls,omitempty"`
 	Routings        []string `json:"routings,omitempty"`
+	// Comparison is the comparison the episode's options chose
+	// (EpisodeOptions.comparison, ComparisonName): "harness"
+	// (COMPARISON_HARNESS, BIRD-Interact's ex_base exactly) or "sound" (the
+	// server's default, also when the options leave it unset). It changes
+	// the verification only on records whose comparison is BIRD-Interact's
+	// default test (imported from BIRD-Interact); other records compare by
+	// their own policy whatever it says. Empty in records written before
+	// the option existed.
+	Comparison string `json:"comparison,omitempty"`
 	// Error explains an episode that could not be played or scored (for
 	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
@@ -112,6 +121,7 @@ func (e *Episode) Record(err error) *Record {
 		EpisodeID: e.reset.GetEpisodeId(), Seed: e.reset.GetSeed(),
 		Questions: nonNil(e.questions), Replies: nonNil(e.replies), CreditedTerms: []string{},
 		FallbackStop: e.FallbackStop, FallbackSQL: e.FallbackSQL,
+		Comparison: ComparisonName(e.opts.GetComparison()),
 	}
 	if p := e.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
 		r.Protocol = ProtocolName(p)
@@ -216,6 +226,26 @@ func ParseProtocol(s string) (pb.Protocol, error) {
 		return 0, fmt.Errorf("unknown protocol %q (want ambitab, bird-c, bird-a, tide-f or tide-p)", s)
 	}
 	return pb.Protocol(v), nil
+}
+
+// ComparisonName is a comparison's name as `avtgym eval --comparison` and
+// the records spell it: "sound" or "harness" (UNSPECIFIED is the server's
+// default, SOUND).
+func ComparisonName(c pb.Comparison) string {
+	if c == pb.Comparison_COMPARISON_UNSPECIFIED {
+		c = pb.Comparison_COMPARISON_SOUND
+	}
+	return strings.ToLower(strings.TrimPrefix(c.String(), "COMPARISON_"))
+}
+
+// ParseComparison maps a comparison name (sound or harness, case
+// tolerated) to its enum value.
+func ParseComparison(s string) (pb.Comparison, error) {
+	v, ok := pb.Comparison_value["COMPARISON_"+strings.ToUpper(strings.TrimSpace(s))]
+	if !ok || v == 0 {
+		return 0, fmt.Errorf("unknown comparison %q (want sound or harness)", s)
+	}
+	return pb.Comparison(v), nil
 }
 
 func nonNil(s []string) []string {

@@ -80,13 +80,16 @@ func (ri *RunInfo) Apply(opt *AnalyzeOptions) {
 
 // phase1Of returns whether an episode solved BIRD-Interact's phase 1 (its
 // reward's phase1 component is positive: 0.7, or 0.5 after the debug
-// retry) and whether it is eligible: scored with a reward, or the
-// environment's ERROR, a failure with zero credit.
+// retry) and whether it is eligible: scored with a reward, or an episode
+// that did not complete (ERROR, ASKER_FAILED, RPC_FAILED), a failure with
+// zero credit: BIRD-Interact's SR is over all tasks (its harness scores a
+// task whose interaction failed 0; evaluation/src/eval_bird_interact.py
+// divides by the number of instances).
 func phase1Of(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, true
 	}
-	if !e.Scored() || e.Reward == nil {
+	if e.Reward == nil {
 		return 0, false
 	}
 	if e.Phase1 != nil && *e.Phase1 > 0 {
@@ -99,10 +102,10 @@ func phase1Of(e *Episode) (float64, bool) {
 // episodes as phase 1: an episode whose follow-up was never released
 // (phase 1 failed) is a phase-2 failure, as BIRD-Interact counts it.
 func phase2Of(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, true
 	}
-	if !e.Scored() || e.Reward == nil {
+	if e.Reward == nil {
 		return 0, false
 	}
 	if e.Phase2 != nil && *e.Phase2 > 0 {
@@ -112,12 +115,12 @@ func phase2Of(e *Episode) (float64, bool) {
 }
 
 // birdRewardOf returns an episode's BIRD-Interact reward (phase1 +
-// phase2, at most 1); ERROR is 0.
+// phase2, at most 1); an episode that did not complete is 0.
 func birdRewardOf(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, true
 	}
-	if !e.Scored() || e.Reward == nil {
+	if e.Reward == nil {
 		return 0, false
 	}
 	return *e.Reward, true
@@ -151,20 +154,21 @@ type BirdCReport struct {
 }
 
 // BirdCRow is one (oracle, condition) row of a bird-c report. Phase1SR
-// and Phase2SR are fractions over every evaluated episode (phase 2 counts
-// an episode whose phase 1 failed as a failure, as BIRD-Interact does);
-// Reward is the mean reward in [0, 1] and NormalizedReward
-// BIRD-Interact's normalised reward, the mean × 100 (its interval scaled
-// alike). ERROR episodes count as failures with zero reward; the
-// Completed summaries keep only the (task, seed) pairs every oracle that
-// ran the condition completed.
+// and Phase2SR are fractions over every evaluated episode, Counts.Episodes
+// (phase 2 counts an episode whose phase 1 failed as a failure, as
+// BIRD-Interact does); Reward is the mean reward in [0, 1] and
+// NormalizedReward BIRD-Interact's normalised reward, the mean × 100 (its
+// interval scaled alike). Episodes that did not complete (ERROR,
+// ASKER_FAILED, RPC_FAILED: Counts) count as failures with zero reward;
+// the Completed summaries keep only the (task, seed) pairs every oracle
+// that ran the condition completed.
 type BirdCRow struct {
 	Oracle    string    `json:"oracle"`
 	Condition Condition `json:"condition"`
-	// Episodes counts the row's episodes (all seeds), Errors those that
-	// ended in ERROR, Released those whose follow-up was released.
-	Episodes         int     `json:"episodes"`
-	Errors           int     `json:"errors"`
+	// Counts are the row's denominators (all seeds): its episodes, those
+	// that completed, and the others by status. Released counts those
+	// whose follow-up was released.
+	Counts
 	Released         int     `json:"released"`
 	Phase1SR         Summary `json:"phase1_sr"`
 	Phase2SR         Summary `json:"phase2_sr"`
@@ -186,11 +190,11 @@ type BirdCCell struct {
 	Oracle    string    `json:"oracle"`
 	Condition Condition `json:"condition"`
 	Seed      uint64    `json:"seed"`
-	Episodes  int       `json:"episodes"`
-	Scored    int       `json:"scored"`
-	Phase1SR  *float64  `json:"phase1_sr"`
-	Phase2SR  *float64  `json:"phase2_sr"`
-	Reward    *float64  `json:"reward"`
+	// Counts are the cell's denominators (Completed: the scored ones).
+	Counts
+	Phase1SR *float64 `json:"phase1_sr"`
+	Phase2SR *float64 `json:"phase2_sr"`
+	Reward   *float64 `json:"reward"`
 }
 
 // birdCMetrics is the number of metrics of a BirdCRow.
@@ -306,14 +310,11 @@ func newBirdCRow(r rowKey, x []Summary, coins bool, actions []string) BirdCRow {
 	return row
 }
 
-// countEpisodes counts the row's episodes, errors and phase-2 releases.
+// countEpisodes counts the row's episodes, by status, and phase-2 releases.
 func (row *BirdCRow) countEpisodes(cell map[uint64][]*Episode) {
 	for _, es := range cell {
 		for _, e := range es {
-			row.Episodes++
-			if errored(e) {
-				row.Errors++
-			}
+			row.Counts.add(e)
 			if e.Phase2 != nil {
 				row.Released++
 			}
@@ -327,12 +328,10 @@ func (d *dataset) birdCCells(rows []rowKey) []BirdCCell {
 	var cells []BirdCCell
 	for _, r := range rows {
 		for seed, es := range d.cells[r.cond][r.o] {
-			c := BirdCCell{Oracle: r.o, Condition: r.cond, Seed: seed, Episodes: len(es)}
+			c := BirdCCell{Oracle: r.o, Condition: r.cond, Seed: seed}
 			var p1, p2, rw sum
 			for _, e := range es {
-				if e.Scored() {
-					c.Scored++
-				}
+				c.Counts.add(e)
 				if v, ok := phase1Of(e); ok {
 					p1.add(&v)
 				}
@@ -417,21 +416,38 @@ func birdCCells(r *Report, row *BirdCRow, n *notes) []string {
 		n.cell(row.Phase1SR), n.cell(row.Phase2SR), n.cellWith(row.Reward, formatReward), n.cellWith(row.NormalizedReward, formatNormalized)}
 }
 
-var birdCErrorsHeader = []string{"Corpus", "Oracle", "Condition", "ERROR episodes", "Phase-1 SR, completed", "Phase-2 SR, completed", "Mean reward, completed"}
+var birdCErrorsHeader = []string{"Corpus", "Oracle", "Condition", "Episodes", "Completed", "ERROR", "Asker failed", "Call failed",
+	"Phase-1 SR, completed", "Phase-2 SR, completed", "Mean reward, completed"}
 
 func birdCErrorsCells(r *Report, row *BirdCRow, n *notes) []string {
-	return []string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition), fmt.Sprint(row.Errors),
-		n.cell(row.Phase1Completed), n.cell(row.Phase2Completed), n.cellWith(row.RewardCompleted, formatReward)}
+	return append([]string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition)}, append(countCells(row.Counts),
+		n.cell(row.Phase1Completed), n.cell(row.Phase2Completed), n.cellWith(row.RewardCompleted, formatReward))...)
 }
+
+// countCells are the Episodes, Completed, ERROR, Asker failed and Call
+// failed cells of a row's counts (another status, which no current
+// record has, is added to the last as "+N other").
+func countCells(c Counts) []string {
+	call := fmt.Sprint(c.CallFailed)
+	if c.OtherFailed > 0 {
+		call += fmt.Sprintf(" (+%d other)", c.OtherFailed)
+	}
+	return []string{fmt.Sprint(c.Episodes), fmt.Sprint(c.Completed), fmt.Sprint(c.Errors), fmt.Sprint(c.AskerFailed), call}
+}
+
+// birdDenominator states the denominator of the BIRD-Interact rates.
+const birdDenominator = "Every rate and reward is over the row's Episodes, all of them: an episode that did not complete (ERROR, asker failed, call failed; the last table counts them and the completed ones) counts as a failure with reward 0, as BIRD-Interact's SR is over all tasks. "
 
 // birdCLegend explains the bird-c table's cells.
 const birdCLegend = "Cells: mean ± sample SD across seeds [95% AVT-cluster bootstrap interval; the clusters it resamples]. " +
+	birdDenominator +
 	"Phase-1 and phase-2 SR in %, over every evaluated episode (an episode whose phase 1 failed never sees its follow-up and counts as a phase-2 failure, as BIRD-Interact counts it); " +
 	"mean reward in [0, 1] (phase 1: 0.7, 0.5 after the debug retry; phase 2: 0.3, 0.2 after the retry); normalised reward = mean reward × 100, BIRD-Interact's headline number; " +
 	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
 
 // birdALegend explains the bird-a table's cells.
 const birdALegend = "Cells: mean ± sample SD across seeds [95% AVT-cluster bootstrap interval; the clusters it resamples]. " +
+	birdDenominator +
 	"Phase-1 and phase-2 SR in %, over every evaluated episode (an episode whose phase 1 failed never sees its follow-up and counts as a phase-2 failure, as BIRD-Interact counts it); " +
 	"mean reward in [0, 1] (phase 1: 0.7; phase 2: 0.3; no retry penalty); normalised reward = mean reward × 100, BIRD-Interact's headline number; " +
 	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
@@ -481,8 +497,9 @@ func birdACoinsCells(r *Report, row *BirdCRow, n *notes) []string {
 }
 
 // birdCErrorsLegend explains the bird-c failures table.
-const birdCErrorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count above as failures with zero reward (AmbiTab §C.2). " +
-	"Beside them, each row's rates on the (task, seed) pairs that every oracle that ran the condition completed."
+const birdCErrorsLegend = "Episodes that did not complete, after the run's retries, by status: ERROR (the environment could not complete the episode), asker failed (ASKER_FAILED: the policy failed, such as the LLM agent's endpoint), call failed (RPC_FAILED: a call to the server failed). " +
+	"Each counts above as a failure with zero reward (BIRD-Interact's SR is over all tasks; AmbiTab §C.2). " +
+	"Beside them, each row's rates on the (task, seed) pairs that every oracle that ran the condition completed (the denominator is then the completed pairs, not Episodes)."
 
 // birdCMeta is a report's one-line description of a bird-c or bird-a run.
 func birdCMeta(r *Report) string {
@@ -498,8 +515,8 @@ func birdCMeta(r *Report) string {
 	if b.Skipped != nil {
 		skipped = fmt.Sprintf("%d task(s) without a follow-up skipped", *b.Skipped)
 	}
-	return fmt.Sprintf("%s: protocol %s, %s; %d task(s) with a follow-up evaluated, %s; seeds %s; %d AVT-cluster bootstrap resamples (seed %d)",
-		r.Corpus, mode, patience, b.Tasks, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
+	return fmt.Sprintf("%s: protocol %s, %s; %s; %d task(s) with a follow-up evaluated, %s; seeds %s; %d AVT-cluster bootstrap resamples (seed %d)",
+		r.Corpus, mode, patience, comparisonText(r), b.Tasks, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
 }
 
 // writeBirdCMarkdown writes the bird-c and bird-a reports' tables: one
@@ -528,7 +545,7 @@ func writeBirdCMarkdown(b *strings.Builder, all []*Report) {
 				birdCTable(b, []*Report{r}, r.bird().coinsHeader(), birdACoinsCells)
 			}
 		}
-		b.WriteString("\n### Environment failures\n\n" + birdCErrorsLegend + "\n\n")
+		b.WriteString("\n### Episodes that did not complete\n\n" + birdCErrorsLegend + "\n\n")
 		birdCTable(b, rs, birdCErrorsHeader, birdCErrorsCells)
 		for _, r := range rs {
 			writeGroupSignal(b, r)
@@ -579,7 +596,7 @@ func writeBirdCHTML(b *strings.Builder, r *Report) {
 		b.WriteString("<h2>Coins spent per episode</h2>\n<p class=\"meta\">" + esc(birdACoinsLegend) + "</p>\n")
 		writeBirdCHTMLTable(b, "birda-coins", r.bird().coinsHeader(), r, birdACoinsCells)
 	}
-	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(birdCErrorsLegend) + "</p>\n")
+	b.WriteString("<h2>Episodes that did not complete</h2>\n<p class=\"meta\">" + esc(birdCErrorsLegend) + "</p>\n")
 	writeBirdCHTMLTable(b, "birdc-errors", birdCErrorsHeader, r, birdCErrorsCells)
 }
 

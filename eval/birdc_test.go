@@ -265,7 +265,7 @@ func TestBirdCAnalyze(t *testing.T) {
 	near("normalised reward", mean(t, "normalised", row.NormalizedReward), 48)
 	near("phase-1 SR completed", mean(t, "p1c", row.Phase1Completed), 3.0/4)
 	near("reward completed", mean(t, "rc", row.RewardCompleted), 2.4/4)
-	if row.Errors != 1 || row.Episodes != 5 || row.Released != 3 || row.Phase1SR.Clusters != 5 {
+	if row.Errors != 1 || row.Episodes != 5 || row.Completed != 4 || row.Released != 3 || row.Phase1SR.Clusters != 5 {
 		t.Errorf("row %+v", row)
 	}
 	if lo, hi := *row.NormalizedReward.Lo, *row.NormalizedReward.Hi; math.Abs(lo-100**row.Reward.Lo) > 1e-9 || math.Abs(hi-100**row.Reward.Hi) > 1e-9 {
@@ -279,7 +279,7 @@ func TestBirdCAnalyze(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| demo | deterministic | asker | 5 | 60.0 [", " | 0.480 [", " | 48.0 [", "7 task(s) without a follow-up skipped",
-		"| demo | deterministic | asker | 1 | 75.0 ["} {
+		"| demo | deterministic | asker | 5 | 4 | 1 | 0 | 0 | 75.0 ["} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

@@ -3,7 +3,9 @@ package eval
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -13,10 +15,16 @@ import (
 // eligible; the N fields count the eligible episodes (the denominators).
 type CellMetrics struct {
 	// Episodes counts all episodes given, Scored those with a scored
-	// status (TERMINATED or TRUNCATED).
-	Episodes int `json:"episodes"`
-	Scored   int `json:"scored"`
-	// SR is the success rate over scored episodes with a verified outcome.
+	// status (TERMINATED or TRUNCATED); Errors, AskerFailed, CallFailed
+	// and OtherFailed the others by status (Counts).
+	Episodes    int `json:"episodes"`
+	Scored      int `json:"scored"`
+	Errors      int `json:"errors"`
+	AskerFailed int `json:"asker_failed"`
+	CallFailed  int `json:"call_failed"`
+	OtherFailed int `json:"other_failed,omitempty"`
+	// SR is the success rate over every episode that did not complete (a
+	// failure) and every scored one with a verified outcome.
 	SR *float64 `json:"sr"`
 	// Precision is the mean precision over scored episodes that asked at
 	// least one question.
@@ -32,19 +40,63 @@ type CellMetrics struct {
 	NF1        int `json:"n_f1"`
 }
 
-// errored reports an episode the environment could not complete (the
-// server's ERROR, after the run's retries). AmbiTab §C.2 counts a record
-// an oracle cannot complete as a failure with zero recall credit: such an
-// episode is eligible for SR (as 0) and, with counted ambiguities, for
-// recall and F1 (as 0); it is never eligible for precision.
+// errored reports an episode that ended in the server's ERROR (the
+// environment could not complete it, after the run's retries).
 func errored(e *Episode) bool { return e.Status == "ERROR" }
+
+// incomplete reports an episode that did not complete: the server's
+// ERROR, an asker that failed (ASKER_FAILED: the LLM asker's endpoint, a
+// missing trajectory), a call that failed (RPC_FAILED), or any other
+// status that is not scored. Every such episode stays in the denominators
+// and counts as a failure: BIRD-Interact's SR is over all tasks (an
+// episode its harness could not finish scores 0), and AmbiTab §C.2 counts
+// a record an oracle cannot complete as a failure with zero recall
+// credit. It is eligible for SR (as 0) and, when its task's counted
+// ambiguities are known, for recall and F1 (as 0); never for precision.
+// The "completed" figures beside the headline ones leave such pairs out.
+func incomplete(e *Episode) bool { return !e.Scored() }
+
+// Counts are the denominators of a set of episodes: all of them, those
+// that completed (scored: TERMINATED or TRUNCATED), and those that did
+// not, by status. Episodes = Completed + Errors + AskerFailed + CallFailed
+// + OtherFailed.
+type Counts struct {
+	Episodes  int `json:"episodes"`
+	Completed int `json:"completed"`
+	// Errors counts the server's ERROR, AskerFailed ASKER_FAILED,
+	// CallFailed RPC_FAILED, OtherFailed any other status.
+	Errors      int `json:"errors"`
+	AskerFailed int `json:"asker_failed"`
+	CallFailed  int `json:"call_failed"`
+	OtherFailed int `json:"other_failed,omitempty"`
+}
+
+// add counts one episode.
+func (c *Counts) add(e *Episode) {
+	c.Episodes++
+	switch {
+	case e.Scored():
+		c.Completed++
+	case e.Status == "ERROR":
+		c.Errors++
+	case e.Status == "ASKER_FAILED":
+		c.AskerFailed++
+	case e.Status == "RPC_FAILED":
+		c.CallFailed++
+	default:
+		c.OtherFailed++
+	}
+}
+
+// NotCompleted is the number of episodes that did not complete.
+func (c Counts) NotCompleted() int { return c.Episodes - c.Completed }
 
 // successOf returns an episode's outcome and whether it counts for SR.
 func successOf(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, true
 	}
-	if !e.Scored() || e.Success == nil {
+	if e.Success == nil {
 		return 0, false
 	}
 	return *e.Success, true
@@ -61,10 +113,10 @@ func precisionOf(e *Episode) (float64, bool) {
 // recallOf returns an episode's recall and whether it is eligible
 // (fallback stops are omitted).
 func recallOf(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, e.Counted > 0
 	}
-	if !e.Scored() || e.Recall == nil || e.FallbackStop {
+	if e.Recall == nil || e.FallbackStop {
 		return 0, false
 	}
 	return *e.Recall, true
@@ -73,10 +125,10 @@ func recallOf(e *Episode) (float64, bool) {
 // f1Of returns an episode's F1 and whether it is eligible (fallback stops
 // are omitted).
 func f1Of(e *Episode) (float64, bool) {
-	if errored(e) {
+	if incomplete(e) {
 		return 0, e.Counted > 0
 	}
-	if !e.Scored() || e.F1 == nil || e.FallbackStop {
+	if e.F1 == nil || e.FallbackStop {
 		return 0, false
 	}
 	return *e.F1, true
@@ -87,16 +139,21 @@ func f1Of(e *Episode) (float64, bool) {
 // scored episodes with a non-nil Success; precision over scored episodes
 // with a non-nil Precision; recall and F1 over scored episodes with
 // non-nil values that did not end by a fallback stop. Each is a macro
-// mean (F1 is the mean of episode F1s). Episodes the environment could not
-// complete (ERROR) count as failures with zero recall (see errored).
+// mean (F1 is the mean of episode F1s). Episodes that did not complete
+// (ERROR, ASKER_FAILED, RPC_FAILED) count as failures with zero recall
+// (see incomplete).
 func Cell(eps []Episode) CellMetrics {
 	m := CellMetrics{Episodes: len(eps)}
 	var sr, pr, rc, f1 float64
 	for i := range eps {
 		e := &eps[i]
-		if e.Scored() {
-			m.Scored++
-		}
+		var c Counts
+		c.add(e)
+		m.Scored += c.Completed
+		m.Errors += c.Errors
+		m.AskerFailed += c.AskerFailed
+		m.CallFailed += c.CallFailed
+		m.OtherFailed += c.OtherFailed
 		if v, ok := successOf(e); ok {
 			sr += v
 			m.NSR++
@@ -179,6 +236,11 @@ type Row struct {
 	// environment could not complete them, after the run's retries):
 	// they count above as failures with zero recall.
 	Errors map[Condition]int `json:"errors,omitempty"`
+	// Counts are, per condition that ran, the denominators: all episodes
+	// (all seeds), those that completed, and those that did not by status
+	// (ERROR, ASKER_FAILED, RPC_FAILED), every one of which counts above
+	// as a failure.
+	Counts map[Condition]Counts `json:"counts"`
 	// SRNoneCompleted, SRAskerCompleted and SRFullCompleted are the
 	// conditions' SR on the (task, seed) pairs that every oracle that ran
 	// the condition completed (no ERROR under any), beside the headline SR.
@@ -230,6 +292,12 @@ type Report struct {
 	// metrics overall, per sample type and per drift subtype, with
 	// anchor-cluster bootstrap intervals. Rows and Cells are then empty.
 	Tide *TideReport `json:"tide,omitempty"`
+	// Comparison is the comparison the episodes chose ("harness" or
+	// "sound", driver.Record.Comparison; empty when none records it), and
+	// ComparisonUnrecorded counts the episodes that do not record it
+	// (written before the option existed).
+	Comparison           string `json:"comparison,omitempty"`
+	ComparisonUnrecorded int    `json:"comparison_unrecorded,omitempty"`
 }
 
 // bird is the report's BIRD-Interact section (bird-c or bird-a; nil for
@@ -331,7 +399,12 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	comparison, unrecorded, err := d.comparison()
+	if err != nil {
+		return nil, err
+	}
 	r := &Report{
+		Comparison: comparison, ComparisonUnrecorded: unrecorded,
 		Corpus:        corpus,
 		Seeds:         d.seeds,
 		Resamples:     opt.Resamples,
@@ -372,11 +445,35 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 			Precision: s[3], Recall: s[4], F1: s[5], Gain: s[6], Gap: s[7],
 			DJResp: s[8], DRecSpec: s[9], DJFull: s[10], DRecNone: s[11],
 			SRNoneCompleted: s[12], SRAskerCompleted: s[13], SRFullCompleted: s[14],
-			Errors: d.errors(o),
+			Errors: d.errors(o), Counts: d.counts(o),
 		})
 	}
 	r.Cells = d.cellEntries()
 	return r, nil
+}
+
+// comparison is the one comparison the (deduplicated) episodes recorded
+// and the number that recorded none; episodes of two comparisons are
+// refused, as two protocols are: their numbers are not comparable.
+func (d *dataset) comparison() (string, int, error) {
+	comparison, unrecorded := "", 0
+	seen := map[string]bool{}
+	for _, e := range d.byKey {
+		seen[e.Comparison] = true
+		if e.Comparison == "" {
+			unrecorded++
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(seen)) {
+		switch {
+		case c == "":
+		case comparison == "":
+			comparison = c
+		case c != comparison:
+			return "", 0, fmt.Errorf("eval: episodes of two comparisons (%s and %s); analyze each comparison separately", comparison, c)
+		}
+	}
+	return comparison, unrecorded, nil
 }
 
 // protocolOrDefault names a protocol as episodes record it ("" is ambitab).
@@ -397,6 +494,7 @@ func index(eps []Episode) (*dataset, error) {
 		byKey:   map[episodeKey]*Episode{},
 		cells:   map[Condition]map[string]map[uint64][]*Episode{},
 	}
+	eps = adoptTaskFacts(eps)
 	for i := range eps {
 		e := &eps[i]
 		if e.TaskID == "" || e.AVTID == "" {
@@ -451,6 +549,49 @@ func index(eps []Episode) (*dataset, error) {
 	sort.Slice(d.oracles, func(i, j int) bool { return oracleLess(d.oracles[i], d.oracles[j]) })
 	d.comp, d.nComp = donorComponents(d)
 	return d, nil
+}
+
+// adoptTaskFacts returns a copy of eps in which each episode that did not
+// complete takes, from a completed episode of the same task, what only a
+// played reset tells: the AVT (a failed reset's record names the task as
+// its own AVT), the counted ambiguities (0 without the privileged
+// channel), and TIDE's anchor cluster and drift subtype. A failed episode
+// then stays in its task's AVT cluster and in the recall denominator as a
+// failure, instead of falling out of both or splitting the AVT.
+func adoptTaskFacts(eps []Episode) []Episode {
+	type facts struct {
+		avt, cluster, drift string
+		counted             int
+	}
+	known := map[string]facts{}
+	for i := range eps {
+		if e := &eps[i]; e.Scored() {
+			if _, ok := known[e.TaskID]; !ok {
+				known[e.TaskID] = facts{e.AVTID, e.Cluster, e.DriftSubtype, e.Counted}
+			}
+		}
+	}
+	out := slices.Clone(eps)
+	for i := range out {
+		e := &out[i]
+		f, ok := known[e.TaskID]
+		if e.Scored() || !ok {
+			continue
+		}
+		if e.AVTID == "" || e.AVTID == e.TaskID {
+			e.AVTID = f.avt
+		}
+		if e.Counted == 0 {
+			e.Counted = f.counted
+		}
+		if e.Cluster == "" {
+			e.Cluster = f.cluster
+		}
+		if e.DriftSubtype == "" {
+			e.DriftSubtype = f.drift
+		}
+	}
+	return out
 }
 
 // oracleOrder ranks the known oracle types for display.
@@ -654,6 +795,29 @@ func (d *dataset) errors(o string) map[Condition]int {
 		}
 	}
 	return out
+}
+
+// counts are oracle o's denominators per condition that ran.
+func (d *dataset) counts(o string) map[Condition]Counts {
+	out := map[Condition]Counts{}
+	for cond, byOracle := range d.cells {
+		if len(byOracle[o]) == 0 {
+			continue
+		}
+		out[cond] = countCell(byOracle[o])
+	}
+	return out
+}
+
+// countCell counts a cell's episodes, all seeds.
+func countCell(cell map[uint64][]*Episode) Counts {
+	var c Counts
+	for _, es := range cell {
+		for _, e := range es {
+			c.add(e)
+		}
+	}
+	return c
 }
 
 // ran reports whether condition cond ran under oracle o.

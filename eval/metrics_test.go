@@ -120,17 +120,25 @@ func TestCellGolden(t *testing.T) {
 	eqPtr(t, "Recall seed 2", m.Recall, 0.5)
 	eqPtr(t, "F1 seed 2", m.F1, 0.5)
 
-	// An ERROR on a control is an SR failure and nothing else; an episode
-	// that could not be played (RPC_FAILED) counts nowhere.
+	// An episode that did not complete (ERROR, RPC_FAILED, ASKER_FAILED)
+	// on a control is an SR failure and nothing else: it stays in the
+	// denominator, counted by status.
 	m = Cell([]Episode{{Record: driver.Record{Status: "ERROR"}}, {Record: driver.Record{Status: "RPC_FAILED"}}})
-	if m.Scored != 0 || m.NSR != 1 || m.Precision != nil || m.Recall != nil || m.F1 != nil {
-		t.Errorf("failed cell = %+v, want SR only", m)
+	if m.Scored != 0 || m.NSR != 2 || m.Errors != 1 || m.CallFailed != 1 || m.Precision != nil || m.Recall != nil || m.F1 != nil {
+		t.Errorf("failed cell = %+v, want SR only, over both", m)
 	}
-	eqPtr(t, "SR of an ERROR", m.SR, 0)
-	m = Cell([]Episode{{Record: driver.Record{Status: "RPC_FAILED"}}, {Record: driver.Record{Status: "ASKER_FAILED"}}})
-	if m.SR != nil || m.Recall != nil {
-		t.Errorf("unplayed cell = %+v, want nothing defined", m)
+	eqPtr(t, "SR of an ERROR and a failed call", m.SR, 0)
+	// With counted ambiguities, an asker failure is also a recall and F1
+	// failure; a completed success beside it gives SR 1/2, not 1/1.
+	one := 1.0
+	m = Cell([]Episode{{Record: driver.Record{Status: "ASKER_FAILED", Counted: 2}},
+		{Record: driver.Record{Status: "TERMINATED", Counted: 2, Success: &one, Recall: &one, F1: &one, Precision: &one}}})
+	if m.Episodes != 2 || m.Scored != 1 || m.AskerFailed != 1 || m.NSR != 2 || m.NRecall != 2 || m.NF1 != 2 || m.NPrecision != 1 {
+		t.Errorf("asker-failed cell = %+v", m)
 	}
+	eqPtr(t, "SR with an asker failure", m.SR, 0.5)
+	eqPtr(t, "Recall with an asker failure", m.Recall, 0.5)
+	eqPtr(t, "Precision with an asker failure", m.Precision, 1)
 	m = Cell(nil)
 	if m.Episodes != 0 || m.SR != nil {
 		t.Errorf("empty cell = %+v", m)

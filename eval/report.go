@@ -112,6 +112,25 @@ func pct(v float64) string {
 	return s
 }
 
+// comparisonText says which comparison the report's episodes used.
+func comparisonText(r *Report) string {
+	var t string
+	switch r.Comparison {
+	case "harness":
+		t = "comparison harness (BIRD-Interact's ex_base exactly, quirks included, on records imported from BIRD-Interact: numbers comparable with the paper's; other records compare by their own rules)"
+	case "sound":
+		t = "comparison sound (avtgym's sound variant of BIRD-Interact's test on records imported from BIRD-Interact, not the paper's exact rules; other records compare by their own rules)"
+	case "":
+		return "comparison not recorded (episodes written before the option existed)"
+	default:
+		t = "comparison " + r.Comparison
+	}
+	if r.ComparisonUnrecorded > 0 {
+		t += fmt.Sprintf("; %d episode(s) do not record theirs", r.ComparisonUnrecorded)
+	}
+	return t
+}
+
 // table8Header is the column layout of AmbiTab's Table 8.
 var table8Header = []string{"Corpus", "Oracle", "SR none", "SR asker", "SR full", "Precision", "Recall", "F1",
 	"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}
@@ -129,23 +148,41 @@ func gainCells(r *Report, row *Row, n *notes) []string {
 	return []string{r.Corpus, row.Oracle, n.cell(row.Gain), n.cell(row.Gap)}
 }
 
-var errorsHeader = []string{"Corpus", "Oracle", "ERROR episodes", "SR none, completed", "SR asker, completed", "SR full, completed"}
+var errorsHeader = []string{"Corpus", "Oracle", "Not completed", "SR none, completed", "SR asker, completed", "SR full, completed"}
 
-// errorsCells is one row of the table of environment failures: the ERROR
-// episodes per condition (counted as failures above) and the SR on the
-// pairs every oracle completed.
+// errorsCells is one row of the table of incomplete episodes: the episodes
+// that did not complete per condition (counted as failures above) and the
+// SR on the pairs every oracle completed.
 func errorsCells(r *Report, row *Row, n *notes) []string {
-	errs := "0"
-	if len(row.Errors) > 0 {
-		var parts []string
+	var parts []string
+	for _, c := range AllConditions {
+		if k := row.Counts[c].NotCompleted(); k > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c, k))
+		}
+	}
+	bad := "0"
+	if len(parts) > 0 {
+		bad = strings.Join(parts, ", ")
+	}
+	return []string{r.Corpus, row.Oracle, bad, n.cell(row.SRNoneCompleted), n.cell(row.SRAskerCompleted), n.cell(row.SRFullCompleted)}
+}
+
+// countsHeader is the layout of the episodes table: one row per oracle
+// and condition that ran.
+var countsHeader = []string{"Corpus", "Oracle", "Condition", "Episodes", "Completed", "ERROR", "Asker failed", "Call failed"}
+
+// countsRows are the cells of the episodes table's rows of one report.
+func countsRows(r *Report) [][]string {
+	var out [][]string
+	for i := range r.Rows {
+		row := &r.Rows[i]
 		for _, c := range AllConditions {
-			if k := row.Errors[c]; k > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d", c, k))
+			if k, ok := row.Counts[c]; ok {
+				out = append(out, append([]string{r.Corpus, row.Oracle, string(c)}, countCells(k)...))
 			}
 		}
-		errs = strings.Join(parts, ", ")
 	}
-	return []string{r.Corpus, row.Oracle, errs, n.cell(row.SRNoneCompleted), n.cell(row.SRAskerCompleted), n.cell(row.SRFullCompleted)}
+	return out
 }
 
 func mdRow(cells []string) string {
@@ -203,14 +240,22 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	}
 	b.WriteString("## Inference and leakage across oracles\n\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s\n",
-			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, oracleRoles(r))
+		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s; %s\n",
+			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, comparisonText(r), oracleRoles(r))
 	}
 	b.WriteString("\n" + cellsLegend + "\n\n")
 	mdTable(&b, rs, table8Header, table8Cells)
 	b.WriteString("\n### Asking gain and gap to full\n\n")
 	mdTable(&b, rs, gainHeader, gainCells)
-	b.WriteString("\n### Environment failures\n\n" + errorsLegend + "\n\n")
+	b.WriteString("\n### Episodes\n\n" + countsLegend + "\n\n")
+	b.WriteString(mdRow(countsHeader))
+	b.WriteString(mdSep(len(countsHeader)))
+	for _, r := range rs {
+		for _, cells := range countsRows(r) {
+			b.WriteString(mdRow(cells))
+		}
+	}
+	b.WriteString("\n### Episodes that did not complete\n\n" + errorsLegend + "\n\n")
 	mdTable(&b, rs, errorsHeader, errorsCells)
 	for _, r := range rs {
 		writeGroupSignal(&b, r)
@@ -234,11 +279,17 @@ func writeGroupSignal(b *strings.Builder, r *Report) {
 
 // cellsLegend explains the cells of the tables.
 const cellsLegend = "Cells: mean ± sample SD across seeds [95% bootstrap interval; the clusters it resamples], in % (diagnostics in percentage points); " +
+	"SR over every episode of the condition (the Episodes table's count), recall and F1 over those of tasks with counted ambiguities: an episode that did not complete (ERROR, asker failed, call failed) counts as a failure with zero recall; precision over the completed episodes that asked; " +
 	Dash + " where undefined, with the reason in the notes below the table; ⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width)."
 
-// errorsLegend explains the environment-failures table.
-const errorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count above as failures with zero recall (AmbiTab §C.2). " +
-	"Beside them, each condition's SR on the (task, seed) pairs that every oracle that ran the condition completed."
+// countsLegend explains the episodes table.
+const countsLegend = "The denominators: each oracle and condition's episodes (all seeds), those that completed (TERMINATED or TRUNCATED), and those that did not, after the run's retries, by status: " +
+	"ERROR (the environment could not complete the episode), asker failed (ASKER_FAILED: the asker itself failed, such as the LLM asker's endpoint, or a trajectory file without the episode), call failed (RPC_FAILED: a call to the server failed). " +
+	"Every episode that did not complete counts in the tables above as a failure with zero recall (AmbiTab §C.2)."
+
+// errorsLegend explains the incomplete-episodes table.
+const errorsLegend = "Episodes that did not complete (ERROR, asker failed, call failed; the Episodes table splits them) count above as failures with zero recall (AmbiTab §C.2). " +
+	"Beside them, each condition's SR on the (task, seed) pairs that every oracle that ran the condition completed (over those pairs, not all episodes)."
 
 // mdTable writes one Markdown table, its rows from every report, and the
 // notes its cells refer to.

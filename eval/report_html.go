@@ -52,8 +52,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s</p>\n",
-		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r)))
+	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s %s.</p>\n",
+		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r)), esc(upperFirst(comparisonText(r))))
 
 	groups := make([]string, len(r.Rows))
 	sr := make([][]Summary, len(r.Rows))
@@ -83,12 +83,48 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	writeHTMLTable(&b, "table8", table8Header, r, table8Cells)
 	b.WriteString("<h2>Asking gain and gap to full</h2>\n")
 	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
-	b.WriteString("<h2>Environment failures</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
+	b.WriteString("<h2>Episodes</h2>\n<p class=\"meta\">" + esc(countsLegend) + "</p>\n")
+	writeHTMLCounts(&b, "counts", countsHeader, countsRows(r))
+	b.WriteString("<h2>Episodes that did not complete</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
 	writeHTMLTable(&b, "errors", errorsHeader, r, errorsCells)
 	writeHTMLGroupSignal(&b, r)
 	b.WriteString("</body>\n</html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeHTMLCounts writes a table of plain cells, the first three names.
+func writeHTMLCounts(b *strings.Builder, id string, header []string, rows [][]string) {
+	esc := html.EscapeString
+	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
+	for i, h := range header {
+		cls := ""
+		if i < 3 {
+			cls = " class=\"l\""
+		}
+		fmt.Fprintf(b, "<th%s>%s</th>", cls, esc(h))
+	}
+	b.WriteString("</tr>\n")
+	for _, row := range rows {
+		b.WriteString("<tr>")
+		for j, c := range row {
+			if j < 3 {
+				fmt.Fprintf(b, "<td class=\"l\">%s</td>", strings.ReplaceAll(esc(c), "_", "_<wbr/>"))
+			} else {
+				fmt.Fprintf(b, "<td>%s</td>", esc(c))
+			}
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n</div>\n")
+}
+
+// upperFirst capitalises the first letter of an ASCII sentence.
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }
 
 // writeHTMLGroupSignal writes a report's GRPO group signal, when set.

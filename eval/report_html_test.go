@@ -83,10 +83,10 @@ func TestWriteHTML(t *testing.T) {
 	if strings.Contains(s, "http://") || strings.Contains(s, "https://") || strings.Contains(s, "<link") || strings.Contains(s, "<script") {
 		t.Error("report refers to an external resource")
 	}
-	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 4 {
-		t.Errorf("svg %d, style %d, table %d; want 3, 1, 4", count["svg"], count["style"], count["table"])
+	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 5 {
+		t.Errorf("svg %d, style %d, table %d; want 3, 1, 5", count["svg"], count["style"], count["table"])
 	}
-	for _, id := range []string{"chart-sr", "chart-pr", "chart-diag", "table8", "gain", "group-signal"} {
+	for _, id := range []string{"chart-sr", "chart-pr", "chart-diag", "table8", "gain", "counts", "errors", "group-signal"} {
 		if !ids[id] {
 			t.Errorf("no element with id %q", id)
 		}

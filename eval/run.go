@@ -207,6 +207,14 @@ type Config struct {
 	// Patience is BIRD_C's patience in turns, or BIRD_A's in coins (nil:
 	// the server's default).
 	Patience *int32
+	// Comparison is how the episodes compare a submission with the
+	// reference on records whose comparison is BIRD-Interact's default
+	// test (records imported from BIRD-Interact; others ignore it).
+	// Unset means COMPARISON_HARNESS, the harness's exact rules, so that an
+	// evaluation's numbers are comparable with BIRD-Interact's paper; set
+	// COMPARISON_SOUND for avtgym's sound variant (the server's default,
+	// which rollouts and training keep). Every protocol sends it.
+	Comparison pb.Comparison
 	// Dir is the run directory (created when missing).
 	Dir string
 	// Concurrency bounds the episodes in flight; 0 means 16.
@@ -215,7 +223,7 @@ type Config struct {
 	// server's ERROR, a failed call, the asker's endpoint) is played again
 	// before it is recorded: 0 means 2, a negative value none. A flaky
 	// endpoint must not lower SR; what still fails is recorded, and the
-	// report counts an ERROR as a failure (AmbiTab §C.2).
+	// report counts it as a failure (AmbiTab §C.2).
 	Retries int
 	// RetryDelay is the pause before the first retry, doubled before each
 	// later one; 0 means 500ms.
@@ -245,7 +253,8 @@ type Result struct {
 	// Played episodes were played and appended by this call.
 	Played int
 	// Failed counts the played episodes that could not be scored
-	// (RPC_FAILED, ASKER_FAILED or the server's ERROR) after their retries.
+	// (RPC_FAILED, ASKER_FAILED or the server's ERROR) after their retries:
+	// the report counts each as a failure.
 	Failed int
 	// Retried counts the retries played (each a whole episode).
 	Retried int
@@ -271,11 +280,16 @@ type runSettings struct {
 	// run directories match).
 	Protocol string `json:"protocol,omitempty"`
 	Patience *int32 `json:"patience,omitempty"`
+	// Comparison is the episodes' comparison (driver.ComparisonName). A
+	// directory made before the option existed has none: its episodes
+	// used the server's default, sound.
+	Comparison string `json:"comparison,omitempty"`
 }
 
 func (s runSettings) equal(o runSettings) bool {
 	a, b := s, o
 	a.Patience, b.Patience = nil, nil
+	a.Comparison, b.Comparison = a.comparison(), b.comparison()
 	if a != b || (s.Patience == nil) != (o.Patience == nil) {
 		return false
 	}
@@ -287,7 +301,16 @@ func (s runSettings) String() string {
 	if s.Patience != nil {
 		p = fmt.Sprint(*s.Patience)
 	}
-	return fmt.Sprintf("{corpus %q, asker %q, solver %q, donor seed %d, protocol %s, patience %s}", s.Corpus, s.Asker, s.Solver, s.DonorSeed, protocolOrDefault(s.Protocol), p)
+	return fmt.Sprintf("{corpus %q, asker %q, solver %q, donor seed %d, protocol %s, patience %s, comparison %s}", s.Corpus, s.Asker, s.Solver, s.DonorSeed, protocolOrDefault(s.Protocol), p, s.comparison())
+}
+
+// comparison is the settings' comparison, sound for a directory made
+// before the option existed (the server's default then and now).
+func (s runSettings) comparison() string {
+	if s.Comparison == "" {
+		return driver.ComparisonName(pb.Comparison_COMPARISON_SOUND)
+	}
+	return s.Comparison
 }
 
 // cell is one episode to play.
@@ -427,6 +450,12 @@ func (cfg *Config) defaults() error {
 			return fmt.Errorf("eval: solver %s cannot run unattended (want lookup or llm)", cfg.Solver)
 		}
 	}
+	if cfg.Comparison == pb.Comparison_COMPARISON_UNSPECIFIED {
+		cfg.Comparison = pb.Comparison_COMPARISON_HARNESS
+	}
+	if _, ok := pb.Comparison_name[int32(cfg.Comparison)]; !ok {
+		return fmt.Errorf("eval: unknown comparison %d", cfg.Comparison)
+	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
@@ -485,9 +514,9 @@ func (cfg *Config) protocolDefaults() error {
 // options are the episode options of a cell under oracle o.
 func (cfg *Config) options(o pb.OracleType) *pb.EpisodeOptions {
 	if cfg.ambitab() {
-		return &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o}
+		return &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o, Comparison: cfg.Comparison}
 	}
-	return &pb.EpisodeOptions{Protocol: cfg.Protocol, Patience: cfg.Patience, Oracle: o}
+	return &pb.EpisodeOptions{Protocol: cfg.Protocol, Patience: cfg.Patience, Oracle: o, Comparison: cfg.Comparison}
 }
 
 // preflight plays one short episode per requested oracle on task (a
@@ -551,7 +580,7 @@ func (cfg *Config) checkDir(corpus string) error {
 	if cfg.Asker != nil {
 		askerName = cfg.Asker.Name()
 	}
-	s := runSettings{Corpus: corpus, Asker: askerName, Solver: solverName(cfg.Solver), DonorSeed: cfg.DonorSeed}
+	s := runSettings{Corpus: corpus, Asker: askerName, Solver: solverName(cfg.Solver), DonorSeed: cfg.DonorSeed, Comparison: driver.ComparisonName(cfg.Comparison)}
 	if !cfg.ambitab() {
 		s.Solver = "client"
 		s.Protocol, s.Patience = driver.ProtocolName(cfg.Protocol), cfg.Patience
@@ -832,6 +861,9 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 		Options: cfg.options(cl.oracle),
 	}
 	out := &Episode{Condition: cl.cond, Oracle: OracleName(cl.oracle)}
+	// Every record says the comparison it asked for, a failed reset's
+	// (policy.Failed) too.
+	defer func() { out.Comparison = driver.ComparisonName(cfg.Comparison) }()
 	var donor *donorInfo
 	if cl.cond == AskerSpec {
 		if donor = donors[cl.task.GetTaskId()]; donor == nil {

@@ -128,11 +128,12 @@ type TideReport struct {
 type TideRow struct {
 	Oracle    string    `json:"oracle"`
 	Condition Condition `json:"condition"`
-	// Episodes counts the row's episodes (all seeds), Errors those that
-	// ended in ERROR (failures in every metric), Unplayed those that could
-	// not be played (RPC_FAILED, ASKER_FAILED: left out of every metric).
-	Episodes int `json:"episodes"`
-	Errors   int `json:"errors"`
+	// Counts are the row's denominators (all seeds): its episodes, those
+	// that completed, and the others by status (ERROR, ASKER_FAILED,
+	// RPC_FAILED), each a failure in every metric whose sample set holds
+	// its sample. Unplayed counts those that could not be played
+	// (ASKER_FAILED, RPC_FAILED and any other status but ERROR).
+	Counts
 	Unplayed int `json:"unplayed"`
 	// Overall pools the sample types each metric is defined on: all for
 	// DEA and AR, chain-only and joint for the identification rates,
@@ -153,9 +154,11 @@ type TideGroup struct {
 	// SampleType is "all", or the sample type of the group.
 	SampleType string `json:"sample_type"`
 	// Episodes counts the group's episodes (all seeds; unplayed ones
-	// included), Errors those that ended in ERROR.
-	Episodes int `json:"episodes"`
-	Errors   int `json:"errors"`
+	// included), Errors those that ended in ERROR, NotCompleted those that
+	// did not complete (ERROR included).
+	Episodes     int `json:"episodes"`
+	Errors       int `json:"errors"`
+	NotCompleted int `json:"not_completed"`
 	// DEA: every SQL of the trajectory matched its reference (all types).
 	DEA TideSummary `json:"dea"`
 	// AR: the policy asked at least once (all types).
@@ -248,18 +251,16 @@ var groupMetrics = []tideMetric{tideDEA, tideAR, tideL1IR, tideJIR, tideL2IRp, t
 
 // tideOf returns an episode's value of metric m on the samples of the
 // given types (and drift subtype, when set) and whether it is eligible:
-// an ERROR episode of such a sample is a failure (0), as the BIRD
-// analysis counts it; an episode that could not be played is left out.
+// an episode of such a sample that did not complete (ERROR, ASKER_FAILED,
+// RPC_FAILED) is a failure (0), as the BIRD analysis counts it: TIDE's
+// rates are over the samples evaluated.
 func tideOf(m tideMetric, types []string, subtype string) episodeValue {
 	return func(e *Episode) (float64, bool) {
 		if !slices.Contains(types, e.SampleType) || (subtype != "" && e.DriftSubtype != subtype) {
 			return 0, false
 		}
-		if errored(e) {
+		if incomplete(e) {
 			return 0, true
-		}
-		if !e.Scored() {
-			return 0, false
 		}
 		return m.value(e)
 	}
@@ -484,19 +485,18 @@ func (row *TideRow) fillSummaries(t *summaryTaker, subtypes []string) {
 func (row *TideRow) countEpisodes(cell map[uint64][]*Episode) {
 	for _, es := range cell {
 		for _, e := range es {
-			row.Episodes++
-			row.Overall.Episodes++
-			if errored(e) {
-				row.Errors++
-				row.Overall.Errors++
-			} else if !e.Scored() {
+			row.Counts.add(e)
+			if incomplete(e) && !errored(e) {
 				row.Unplayed++
 			}
-			for _, g := range []*TideGroup{&row.ChainOnly, &row.DriftOnly, &row.Joint} {
-				if g.SampleType == e.SampleType {
+			for _, g := range []*TideGroup{&row.Overall, &row.ChainOnly, &row.DriftOnly, &row.Joint} {
+				if g == &row.Overall || g.SampleType == e.SampleType {
 					g.Episodes++
 					if errored(e) {
 						g.Errors++
+					}
+					if incomplete(e) {
+						g.NotCompleted++
 					}
 				}
 			}
@@ -646,8 +646,11 @@ func tideTables(subtypes []string) []tideTable {
 	count := func(g func(*TideRow) *TideGroup) func(*TideRow) string {
 		return func(row *TideRow) string {
 			x := g(row)
-			return fmt.Sprintf("%d (%d ERROR)", x.Episodes, x.Errors)
+			return fmt.Sprintf("%d (%d not completed)", x.Episodes, x.NotCompleted)
 		}
+	}
+	counts := func(label string, i int) tideCol {
+		return tideCol{label: label, text: func(row *TideRow) string { return countCells(row.Counts)[i] }}
 	}
 	return []tideTable{
 		{id: "tide-overall", title: "TIDE-Bench metrics over their sample sets (Table 2)",
@@ -689,15 +692,13 @@ func tideTables(subtypes []string) []tideTable {
 			groups: []tideColGroup{{"L2-IR (f, extra)", []tideCol{
 				col("Chain-only", group(chain, l2f)), col("Joint", group(joint, l2f)), col("Chain-only and joint", group(overall, l2f)),
 			}}}},
-		{id: "tide-episodes", title: "Episodes and environment failures",
+		{id: "tide-episodes", title: "Episodes and those that did not complete",
 			legend: tideErrorsLegend,
 			groups: []tideColGroup{
 				{"", []tideCol{
-					{label: "Episodes", text: func(row *TideRow) string { return fmt.Sprint(row.Episodes) }},
-					{label: "ERROR", text: func(row *TideRow) string { return fmt.Sprint(row.Errors) }},
-					{label: "Not played", text: func(row *TideRow) string { return fmt.Sprint(row.Unplayed) }},
+					counts("Episodes", 0), counts("Completed", 1), counts("ERROR", 2), counts("Asker failed", 3), counts("Call failed", 4),
 				}},
-				{"Episodes (ERROR) by sample type", []tideCol{
+				{"Episodes (not completed) by sample type", []tideCol{
 					{label: "Chain-only", text: count(chain)}, {label: "Drift-only", text: count(drift)}, {label: "Joint", text: count(joint)},
 				}},
 			}},
@@ -710,12 +711,12 @@ const tideLegend = "Cells: proportion in %, mean ± sample SD across seeds [95% 
 	"(n = the episodes the proportion is over, all seeds). " +
 	Dash + " where the metric is undefined for the cell (its definition excludes the sample type, it belongs to the other protocol, or no episode was eligible), with the reason in the notes below the table; " +
 	"⚠ marks an interval that cannot be trusted (fewer than two clusters, or zero width). " +
-	"An episode the environment could not complete (ERROR) is a failure wherever its sample counts, as in the BIRD-Interact analysis (see the last table). " +
+	"An episode that did not complete (ERROR, asker failed, call failed) is a failure wherever its sample counts, as in the BIRD-Interact analysis (see the last table), and is in n. " +
 	"The figures are the server's reward components: DEA the reward's value; AR asked; L1-IR, L2-IRp, JIR l1_identified and l2_identified (a question of the policy routed to the layer; a pre-filled L1 is not the policy's); DRR drift_recognized; DRA drift_recognized and sql2."
 
 // tideErrorsLegend explains the episodes table.
-const tideErrorsLegend = "Episodes the environment could not complete (status ERROR, after the run's retries) count in every table above as failures (0) in each metric whose sample set holds their sample, " +
-	"as the BIRD-Interact analysis counts them (AmbiTab §C.2). Episodes that could not be played (RPC_FAILED, ASKER_FAILED) are left out of every metric; a rerun plays them again."
+const tideErrorsLegend = "Episodes that did not complete, after the run's retries, by status: ERROR (the environment could not complete the episode), asker failed (ASKER_FAILED: the policy failed, such as the TIDE LLM agent's endpoint), call failed (RPC_FAILED: a call to the server failed). " +
+	"Each counts in every table above as a failure (0) in each metric whose sample set holds its sample, as the BIRD-Interact analysis counts them (AmbiTab §C.2); a rerun plays them again."
 
 // tideMeta is a report's one-line description of a tide-f or tide-p run.
 func tideMeta(r *Report) string {
@@ -741,8 +742,8 @@ func tideMeta(r *Report) string {
 	if t.Skipped != nil {
 		skipped = fmt.Sprintf("%d task(s) the protocol does not serve skipped", *t.Skipped)
 	}
-	return fmt.Sprintf("%s: protocol %s%s; %d task(s) evaluated (%s) in %d anchor cluster(s), %s; seeds %s; %d cluster bootstrap resamples (seed %d)",
-		r.Corpus, mode, asker, t.Tasks, strings.Join(per, ", "), t.Clusters, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
+	return fmt.Sprintf("%s: protocol %s%s; %s; %d task(s) evaluated (%s) in %d anchor cluster(s), %s; seeds %s; %d cluster bootstrap resamples (seed %d)",
+		r.Corpus, mode, asker, comparisonText(r), t.Tasks, strings.Join(per, ", "), t.Clusters, skipped, seedList(r.Seeds), r.Resamples, r.BootstrapSeed)
 }
 
 // tideSubtypes are the drift subtypes of the reports' rows, in order.

@@ -200,9 +200,11 @@ func TestTideMetricsP(t *testing.T) {
 	wantEmpty(t, "drift-only L2-IRp", row.DriftOnly.L2IRp, "defined on chain-only and joint samples only")
 }
 
-// TestTideIneligibleEpisodes: an episode that could not be played is left
-// out of every metric (counted as not played); a scored episode without a
-// component is left out of that component's metric only.
+// TestTideIneligibleEpisodes: an episode that could not be played
+// (ASKER_FAILED, RPC_FAILED) stays in the denominators as a failure of
+// every metric whose sample set holds its sample, and is counted by
+// status; a scored episode without a component is left out of that
+// component's metric only.
 func TestTideIneligibleEpisodes(t *testing.T) {
 	xs := []tideEp{
 		{task: "a-C", cluster: "a", st: ChainOnly, dea: 1, asked: yes, l1: nil, l2: yes},
@@ -211,17 +213,23 @@ func TestTideIneligibleEpisodes(t *testing.T) {
 		{task: "b-D", cluster: "b", st: DriftOnly, sub: "projection", status: "RPC_FAILED"},
 	}
 	row := analyzeTideOK(t, tideEpisodes(TideF, xs...), 200).Tide.Rows[0]
-	if row.Episodes != 4 || row.Unplayed != 2 || row.Errors != 0 || row.DriftOnly.Episodes != 2 {
+	if row.Episodes != 4 || row.Completed != 2 || row.AskerFailed != 1 || row.CallFailed != 1 || row.Unplayed != 2 || row.Errors != 0 ||
+		row.DriftOnly.Episodes != 2 || row.DriftOnly.NotCompleted != 2 || row.Overall.NotCompleted != 2 {
 		t.Errorf("counts: %+v", row)
 	}
-	wantRate(t, "DEA", row.Overall.DEA, 1, 2)
+	// DEA over all four samples: the two played ones matched, the two
+	// unplayed ones fail.
+	wantRate(t, "DEA", row.Overall.DEA, 2.0/4, 4)
 	wantRate(t, "L1-IR", row.Overall.L1IR, 1, 1)
 	wantRate(t, "L2-IR (f)", row.Overall.L2IRf, 1, 2)
 	wantRate(t, "JIR", row.Overall.JIR, 1, 1)
-	wantEmpty(t, "drift-only DRR", row.DriftOnly.DRR, "no episode on a drift-only sample was evaluated")
-	wantEmpty(t, "drift-only DEA", row.DriftOnly.DEA, "no episode on a drift-only sample")
-	if row.Overall.DEA.Clusters != 1 {
-		t.Errorf("DEA clusters %d: an unplayed episode's cluster holds no data", row.Overall.DEA.Clusters)
+	// Drift-only: both samples unplayed, failures (0 over 2), not undefined.
+	wantRate(t, "drift-only DRR", row.DriftOnly.DRR, 0, 2)
+	wantRate(t, "drift-only DEA", row.DriftOnly.DEA, 0, 2)
+	// DRR over drift-only and joint: the joint sample recognised the drift.
+	wantRate(t, "DRR", row.Overall.DRR, 1.0/3, 3)
+	if row.Overall.DEA.Clusters != 2 {
+		t.Errorf("DEA clusters %d: an unplayed episode's cluster holds its failure", row.Overall.DEA.Clusters)
 	}
 }
 
@@ -319,16 +327,16 @@ func TestTideReports(t *testing.T) {
 		"| Corpus | Protocol | Oracle | Condition | Drift-only DRA Value | Drift-only DRA Constraint | Drift-only DRA Projection | Drift-only DRA All | Joint DRA Value | Joint DRA Constraint | Joint DRA Projection | Joint DRA All | DRR Drift-only | DRR Joint |",
 		"### DRR by drift subtype",
 		"### Extra, not in TIDE's Table 2: L2 identification under the f-protocol",
-		"### Episodes and environment failures",
+		"### Episodes and those that did not complete",
 		"| tide | tide-f | deterministic | asker (chain-aware) | 6 | 33.3 [",
 		"| tide | tide-p | deterministic | asker | 4 | 25.0 [",
 		"(n = 6)",
 		"anchors]",
-		"2 (1 ERROR)",
-		"| Corpus | Protocol | Oracle | Condition | Episodes | ERROR | Not played | Episodes (ERROR) by sample type Chain-only | Episodes (ERROR) by sample type Drift-only | Episodes (ERROR) by sample type Joint |",
-		"| tide | tide-f | deterministic | asker (chain-aware) | 6 | 1 | 0 | 2 (0 ERROR) | 2 (0 ERROR) | 2 (1 ERROR) |",
+		"2 (1 not completed)",
+		"| Corpus | Protocol | Oracle | Condition | Episodes | Completed | ERROR | Asker failed | Call failed | Episodes (not completed) by sample type Chain-only | Episodes (not completed) by sample type Drift-only | Episodes (not completed) by sample type Joint |",
+		"| tide | tide-f | deterministic | asker (chain-aware) | 6 | 5 | 1 | 0 | 0 | 2 (0 not completed) | 2 (0 not completed) | 2 (1 not completed) |",
 		"| Corpus | Protocol | Oracle | Condition | L2-IR (f, extra) Chain-only | L2-IR (f, extra) Joint | L2-IR (f, extra) Chain-only and joint |",
-		"count in every table above as failures (0)",
+		"counts in every table above as a failure (0)",
 		"is measured under tide-p (L1 pre-filled): run eval --protocol tide-p",
 	} {
 		if !strings.Contains(out, want) {
@@ -376,7 +384,7 @@ func TestTideReports(t *testing.T) {
 	}
 	hs := h.String()
 	for _, want := range []string{"Chain-layer identification and ask rates (TIDE Table 13)", "Drift-only DRA", "<th colspan=\"4\" style=\"text-align: center\">Chain-only</th>",
-		"(n = 6)", "L2-IR (f, extra)", "Episodes and environment failures"} {
+		"(n = 6)", "L2-IR (f, extra)", "Episodes and those that did not complete"} {
 		if !strings.Contains(hs, want) {
 			t.Errorf("HTML lacks %q", want)
 		}

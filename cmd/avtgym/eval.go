@@ -25,6 +25,7 @@ import (
 // evalFlags are the flags of `avtgym eval`.
 type evalFlags struct {
 	addr, asker, oracles, seeds, conds, solver, out, groups, reference, hybrid string
+	comparison                                                                 string
 	resamples, retries                                                         int
 	bootSeed                                                                   uint64
 	progress, quiet                                                            bool
@@ -44,6 +45,7 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
 	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c or bird-a: asker, full; default asker; tide-f and tide-p: asker only)")
+	fs.StringVar(&f.comparison, "comparison", "harness", "how a submission is compared with the reference on records imported from BIRD-Interact (their comparison's harness is bird-interact; other records ignore it): harness (BIRD-Interact's ex_base exactly, quirks included: numbers comparable with the paper's) or sound (avtgym's sound variant, the server's default, which rollouts and training use)")
 	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c or bird-a, where the policy writes it")
 	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
 	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples")
@@ -133,6 +135,11 @@ func (f *evalFlags) config() error {
 	default:
 		return fmt.Errorf("unknown solver %q (want lookup or llm)", f.solver)
 	}
+	c, err := driver.ParseComparison(f.comparison)
+	if err != nil {
+		return fmt.Errorf("--comparison: %w", err)
+	}
+	f.cfg.Comparison = c
 	if f.resamples < 1 {
 		return errors.New("--resamples must be positive")
 	}
@@ -279,7 +286,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	stdout.Write(md)
 	if res.Failed > 0 {
-		fmt.Fprintf(stderr, "eval: %d episode(s) failed after their retries (see their error in %s); the report counts an ERROR as a failure; rerun to retry them\n", res.Failed, filepath.Join(f.cfg.Dir, eval.EpisodesFile))
+		fmt.Fprintf(stderr, "eval: %d episode(s) did not complete after their retries (see their status and error in %s); the report counts each as a failure and shows them in its denominators; rerun to retry them\n", res.Failed, filepath.Join(f.cfg.Dir, eval.EpisodesFile))
 		return 1
 	}
 	return 0

@@ -137,3 +137,49 @@ func TestEvalBirdC(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalComparison: `eval` compares by BIRD-Interact's harness rules
+// unless --comparison sound says otherwise; the episodes file and the
+// report say which; an unknown name is a usage error, and a rerun into
+// the directory with the other comparison is refused.
+func TestEvalComparison(t *testing.T) {
+	s := testutil.StartServer(t, app.Config{})
+	for _, tc := range []struct {
+		flag []string
+		want string
+	}{
+		{nil, "harness"},
+		{[]string{"--comparison", "sound"}, "sound"},
+		{[]string{"--comparison", "harness"}, "harness"},
+	} {
+		dir := filepath.Join(t.TempDir(), "run")
+		args := append([]string{"eval", "--server", s.Addr, "--corpus", "demo", "--limit", "2", "--conditions", "none",
+			"--out", dir, "--resamples", "20", "--quiet"}, tc.flag...)
+		code, stdout, stderr := runCmd(t, args...)
+		if code != 0 {
+			t.Fatalf("%q: exit %d\n%s", tc.flag, code, stderr)
+		}
+		eps, err := eval.ReadEpisodes(dir)
+		if err != nil || len(eps) != 2 {
+			t.Fatalf("%q: %d episodes, %v", tc.flag, len(eps), err)
+		}
+		for _, e := range eps {
+			if e.Comparison != tc.want {
+				t.Errorf("%q: episode %s comparison %q, want %q", tc.flag, e.TaskID, e.Comparison, tc.want)
+			}
+		}
+		if !strings.Contains(stdout, "comparison "+tc.want+" (") {
+			t.Errorf("%q: the report does not name comparison %s:\n%s", tc.flag, tc.want, stdout)
+		}
+		other := "sound"
+		if tc.want == "sound" {
+			other = "harness"
+		}
+		if code, _, stderr := runCmd(t, append(args, "--comparison", other)...); code != 1 || !strings.Contains(stderr, "comparison "+tc.want+"}") {
+			t.Errorf("%q: rerun with --comparison %s: exit %d: %s", tc.flag, other, code, stderr)
+		}
+	}
+	if code, _, stderr := runCmd(t, "eval", "--out", t.TempDir(), "--comparison", "exact"); code != 2 || !strings.Contains(stderr, "want sound or harness") {
+		t.Errorf("--comparison exact: exit %d: %s", code, stderr)
+	}
+}

@@ -12,13 +12,15 @@ quantile type 7) follow the Go report so that the numbers can be compared.
 
 Definitions (PROTOCOL.md §6, AmbiTab §C.2-C.3):
   * An episode is scored when its status is TERMINATED or TRUNCATED.
-  * SR: scored episodes with an outcome; an ERROR episode (the environment
-    could not complete it) counts as a failure, SR 0 (AmbiTab §C.2).
+  * SR: scored episodes with an outcome; an episode that did not complete
+    (ERROR, a failed call or asker: any status but TERMINATED and TRUNCATED)
+    counts as a failure, SR 0 (AmbiTab §C.2; BIRD-Interact's SR is over all
+    tasks).
   * Precision: scored episodes that asked (precision reported); never ERROR.
   * Recall and F1: scored episodes of tasks with counted ambiguities, except
-    those that ended by a fallback stop (§C.3); an ERROR episode of a task
-    with counted ambiguities counts with recall and F1 0 (§C.2: "count as
-    failures with zero recall credit").
+    those that ended by a fallback stop (§C.3); an episode that did not
+    complete, of a task with counted ambiguities, counts with recall and F1 0
+    (§C.2: "count as failures with zero recall credit").
   * Within a seed, splits are pooled: a metric is the macro mean of its
     eligible episodes; a difference (gain, gap, ΔJ_resp, ΔJ_full, ΔRec_none)
     is the difference of the two runs' means, each over its own eligible
@@ -191,9 +193,9 @@ def counted(e: dict) -> int:
 
 def sr_value(e: dict):
     """Outcome, or None when ineligible (PROTOCOL §6; AmbiTab §C.2)."""
-    if is_error(e):
+    if not is_scored(e):  # did not complete: a failure
         return 0.0
-    if is_scored(e) and e.get("success") is not None:
+    if e.get("success") is not None:
         return float(e["success"])
     return None
 
@@ -208,9 +210,9 @@ def precision_value(e: dict):
 def _coverage_value(e: dict, field: str):
     if counted(e) < 1:  # defined only when |Amb| >= 1
         return None
-    if is_error(e):  # a failure with zero recall credit
+    if not is_scored(e):  # did not complete: a failure with zero recall credit
         return 0.0
-    if not is_scored(e) or e.get("fallback_stop"):  # §C.3: omitted
+    if e.get("fallback_stop"):  # §C.3: omitted
         return None
     v = e.get(field)
     return None if v is None else float(v)
