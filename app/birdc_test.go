@@ -42,14 +42,8 @@ func startBirdC(t *testing.T) *birdC {
 	return &birdC{t: t, env: s.Client.Env}
 }
 
-// reset starts a BIRD_C episode on task with the given patience (-1: the
-// default), privileged data included, under the server's default variant
-// and follow-up state.
-func (b *birdC) reset(task string, patience int32) (*pb.Episode, error) {
-	return b.resetWith(task, patience, &pb.EpisodeOptions{})
-}
-
-// resetWith is reset with opts (BirdVariant, FollowUpState) as the base of
+// resetWith starts a BIRD_C episode on task with the given patience (-1:
+// the default), privileged data included, with opts (BirdVariant, FollowUpState) as the base of
 // the episode's options; protocol and patience are set over them.
 func (b *birdC) resetWith(task string, patience int32, opts *pb.EpisodeOptions) (*pb.Episode, error) {
 	opts = proto.Clone(opts).(*pb.EpisodeOptions)
