@@ -436,3 +436,40 @@ func TestBirdCLastTurnNonSQLGetsRetry(t *testing.T) {
 		t.Errorf("0.5 + 0.3 after a last-turn question: %v", f.GetReward())
 	}
 }
+
+// TestBirdAADKTurnLimit: under ADK a refused action costs nothing, so
+// without a bound a policy could keep an episode running for ever; the
+// ADK's own MAX_MODEL_TURNS (60 agent turns, paid or refused) ends it
+// TRUNCATED, and the free submit is allowed until then.
+func TestBirdAADKTurnLimit(t *testing.T) {
+	c := loadDemo(t)
+	e, _ := newEnv(t, c, nil)
+	ep := resetOne(t, e, edgeTask, edgeOpts(pb.Protocol_PROTOCOL_BIRD_A, pb.BirdVariant_BIRD_VARIANT_ADK, 0)) // 8 coins
+	tok := ep.GetToken()
+	var r *pb.StepResponse
+	for i := 1; ; i++ {
+		r = mustStep(t, e, tok, schemaAction(), false) // 1 coin: 8 run, the rest are refused
+		tok = r.GetToken()
+		if r.GetDone() {
+			if i != 61 || r.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED || !strings.Contains(edgeLast(r).GetText(), "limit of 60 actions") {
+				t.Fatalf("the episode ended at action %d: %v", i, r)
+			}
+			break
+		}
+		if i > 61 {
+			t.Fatal("refused actions went on past the ADK's 60 turns")
+		}
+	}
+	if got := r.GetObservation().GetBudget().GetUsedMilli(); got != 8000 {
+		t.Errorf("coins used %d, want 8000 (refusals are free)", got)
+	}
+	// Before the limit, the free submit still ends the task as usual.
+	ref, _ := edgeRefs(t, c)
+	tok = ep.GetToken()
+	for range 59 {
+		tok = mustStep(t, e, tok, schemaAction(), false).GetToken()
+	}
+	if f := mustStep(t, e, tok, submitAction(ref), false); !f.GetDone() || f.GetReward().GetValue() != 0.7 {
+		t.Errorf("the free submit as the 60th action: %v", f)
+	}
+}

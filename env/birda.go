@@ -45,7 +45,9 @@ import (
 //   - ADK: an action other than a submit that the coins cannot pay for is
 //     refused with a notice and costs nothing (before_tool_callback's
 //     "Budget exhausted … You MUST call submit_sql now"); the free submit
-//     stays allowed.
+//     stays allowed. Refusals cost nothing, so the ADK's own bound ends
+//     the episode: after adkMaxTurns actions (MAX_MODEL_TURNS, paid and
+//     refused alike, counted in the action log) it is TRUNCATED.
 //   - The reset's task view is the request alone (agentView): the schema,
 //     the column meanings and the knowledge are what the tools sell
 //     (prompt_utils.py build_initial_agent_prompt and the ADK's
@@ -83,6 +85,9 @@ const (
 	// cheapestBirdA is the price of the cheapest paid action (unparsed,
 	// 0.2 coins; TestBirdAPrices checks it against the list).
 	cheapestBirdA = 200
+	// adkMaxTurns is BIRD-Interact-ADK's bound on the agent's turns
+	// (MAX_MODEL_TURNS), which ends a BIRD_VARIANT_ADK episode.
+	adkMaxTurns = 60
 	// maxActionLog bounds the action log: the largest budget (6 + 2·64 +
 	// 32 coins) over the cheapest paid action.
 	maxActionLog = (birdABaseCoins + birdACoinsPerAmbiguity*corpus.MaxAmbiguities + MaxPatience) * 1000 / cheapestBirdA
@@ -193,6 +198,15 @@ func (r birdA) act(ctx context.Context, ep *episode, bs *statepb.BirdState, a *p
 	}
 	cost := birdAPrices[k]
 	left := bs.CoinsTotalMilli - bs.CoinsUsedMilli
+	if adk(bs) && len(bs.ActionLog) >= adkMaxTurns {
+		// Without this bound refused actions, which are free, would let
+		// an episode run for ever.
+		ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, fmt.Sprintf(
+			"The episode reached BIRD-Interact-ADK's limit of %d actions and ends.", adkMaxTurns))
+		st.Phase = pb.Phase_PHASE_DONE
+		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
+		return nil
+	}
 	if k == actionSubmitSQL && cost > left {
 		// The free final submit: scored for its sub-task, and the end.
 		// (The runner deducts its price too, below 0; nothing reads it.)
@@ -201,7 +215,9 @@ func (r birdA) act(ctx context.Context, ep *episode, bs *statepb.BirdState, a *p
 	if left <= 0 || (cost > left && adk(bs)) {
 		ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_TOOL_CALL, BoundText(callText(a), MaxQuestionBytes))
 		if adk(bs) {
-			// Refused, and free: the submit is still allowed.
+			// Refused, and free: the submit is still allowed. The log
+			// counts it towards adkMaxTurns.
+			bs.ActionLog = append(bs.ActionLog, logByte(k))
 			ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, fmt.Sprintf(
 				"Budget exhausted (%s coins remaining; this action costs %s): it was not run. You MUST call submit_sql now with your best SQL.", coins(max(0, left)), coins(cost)))
 			return nil
