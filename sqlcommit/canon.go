@@ -30,6 +30,56 @@ func newPrinter(x *extractor, sc *scope, clause Clause) *printer {
 	return &printer{x: x, sc: sc, clause: clause}
 }
 
+// sub returns a printer for rendering an operand on its own (to compare
+// operands before writing them), in the same context.
+func (p *printer) sub() *printer {
+	return &printer{x: p.x, sc: p.sc, clause: p.clause, noAlias: p.noAlias}
+}
+
+// merge appends what q rendered.
+func (p *printer) merge(q *printer) {
+	p.val.WriteString(q.val.String())
+	p.str.WriteString(q.str.String())
+	p.lits = append(p.lits, q.lits...)
+	p.subs = append(p.subs, q.subs...)
+	p.cols = append(p.cols, q.cols...)
+}
+
+// rank orders a comparison's operands: columns and other expressions
+// first (0), then subqueries (1), then literals (2), so that a literal
+// or a subquery is always on the right.
+func (p *printer) rank() int {
+	switch {
+	case len(p.subs) > 0:
+		return 1
+	case len(p.cols) == 0 && len(p.lits) > 0:
+		return 2
+	}
+	return 0
+}
+
+// flipped is the comparison read with its operands swapped.
+var flipped = map[string]string{"=": "=", "<>": "<>", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
+
+// comparison renders l op r oriented: the operand of lower rank on the
+// left (30 < age is age > 30), and two operands of the same rank (not
+// both literals) in the order of their texts (a.x = b.y is b.y = a.x),
+// the operator flipped when the operands are swapped.
+func (p *printer) comparison(l *pg.Node, op string, r *pg.Node) {
+	a, b := p.sub(), p.sub()
+	a.operand(l)
+	b.operand(r)
+	ra, rb := a.rank(), b.rank()
+	swap := ra > rb ||
+		(ra == rb && ra != 2 && (b.str.String() < a.str.String() || (b.str.String() == a.str.String() && b.val.String() < a.val.String())))
+	if swap {
+		a, b, op = b, a, flipped[op]
+	}
+	p.merge(a)
+	p.both(" " + op + " ")
+	p.merge(b)
+}
+
 func (p *printer) both(s string) {
 	p.val.WriteString(s)
 	p.str.WriteString(s)
@@ -74,6 +124,15 @@ func (p *printer) list(ns []*pg.Node) {
 // operand renders n, parenthesised when it is itself an operator
 // expression.
 func (p *printer) operand(n *pg.Node) {
+	if e := p.operandAlias(n); e != nil {
+		// A column alias standing for an expression: parenthesised as
+		// that expression would be.
+		was := p.noAlias
+		p.noAlias = true
+		p.operand(e)
+		p.noAlias = was
+		return
+	}
 	paren := false
 	switch v := n.GetNode().(type) {
 	case *pg.Node_AExpr, *pg.Node_BoolExpr, *pg.Node_NullTest, *pg.Node_BooleanTest, *pg.Node_CollateClause:
@@ -243,37 +302,91 @@ func (p *printer) columnRef(c *pg.ColumnRef) {
 		p.both("*")
 		return
 	case len(parts) == 1 && !star:
-		col := parts[0]
-		e, isAlias := p.sc.outAlias[col]
-		if isAlias && !p.noAlias && p.clause == OrderBy {
-			p.substitute(e) // ORDER BY: an output column name wins
-			return
-		}
-		if r := p.sc.resolveColumn(col); r != nil {
-			p.column(r.canon + "." + col)
-			return
-		}
-		if isAlias && !p.noAlias && (p.clause == GroupBy || p.clause == Having) {
-			p.substitute(e)
-			return
-		}
-		p.column(col)
+		p.bareColumn(parts[0], c.GetLocation())
 		return
 	}
 	// qualifier.column (a schema or catalog in front is dropped).
+	q := parts[len(parts)-1]
+	if !star {
+		q = parts[len(parts)-2]
+	}
+	depth := 0
+	if r, d := p.sc.resolveQualifier(q); r != nil {
+		q, depth = r.canon, d
+	}
+	q = strings.Repeat("^", depth) + q
 	if star {
-		q := parts[len(parts)-1]
-		if r := p.sc.resolveQualifier(q); r != nil {
-			q = r.canon
-		}
 		p.both(q + ".*")
 		return
 	}
-	q := parts[len(parts)-2]
-	if r := p.sc.resolveQualifier(q); r != nil {
-		q = r.canon
-	}
 	p.column(q + "." + parts[len(parts)-1])
+}
+
+// bareColumn renders an unqualified name: a SQLite double-quoted name that
+// names no column (nor column alias) in scope is the string literal SQLite
+// reads it as; a column alias is replaced by its expression (aliasFor); a
+// column is qualified by its relation, with one ^ per scope out for a
+// correlated reference.
+func (p *printer) bareColumn(col string, loc int32) {
+	if name, ok := p.quotedLiteral(col, loc); ok {
+		p.lit("'" + strings.ReplaceAll(name, "'", "''") + "'")
+		return
+	}
+	if e := p.aliasFor(col); e != nil {
+		p.substitute(e)
+		return
+	}
+	if r, depth := p.sc.resolveColumn(col); r != nil {
+		p.column(strings.Repeat("^", depth) + r.canon + "." + col)
+		return
+	}
+	p.column(col)
+}
+
+// quotedLiteral reports whether the name at loc was written double-quoted
+// and names neither a column in scope nor a column alias, so that SQLite
+// reads it as a string literal; it returns the name as written.
+func (p *printer) quotedLiteral(col string, loc int32) (string, bool) {
+	name, quoted := p.x.dq[int(loc)]
+	if !quoted || p.sc.inScope(col) {
+		return "", false
+	}
+	if _, isAlias := p.sc.outAlias[col]; isAlias && !p.noAlias && p.clause != Select {
+		return "", false
+	}
+	return name, true
+}
+
+// operandAlias returns the expression a column alias n stands for, or nil
+// when n is not one (see aliasFor).
+func (p *printer) operandAlias(n *pg.Node) *pg.Node {
+	c := n.GetColumnRef()
+	if c == nil || len(c.GetFields()) != 1 || c.GetFields()[0].GetString_() == nil {
+		return nil
+	}
+	col := strings.ToLower(c.GetFields()[0].GetString_().GetSval())
+	if _, lit := p.quotedLiteral(col, c.GetLocation()); lit {
+		return nil
+	}
+	return p.aliasFor(col)
+}
+
+// aliasFor returns the SELECT expression an unqualified name stands for
+// when it is a column alias used outside SELECT, or nil: in ORDER BY the
+// alias wins over a column of that name, elsewhere (WHERE, GROUP BY,
+// HAVING) a column in scope wins, as SQLite resolves them.
+func (p *printer) aliasFor(col string) *pg.Node {
+	e, isAlias := p.sc.outAlias[col]
+	if !isAlias || p.noAlias || p.clause == Select {
+		return nil
+	}
+	if p.clause == OrderBy {
+		return e
+	}
+	if r, _ := p.sc.resolveColumn(col); r != nil {
+		return nil
+	}
+	return e
 }
 
 func (p *printer) column(s string) {
@@ -340,6 +453,13 @@ func (p *printer) aexpr(e *pg.A_Expr) {
 			p.both(" " + op)
 			return
 		}
+		if _, ok := flipped[op]; ok {
+			p.comparison(e.GetLexpr(), op, e.GetRexpr())
+			return
+		}
+		if kw, ok := sqliteOps[op]; ok {
+			op = kw // REGEXP, MATCH as the dialect rewrite spelled them
+		}
 		binary(op)
 	case pg.A_Expr_Kind_AEXPR_OP_ANY, pg.A_Expr_Kind_AEXPR_OP_ALL:
 		p.operand(e.GetLexpr())
@@ -351,9 +471,9 @@ func (p *printer) aexpr(e *pg.A_Expr) {
 		p.node(e.GetRexpr())
 		p.both(")")
 	case pg.A_Expr_Kind_AEXPR_DISTINCT:
-		binary("IS DISTINCT FROM")
+		p.comparison(e.GetLexpr(), "IS DISTINCT FROM", e.GetRexpr())
 	case pg.A_Expr_Kind_AEXPR_NOT_DISTINCT:
-		binary("IS NOT DISTINCT FROM")
+		p.comparison(e.GetLexpr(), "IS NOT DISTINCT FROM", e.GetRexpr())
 	case pg.A_Expr_Kind_AEXPR_NULLIF:
 		p.both("nullif(")
 		p.node(e.GetLexpr())
@@ -367,11 +487,19 @@ func (p *printer) aexpr(e *pg.A_Expr) {
 		}
 		binary(kw)
 	case pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE, pg.A_Expr_Kind_AEXPR_SIMILAR:
-		kw := map[string]string{"~~": "LIKE", "!~~": "NOT LIKE", "~~*": "ILIKE", "!~~*": "NOT ILIKE", "~": "SIMILAR TO", "!~": "NOT SIMILAR TO"}[op]
+		// SQLite has neither ILIKE nor SIMILAR TO: the dialect rewrite
+		// spells REGEXP and GLOB with them (toPostgres).
+		kw := map[string]string{"~~": "LIKE", "!~~": "NOT LIKE", "~~*": "REGEXP", "!~~*": "NOT REGEXP", "~": "GLOB", "!~": "NOT GLOB"}[op]
 		if kw == "" {
 			kw = op
 		}
-		binary(kw)
+		rx := e.GetRexpr()
+		if f := rx.GetFuncCall(); e.GetKind() == pg.A_Expr_Kind_AEXPR_SIMILAR && f != nil && funcName(f.GetFuncname()) == "similar_to_escape" && len(f.GetArgs()) == 1 {
+			rx = f.GetArgs()[0] // the parser's wrapper around the pattern
+		}
+		p.operand(e.GetLexpr())
+		p.both(" " + kw + " ")
+		p.operand(rx)
 	case pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN, pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
 		kw := map[pg.A_Expr_Kind]string{
 			pg.A_Expr_Kind_AEXPR_BETWEEN: "BETWEEN", pg.A_Expr_Kind_AEXPR_NOT_BETWEEN: "NOT BETWEEN",
@@ -390,6 +518,10 @@ func (p *printer) aexpr(e *pg.A_Expr) {
 		p.generic(e.ProtoReflect())
 	}
 }
+
+// sqliteOps are the PostgreSQL operators the dialect rewrite spells
+// SQLite's MATCH with, rendered back.
+var sqliteOps = map[string]string{"@@": "MATCH", "!@@": "NOT MATCH"}
 
 func funcName(ns []*pg.Node) string {
 	var parts []string
@@ -428,25 +560,138 @@ func (p *printer) funcCall(f *pg.FuncCall) {
 		p.both(")")
 	}
 	if w := f.GetOver(); w != nil {
-		p.both(" OVER (")
-		sep := ""
-		if w.GetRefname() != "" {
-			p.both(strings.ToLower(w.GetRefname()))
-			sep = " "
+		p.window(w)
+	}
+}
+
+// window renders an OVER clause in full: a named window (WINDOW w AS ...)
+// is replaced by its definition, and the frame is kept, so that changing
+// a window's partition, order or frame changes its unit.
+func (p *printer) window(w *pg.WindowDef) {
+	part, order := w.GetPartitionClause(), w.GetOrderClause()
+	opts, start, end := w.GetFrameOptions(), w.GetStartOffset(), w.GetEndOffset()
+	ref := w.GetRefname()
+	if ref == "" && len(part) == 0 && len(order) == 0 && opts&frameNonDefault == 0 {
+		ref = w.GetName() // OVER w
+	}
+	unresolved := ""
+	if ref != "" {
+		base := p.lookupWindow(strings.ToLower(ref))
+		if base == nil {
+			unresolved = strings.ToLower(ref)
+		} else {
+			if len(part) == 0 {
+				part = base.GetPartitionClause()
+			}
+			if len(order) == 0 {
+				order = base.GetOrderClause()
+			}
+			if opts&frameNonDefault == 0 {
+				opts, start, end = base.GetFrameOptions(), base.GetStartOffset(), base.GetEndOffset()
+			}
 		}
-		if pc := w.GetPartitionClause(); len(pc) > 0 {
-			p.both(sep + "PARTITION BY ")
-			p.list(pc)
-			sep = " "
+	}
+	p.both(" OVER (")
+	sep := ""
+	if unresolved != "" {
+		p.both(unresolved)
+		sep = " "
+	}
+	if len(part) > 0 {
+		p.both(sep + "PARTITION BY ")
+		p.list(part)
+		sep = " "
+	}
+	if len(order) > 0 {
+		p.both(sep + "ORDER BY ")
+		p.sortList(order)
+		sep = " "
+	}
+	p.frame(sep, opts, start, end)
+	p.both(")")
+}
+
+func (p *printer) lookupWindow(name string) *pg.WindowDef {
+	for s := p.sc; s != nil; s = s.parent {
+		if w, ok := s.windows[name]; ok {
+			return w
 		}
-		if oc := w.GetOrderClause(); len(oc) > 0 {
-			p.both(sep + "ORDER BY ")
-			p.sortList(oc)
-		}
-		p.both(")")
-		if w.GetName() != "" {
-			p.both(" " + strings.ToLower(w.GetName()))
-		}
+	}
+	return nil
+}
+
+// PostgreSQL's FRAMEOPTION_* bits (nodes/parsenodes.h).
+const (
+	frameNonDefault         = 0x00001
+	frameRange              = 0x00002
+	frameRows               = 0x00004
+	frameGroups             = 0x00008
+	frameStartUnbPreceding  = 0x00020
+	frameEndUnbPreceding    = 0x00040
+	frameStartUnbFollowing  = 0x00080
+	frameEndUnbFollowing    = 0x00100
+	frameStartCurrentRow    = 0x00200
+	frameEndCurrentRow      = 0x00400
+	frameStartOffPreceding  = 0x00800
+	frameEndOffPreceding    = 0x01000
+	frameStartOffFollowing  = 0x02000
+	frameEndOffFollowing    = 0x04000
+	frameExcludeCurrentRow  = 0x08000
+	frameExcludeGroup       = 0x10000
+	frameExcludeTies        = 0x20000
+	frameDefaultEquivalents = frameRange | frameStartUnbPreceding | frameEndCurrentRow
+)
+
+// frame renders a window frame as MODE BETWEEN start AND end [EXCLUDE
+// ...]; none for the default frame, written or not (RANGE BETWEEN
+// UNBOUNDED PRECEDING AND CURRENT ROW), so that spelling the default out
+// is no drift.
+func (p *printer) frame(sep string, opts int32, start, end *pg.Node) {
+	if opts&frameNonDefault == 0 {
+		return
+	}
+	excl := opts & (frameExcludeCurrentRow | frameExcludeGroup | frameExcludeTies)
+	bounds := opts &^ (frameNonDefault | 0x10 | excl) // 0x10: BETWEEN written
+	if bounds == frameDefaultEquivalents && excl == 0 {
+		return
+	}
+	mode := "RANGE"
+	switch {
+	case opts&frameRows != 0:
+		mode = "ROWS"
+	case opts&frameGroups != 0:
+		mode = "GROUPS"
+	}
+	p.both(sep + mode + " BETWEEN ")
+	p.bound(opts, frameStartUnbPreceding, frameStartUnbFollowing, frameStartCurrentRow, frameStartOffPreceding, frameStartOffFollowing, start)
+	p.both(" AND ")
+	p.bound(opts, frameEndUnbPreceding, frameEndUnbFollowing, frameEndCurrentRow, frameEndOffPreceding, frameEndOffFollowing, end)
+	switch {
+	case excl&frameExcludeCurrentRow != 0:
+		p.both(" EXCLUDE CURRENT ROW")
+	case excl&frameExcludeGroup != 0:
+		p.both(" EXCLUDE GROUP")
+	case excl&frameExcludeTies != 0:
+		p.both(" EXCLUDE TIES")
+	}
+}
+
+func (p *printer) bound(opts, unbPre, unbFol, cur, offPre, offFol int32, off *pg.Node) {
+	switch {
+	case opts&unbPre != 0:
+		p.both("UNBOUNDED PRECEDING")
+	case opts&unbFol != 0:
+		p.both("UNBOUNDED FOLLOWING")
+	case opts&cur != 0:
+		p.both("CURRENT ROW")
+	case opts&offPre != 0:
+		p.operand(off)
+		p.both(" PRECEDING")
+	case opts&offFol != 0:
+		p.operand(off)
+		p.both(" FOLLOWING")
+	default:
+		p.both("CURRENT ROW")
 	}
 }
 

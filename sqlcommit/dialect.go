@@ -34,6 +34,11 @@ func unquote(t sqlexec.Token) string {
 type rewritten struct {
 	sql    string
 	origin []int
+	// dq maps the offset in sql of each double-quoted name left as an
+	// identifier to the name as written (not truncated to PostgreSQL's 63
+	// bytes): the printer reads an unqualified one that names no column in
+	// scope as a string literal, as SQLite does.
+	dq map[int]string
 }
 
 type writer struct {
@@ -51,24 +56,27 @@ func (w *writer) emit(s string, pos int) {
 // toPostgres rewrites SQLite syntax that the PostgreSQL parser reads
 // differently or not at all:
 //
-//   - a double-quoted name is an identifier when it is qualified (next to a
-//     '.'), follows AS, names a column of any table of the schema or an
-//     alias the query declares (AS name), or names a table right after
-//     FROM, JOIN or a comma; otherwise SQLite reads it as a string literal
-//     and so does the rewrite. (SQLite looks only at the columns in scope;
-//     the whole schema's columns are a close, context-free reading.)
-//     Without a schema every double-quoted name stays an identifier;
+//   - a double-quoted name stays an identifier, its offset recorded in dq:
+//     whether SQLite reads it as a column or as a string literal depends
+//     on the columns in scope, which the printer knows (bareColumn); an
+//     empty "" is the empty string;
 //   - `name` and [name] become "name";
 //   - == becomes =;
 //   - LIMIT a, b becomes LIMIT b OFFSET a;
 //   - x IS y / x IS NOT y (y not NULL, TRUE, FALSE, ...) become
-//     IS [NOT] DISTINCT FROM.
+//     IS [NOT] DISTINCT FROM; x NOT NULL becomes x IS NOT NULL;
+//   - x [NOT] GLOB y becomes x [NOT] SIMILAR TO y, x [NOT] REGEXP y
+//     becomes x [NOT] ILIKE y and x [NOT] MATCH y becomes x @@ y (x !@@
+//     y): SQLite has none of SIMILAR TO, ILIKE and @@, so the printer
+//     renders them back unambiguously;
+//   - time(...), char(...) and the other type keywords SQLite calls as
+//     functions become quoted function names ("time"(...)).
 func toPostgres(sql string, schema *Schema) rewritten {
 	r := newPGRewrite(sql, schema)
 	for i := 0; i < len(r.toks); i++ {
 		i = r.token(i)
 	}
-	return rewritten{sql: r.w.b.String(), origin: r.w.origin}
+	return rewritten{sql: r.w.b.String(), origin: r.w.origin, dq: r.dq}
 }
 
 // pgRewrite is one run of toPostgres over a query's tokens.
@@ -79,12 +87,13 @@ type pgRewrite struct {
 	// declared holds the aliases the query declares (AS name), lower
 	// case: double-quoted references to them are identifiers.
 	declared map[string]bool
+	dq       map[int]string
 	w        writer
 }
 
 func newPGRewrite(sql string, schema *Schema) *pgRewrite {
 	toks := sqlexec.Lex(sql)
-	r := &pgRewrite{toks: toks, pos: make([]int, len(toks)), schema: schema, declared: map[string]bool{}}
+	r := &pgRewrite{toks: toks, pos: make([]int, len(toks)), schema: schema, declared: map[string]bool{}, dq: map[int]string{}}
 	off := 0
 	for i, t := range toks {
 		r.pos[i] = off
@@ -155,37 +164,88 @@ func (r *pgRewrite) token(i int) int {
 		return r.limit(i)
 	case t.IsWord("IS"):
 		return r.is(i)
+	case t.IsWord("NOT"):
+		return r.not(i)
+	case r.isOperatorWord(i, "GLOB"):
+		r.emit(i, "SIMILAR TO")
+	case r.isOperatorWord(i, "REGEXP"):
+		r.emit(i, "ILIKE")
+	case r.isOperatorWord(i, "MATCH"):
+		r.emit(i, "@@")
+	case t.Kind == sqlexec.TokenWord && slices.ContainsFunc(typeFuncs, t.IsWord) && r.isPunct(r.next(i), '(') && !r.isWord(r.prev(i), "AS") && !r.isPunct(r.prev(i), ':'):
+		r.emit(i, `"`+strings.ToLower(t.Text)+`"`)
 	default:
 		r.emit(i, t.Text)
 	}
 	return i
 }
 
-// doubleQuoted writes the "name" at i as the identifier it is, or as the
-// string literal SQLite reads it as (see toPostgres).
-func (r *pgRewrite) doubleQuoted(i int) {
-	t := r.toks[i]
-	if r.isIdentifier(i) || !strings.HasSuffix(t.Text, `"`) || len(t.Text) < 2 {
-		r.emit(i, t.Text)
-		return
+// typeFuncs are type keywords of PostgreSQL that SQLite queries call as
+// functions: time('now'), char(65), ...
+var typeFuncs = []string{"TIME", "TIMESTAMP", "CHAR", "CHARACTER", "VARCHAR", "DEC", "NUMERIC", "REAL", "FLOAT"}
+
+// isOperatorWord reports whether the word w at i is used as a binary
+// operator (GLOB, REGEXP, MATCH): after an operand, or after the NOT of
+// x NOT GLOB y; the glob(...) function stays a function.
+func (r *pgRewrite) isOperatorWord(i int, w string) bool {
+	if !r.toks[i].IsWord(w) || r.next(i) < 0 {
+		return false
 	}
-	r.emit(i, "'"+strings.ReplaceAll(unquote(t), "'", "''")+"'")
+	p := r.prev(i)
+	if r.isWord(p, "NOT") {
+		p = r.prev(p)
+	}
+	return p >= 0 && r.endsOperand(p)
 }
 
-// isIdentifier reports whether the double-quoted name at i is read as an
-// identifier: without a schema always; else when it is qualified, follows
-// AS, names a column of the schema or an alias of the query, or names a
-// table right after FROM, JOIN or a comma.
-func (r *pgRewrite) isIdentifier(i int) bool {
-	name := unquote(r.toks[i])
-	p, n := r.prev(i), r.next(i)
-	switch {
-	case r.schema == nil, r.isPunct(p, '.'), r.isPunct(n, '.'), r.isWord(p, "AS"):
+// endsOperand reports whether token i can end an operand (so that a word
+// after it is an operator): a value, a name, or a closing parenthesis.
+func (r *pgRewrite) endsOperand(i int) bool {
+	t := r.toks[i]
+	switch t.Kind {
+	case sqlexec.TokenNumber, sqlexec.TokenString, sqlexec.TokenQuoted:
 		return true
-	case r.schema.HasColumn(name), r.declared[strings.ToLower(name)]:
+	case sqlexec.TokenPunct:
+		return t.IsPunct(')')
+	case sqlexec.TokenWord:
+		for _, kw := range []string{"SELECT", "WHERE", "AND", "OR", "NOT", "ON", "BY", "FROM", "HAVING", "WHEN", "THEN", "ELSE", "CASE", "DISTINCT", "AS", "IN", "LIKE", "IS"} {
+			if t.IsWord(kw) {
+				return false
+			}
+		}
 		return true
 	}
-	return r.schema.HasTable(name) && (r.isWord(p, "FROM") || r.isWord(p, "JOIN") || r.isPunct(p, ','))
+	return false
+}
+
+// not writes the NOT at i: x NOT NULL becomes x IS NOT NULL, NOT MATCH
+// becomes !@@. It returns the index of the last token it consumed.
+func (r *pgRewrite) not(i int) int {
+	p, n := r.prev(i), r.next(i)
+	switch {
+	case p >= 0 && r.endsOperand(p) && r.isWord(n, "NULL"):
+		r.emit(i, "IS NOT")
+		return i
+	case r.isWord(n, "MATCH") && p >= 0 && r.endsOperand(p):
+		r.emit(i, "!@@")
+		return n
+	}
+	r.emit(i, r.toks[i].Text)
+	return i
+}
+
+// doubleQuoted writes the "name" at i as an identifier, recording where
+// (see toPostgres); "" is the empty string.
+func (r *pgRewrite) doubleQuoted(i int) {
+	t := r.toks[i]
+	if t.Text == `""` {
+		r.emit(i, "''")
+		return
+	}
+	if strings.HasSuffix(t.Text, `"`) && len(t.Text) >= 2 {
+		r.dq[r.w.b.Len()] = unquote(t)
+	}
+	r.emit(i, t.Text)
 }
 
 // limit writes the LIMIT at i: SQLite's LIMIT a, b (offset a, count b)

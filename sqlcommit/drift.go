@@ -41,7 +41,8 @@ type Result struct {
 }
 
 // Classify applies Algorithm 1 to two commitment sets. With W the
-// filtering units (WHERE and HAVING conjuncts) and O = S \ W:
+// filtering units (WHERE conjuncts and the units of subqueries referenced
+// from them; HAVING is output-side) and O = S \ W:
 //
 //   - no drift if S_pre ⊆ S_post;
 //   - value if O_pre = O_post and LitReplace(W_pre, W_post): exactly one

@@ -10,6 +10,8 @@ import (
 // extractor walks one query's scopes and collects their units.
 type extractor struct {
 	schema    *Schema
+	dq        map[int]string // rewritten offset of a double-quoted name -> the name as written
+	inFilter  bool           // walking a subquery referenced from a WHERE conjunct
 	units     []Unit
 	seen      map[string]bool // unit keys already emitted
 	tables    map[string]bool
@@ -41,6 +43,12 @@ type scope struct {
 	aliases  map[string]*relation // the names FROM items are referenced by
 	targets  []*pg.ResTarget      // SELECT items, for ordinals and column aliases
 	outAlias map[string]*pg.Node  // column alias -> expression
+	filter   bool                 // a subquery referenced from a WHERE conjunct: every unit is in W
+	windows  map[string]*pg.WindowDef
+	// instances counts the FROM items naming each table in this block;
+	// a table named twice (a self-join) gets one name per instance.
+	instances map[string]int
+	seenInst  map[string]int
 }
 
 func (x *extractor) emit(u Unit) {
@@ -84,7 +92,8 @@ func (x *extractor) query(q *pg.SelectStmt, path string, parent *scope) {
 			}
 		}
 	}
-	sc := &scope{parent: parent, path: path, aliases: map[string]*relation{}, outAlias: map[string]*pg.Node{}}
+	sc := &scope{parent: parent, path: path, aliases: map[string]*relation{}, outAlias: map[string]*pg.Node{},
+		filter: x.inFilter, windows: map[string]*pg.WindowDef{}, instances: map[string]int{}, seenInst: map[string]int{}}
 	if q.GetOp() != pg.SetOperation_SETOP_NONE && q.GetOp() != pg.SetOperation_SET_OPERATION_UNDEFINED {
 		op := setOpName(q)
 		for j, b := range setBranches(q) {
@@ -104,10 +113,7 @@ func (x *extractor) query(q *pg.SelectStmt, path string, parent *scope) {
 		return
 	}
 	// FROM first: it defines the names the other clauses use.
-	nFrom := 0
-	for _, f := range q.GetFromClause() {
-		x.from(f, sc, &nFrom)
-	}
+	x.fromClause(q, sc)
 	for _, n := range q.GetTargetList() {
 		if t := n.GetResTarget(); t != nil {
 			sc.targets = append(sc.targets, t)
@@ -186,14 +192,15 @@ func (x *extractor) unit(sc *scope, clause Clause, prefix string, n *pg.Node, su
 	if suffix != nil {
 		p.both(*suffix)
 	}
-	u := Unit{Scope: sc.path, Clause: clause, Value: p.val.String(), Struct: p.str.String(), Literals: p.lits}
+	u := Unit{Scope: sc.path, Clause: clause, Value: p.val.String(), Struct: p.str.String(), Literals: p.lits, InFilter: sc.filter}
 	x.emit(u)
 	if clause == Where {
 		for _, c := range p.cols {
-			x.whereCols[c] = true
+			x.whereCols[strings.TrimLeft(c, "^")] = true
 		}
 	}
-	x.subqueries(sc, u.Struct, p.subs)
+	// A subquery inside a WHERE predicate belongs to that filter.
+	x.subqueries(sc, u.Struct, p.subs, sc.filter || clause == Where)
 }
 
 // unitList renders a list of expressions (DISTINCT ON) as one unit.
@@ -201,14 +208,18 @@ func (x *extractor) unitList(sc *scope, clause Clause, prefix string, ns []*pg.N
 	p := newPrinter(x, sc, clause)
 	p.both(prefix)
 	p.list(ns)
-	u := Unit{Scope: sc.path, Clause: clause, Value: p.val.String(), Struct: p.str.String(), Literals: p.lits}
+	u := Unit{Scope: sc.path, Clause: clause, Value: p.val.String(), Struct: p.str.String(), Literals: p.lits, InFilter: sc.filter}
 	x.emit(u)
-	x.subqueries(sc, u.Struct, p.subs)
+	x.subqueries(sc, u.Struct, p.subs, sc.filter)
 }
 
 // subqueries walks the subqueries found in a unit (or an ON condition) as
-// child scopes labelled by its structural form.
-func (x *extractor) subqueries(sc *scope, label string, subs []*pg.SelectStmt) {
+// child scopes labelled by its structural form; filter marks them part of
+// a WHERE filter.
+func (x *extractor) subqueries(sc *scope, label string, subs []*pg.SelectStmt, filter bool) {
+	was := x.inFilter
+	x.inFilter = filter
+	defer func() { x.inFilter = was }()
 	for k, s := range subs {
 		l := "{" + label + "}"
 		if len(subs) > 1 {
@@ -233,6 +244,13 @@ func (x *extractor) from(n *pg.Node, sc *scope, nFrom *int) {
 			}
 		}
 		x.tables[r.canon] = true
+		if sc.instances[name] > 1 {
+			// A self-join: each instance is its own relation, named by
+			// its position among the FROM items naming that table (not by
+			// its alias, so renaming aliases still changes nothing).
+			sc.seenInst[name]++
+			r = &relation{canon: fmt.Sprintf("%s#%d", r.canon, sc.seenInst[name]), cols: r.cols, known: r.known}
+		}
 		sc.rels = append(sc.rels, r)
 		ref := name
 		if a := rv.GetAlias(); a != nil && a.GetAliasname() != "" {
@@ -268,7 +286,7 @@ func (x *extractor) from(n *pg.Node, sc *scope, nFrom *int) {
 			p := newPrinter(x, sc, "")
 			p.both("ON ")
 			p.node(q)
-			x.subqueries(sc, p.str.String(), p.subs)
+			x.subqueries(sc, p.str.String(), p.subs, sc.filter)
 		}
 	case n.GetRangeFunction() != nil:
 		rf := n.GetRangeFunction()
@@ -291,6 +309,33 @@ func (x *extractor) from(n *pg.Node, sc *scope, nFrom *int) {
 	}
 }
 
+// fromClause registers a block's FROM items and named windows in sc.
+func (x *extractor) fromClause(q *pg.SelectStmt, sc *scope) {
+	for _, f := range q.GetFromClause() {
+		x.countInstances(f, sc)
+	}
+	for _, w := range q.GetWindowClause() {
+		if wd := w.GetWindowDef(); wd != nil && wd.GetName() != "" {
+			sc.windows[strings.ToLower(wd.GetName())] = wd
+		}
+	}
+	nFrom := 0
+	for _, f := range q.GetFromClause() {
+		x.from(f, sc, &nFrom)
+	}
+}
+
+// countInstances counts the FROM items of a block naming each table.
+func (x *extractor) countInstances(n *pg.Node, sc *scope) {
+	switch {
+	case n.GetRangeVar() != nil:
+		sc.instances[strings.ToLower(n.GetRangeVar().GetRelname())]++
+	case n.GetJoinExpr() != nil:
+		x.countInstances(n.GetJoinExpr().GetLarg(), sc)
+		x.countInstances(n.GetJoinExpr().GetRarg(), sc)
+	}
+}
+
 // cte returns the visible CTE of that name, or nil.
 func (x *extractor) cte(name string) *relation {
 	for i := len(x.ctes) - 1; i >= 0; i-- {
@@ -302,20 +347,49 @@ func (x *extractor) cte(name string) *relation {
 }
 
 // resolveQualifier returns what a qualifier (alias or table name) refers
-// to, looking outwards through the enclosing scopes.
-func (sc *scope) resolveQualifier(q string) *relation {
+// to, looking outwards through the enclosing scopes, and how many scopes
+// out it was found (0: this one).
+func (sc *scope) resolveQualifier(q string) (*relation, int) {
+	depth := 0
 	for s := sc; s != nil; s = s.parent {
 		if r, ok := s.aliases[q]; ok {
-			return r
+			return r, depth
 		}
+		if n := s.instances[q]; n > 1 {
+			// A self-joined table referenced by its bare name: the first
+			// instance named so (SQLite would call it ambiguous).
+			for _, r := range s.rels {
+				if r.canon == q+"#1" {
+					return r, depth
+				}
+			}
+		}
+		depth++
 	}
-	return nil
+	return nil, 0
 }
 
-// resolveColumn returns the relation an unqualified column belongs to, or
-// nil when it cannot tell (unknown tables, ambiguity, or no such column).
-func (sc *scope) resolveColumn(col string) *relation {
+// inScope reports whether an unqualified name may be a column SQLite sees
+// from this scope: a column of a FROM item here or in an enclosing scope,
+// or any name when one of those items' columns are unknown.
+func (sc *scope) inScope(col string) bool {
 	for s := sc; s != nil; s = s.parent {
+		for _, r := range s.rels {
+			if !r.known || r.has(col) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// resolveColumn returns the relation an unqualified column belongs to and
+// how many scopes out, or nil when it cannot tell (unknown tables,
+// ambiguity, or no such column).
+func (sc *scope) resolveColumn(col string) (*relation, int) {
+	depth := -1
+	for s := sc; s != nil; s = s.parent {
+		depth++
 		var match []*relation
 		unknown := 0
 		for _, r := range s.rels {
@@ -329,17 +403,17 @@ func (sc *scope) resolveColumn(col string) *relation {
 		}
 		switch {
 		case len(match) == 1 && unknown == 0:
-			return match[0]
+			return match[0], depth
 		case len(match) > 0:
-			return nil // ambiguous, or maybe in an unknown table
+			return nil, 0 // ambiguous, or maybe in an unknown table
 		case unknown == 1 && len(s.rels) == 1:
-			return s.rels[0] // one table the schema does not know: it must be its column
+			return s.rels[0], depth // one table the schema does not know: it must be its column
 		case unknown > 0:
-			return nil
+			return nil, 0
 		}
 		// Not in this scope: a correlated reference, look outwards.
 	}
-	return nil
+	return nil, 0
 }
 
 // outputNames returns the output column names of a query (the leftmost

@@ -11,15 +11,18 @@
 // LIMIT and OFFSET. Every subquery and every set-operation branch is its
 // own scope with its own path; the enclosing unit shows it as
 // "(subquery)". A unit has a value form (literals kept) and a structural
-// form (literals replaced by ?). The filtering units W are the WHERE and
-// HAVING conjuncts; the others are output-side.
+// form (literals replaced by ?). The filtering units W are the WHERE
+// conjuncts of every scope and every unit of a subquery referenced from a
+// WHERE conjunct; the others, HAVING included, are output-side.
 //
 // Canonicalisation follows the TIDE format's conventions
-// (shared/data/tide-format/README.md): identifiers are case-insensitive,
-// table aliases are resolved to their tables and column aliases dropped
-// (so renaming an alias or reordering conjuncts changes nothing), JOIN ... ON
-// conditions are not units, and a SQLite double-quoted name that matches no
-// column of the database is a string literal.
+// (shared/data/tide-format/README.md; docs/tide.md states each rule):
+// identifiers are case-insensitive, table aliases are resolved to their
+// tables (each instance of a self-joined table kept distinct), column
+// aliases dropped from SELECT and replaced by their expressions elsewhere,
+// comparisons oriented, window specifications part of their unit, JOIN ...
+// ON conditions not units, and a SQLite double-quoted name that names no
+// column in scope a string literal.
 //
 // Drift between y_pre and y_post is S(y_pre) ⊄ S(y_post) on value forms;
 // Classify assigns Algorithm 1's subtype (value, constraint, projection or
@@ -71,11 +74,18 @@ type Unit struct {
 	Struct string `json:"structural"`
 	// Literals are the literals of Value, in order.
 	Literals []string `json:"literals,omitempty"`
+	// InFilter marks a unit of a subquery referenced from a WHERE conjunct
+	// (at any depth): the subquery is part of that filter, so the unit is
+	// in W whatever its clause.
+	InFilter bool `json:"in_filter,omitempty"`
 }
 
-// Filtering reports whether the unit is a filtering commitment (a WHERE
-// or HAVING conjunct), i.e. in W.
-func (u Unit) Filtering() bool { return u.Clause == Where || u.Clause == Having }
+// Filtering reports whether the unit is a filtering commitment, i.e. in W:
+// a WHERE conjunct of any scope, or any unit of a subquery referenced from
+// a WHERE conjunct. HAVING is output-side (TIDE §2.2 and Appendix G:
+// projection-level changes are "confined to SELECT, GROUP BY, ORDER BY,
+// HAVING, LIMIT, or OFFSET").
+func (u Unit) Filtering() bool { return u.Clause == Where || u.InFilter }
 
 func (u Unit) key() string { return u.Scope + "\x00" + u.Value }
 
@@ -104,7 +114,8 @@ type Set struct {
 	WhereColumns []string `json:"where_columns"`
 }
 
-// Filtering returns W: the WHERE and HAVING units.
+// Filtering returns W: the WHERE units and the units of subqueries
+// referenced from WHERE conjuncts.
 func (s *Set) Filtering() []Unit {
 	var out []Unit
 	for _, u := range s.Units {
@@ -165,7 +176,7 @@ func Extract(sql string, schema *Schema) (*Set, error) {
 	if sel == nil {
 		return nil, fmt.Errorf("%w: the statement is %s", ErrNotQuery, stmtKind(tree.Stmts[0].GetStmt()))
 	}
-	x := &extractor{schema: schema, seen: map[string]bool{}, tables: map[string]bool{}, whereCols: map[string]bool{}}
+	x := &extractor{schema: schema, dq: rw.dq, seen: map[string]bool{}, tables: map[string]bool{}, whereCols: map[string]bool{}}
 	x.query(sel, "", nil)
 	sort.SliceStable(x.units, func(i, j int) bool {
 		a, b := x.units[i], x.units[j]
