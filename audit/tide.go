@@ -19,7 +19,8 @@ import (
 // submitted against it fails under the post-drift policy,
 // S(reference) ⊄ S(post-drift reference), Algorithm 1 does not reject the
 // pair, and the declared drift subtype and intent subtype are the computed
-// ones (package sqlcommit, on the database's schema). Unit: a record with
+// ones (package sqlcommit, on the database's schema); neither reference's
+// LIMIT cuts through tied sort keys (LimitTie, ties.go). Unit: a record with
 // a sample type, a drift or an alternative SQL; other records are
 // skipped.
 const ChainDrift Check = "chain_drift"
@@ -78,6 +79,7 @@ func (a *auditor) checkChainDrift(ctx context.Context, t *corpus.Task) result {
 		fs = append(fs, finding(ChainDrift, t, "%s: %s", field, fmt.Sprintf(format, args...)))
 	}
 	a.checkAlternatives(ctx, t, bad)
+	a.checkLimitTies(ctx, t, bad)
 	if t.Drift != nil {
 		a.checkDriftTurn(ctx, t, bad)
 	}

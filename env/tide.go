@@ -267,6 +267,8 @@ func (r tide) submit(ctx context.Context, ep *episode, ts *statepb.TideState, sq
 // observe: TIDE's budget is its agent turns, and the drift's SQL is
 // sub-task 2.
 func (tide) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
+	// TIDE's agent sees the DDL only (Appendix D: no sample rows).
+	o.Task = tideView(o.Task)
 	ts := st.GetTide()
 	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_TURNS, TideTurns*1000, int64(ts.GetTurnsUsed())*1000
 	// One turn is kept for an SQL; not one per SQL the task takes, which

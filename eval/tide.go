@@ -137,7 +137,9 @@ type TideRow struct {
 	Unplayed int `json:"unplayed"`
 	// Overall pools the sample types each metric is defined on: all for
 	// DEA and AR, chain-only and joint for the identification rates,
-	// drift-only and joint for DRR and DRA.
+	// drift-only and joint for DRR and DRA. The paper reports every metric
+	// per sample type (Tables 3, 13, 14): Overall is this report's pooled
+	// summary, labelled so in the reports.
 	Overall   TideGroup `json:"overall"`
 	ChainOnly TideGroup `json:"chain_only"`
 	DriftOnly TideGroup `json:"drift_only"`
@@ -179,7 +181,10 @@ type TideGroup struct {
 	DRA TideSummary `json:"dra"`
 }
 
-// TideSubtype is drift handling on the samples of one drift subtype.
+// TideSubtype is DEA and drift handling on the samples of one drift
+// subtype: per sample type, as TIDE's Tables 3 and 14 report them, and
+// All, drift-only and joint samples pooled (in the JSON only: no paper
+// table pools the two sample types, and the reports do not print it).
 type TideSubtype struct {
 	Subtype   string    `json:"subtype"`
 	DriftOnly TideDrift `json:"drift_only"`
@@ -187,8 +192,9 @@ type TideSubtype struct {
 	All       TideDrift `json:"all"`
 }
 
-// TideDrift is DRR and DRA over one set of drift samples.
+// TideDrift is DEA, DRR and DRA over one set of drift samples.
 type TideDrift struct {
+	DEA TideSummary `json:"dea"`
 	DRR TideSummary `json:"drr"`
 	DRA TideSummary `json:"dra"`
 }
@@ -431,6 +437,7 @@ func (d *dataset) tideMetrics(protocol string, rows []rowKey, subtypes []string)
 		}
 		for _, st := range subtypes {
 			for _, sc := range tideScopes {
+				add(d.tideSpec(protocol, r.cond, r.o, tideDEA, sc, st))
 				add(d.tideSpec(protocol, r.cond, r.o, tideDRR, sc, st))
 				add(d.tideSpec(protocol, r.cond, r.o, tideDRA, sc, st))
 			}
@@ -474,7 +481,7 @@ func (row *TideRow) fillSummaries(t *summaryTaker, subtypes []string) {
 	for _, st := range subtypes {
 		s := TideSubtype{Subtype: st}
 		for _, dr := range []*TideDrift{&s.DriftOnly, &s.Joint, &s.All} {
-			dr.DRR, dr.DRA = t.take(), t.take()
+			dr.DEA, dr.DRR, dr.DRA = t.take(), t.take(), t.take()
 		}
 		row.Subtypes = append(row.Subtypes, s)
 	}
@@ -567,7 +574,10 @@ func (n *notes) tideCell(s TideSummary) string {
 // tideCol is one metric column of a TIDE table.
 type tideCol struct {
 	label string
-	get   func(*TideRow) TideSummary
+	// metric names the column's metric (tideMetric.name; "" for a text
+	// column), for pMark.
+	metric string
+	get    func(*TideRow) TideSummary
 	// text, when set, gives a column of plain text instead.
 	text func(*TideRow) string
 }
@@ -582,7 +592,9 @@ type tideColGroup struct {
 // and column labels joined) and as HTML (two header rows).
 type tideTable struct {
 	id, title, legend string
-	groups            []tideColGroup
+	// paper is the TIDE table the layout follows ("" for none).
+	paper  string
+	groups []tideColGroup
 }
 
 // tideNames are the leading columns of every TIDE table.
@@ -596,8 +608,8 @@ func tideNameCells(r *Report, row *TideRow) []string {
 	return []string{r.Corpus, r.Tide.Protocol, row.Oracle, cond}
 }
 
-func col(label string, get func(*TideRow) TideSummary) tideCol {
-	return tideCol{label: label, get: get}
+func mcol(metric, label string, get func(*TideRow) TideSummary) tideCol {
+	return tideCol{label: label, metric: metric, get: get}
 }
 
 func subtypeOf(row *TideRow, st string) *TideSubtype {
@@ -609,11 +621,15 @@ func subtypeOf(row *TideRow, st string) *TideSubtype {
 	return &TideSubtype{Subtype: st}
 }
 
-// tideTables lays out the report: Table 2's metrics overall; DEA per
-// sample type (TIDE's Table 3); chain-layer identification and ask rates
+// tideTables lays out a protocol's report: Table 2's metrics pooled over
+// their sample sets (this report's summary); DEA per sample type and drift
+// subtype (TIDE's Table 3); chain-layer identification and ask rates
 // (Table 13); drift handling with DRA per subtype (Table 14); DRR per
 // subtype; the f-protocol L2-IR extra; the episode counts and failures.
-func tideTables(subtypes []string) []tideTable {
+// Under tide-p the paper reports L2-IRp only: every other metric's
+// heading is marked (p) and the titles say the figures are the
+// p-protocol's (pMark).
+func tideTables(subtypes []string, protocol string) []tideTable {
 	group := func(g func(*TideRow) *TideGroup, m func(*TideGroup) TideSummary) func(*TideRow) TideSummary {
 		return func(row *TideRow) TideSummary { return m(g(row)) }
 	}
@@ -629,18 +645,20 @@ func tideTables(subtypes []string) []tideTable {
 	jir := func(g *TideGroup) TideSummary { return g.JIR }
 	drr := func(g *TideGroup) TideSummary { return g.DRR }
 	dra := func(g *TideGroup) TideSummary { return g.DRA }
-	bySubtype := func(label string, scope func(*TideSubtype) TideDrift, m func(TideDrift) TideSummary, all func(*TideRow) TideSummary) tideColGroup {
+	// bySubtype is one sample type's columns of a metric: one per drift
+	// subtype, then All, the sample type's own aggregate (as Tables 3 and
+	// 14: never pooled with the other sample type).
+	bySubtype := func(label, metric string, scope func(*TideSubtype) TideDrift, m func(TideDrift) TideSummary, all func(*TideRow) TideSummary) tideColGroup {
 		g := tideColGroup{label: label}
 		for _, st := range subtypes {
-			g.cols = append(g.cols, col(strings.ToUpper(st[:1])+st[1:], func(row *TideRow) TideSummary { return m(scope(subtypeOf(row, st))) }))
+			g.cols = append(g.cols, mcol(metric, strings.ToUpper(st[:1])+st[1:], func(row *TideRow) TideSummary { return m(scope(subtypeOf(row, st))) }))
 		}
-		if all != nil {
-			g.cols = append(g.cols, col("All", all))
-		}
+		g.cols = append(g.cols, mcol(metric, "All", all))
 		return g
 	}
 	drOnly := func(s *TideSubtype) TideDrift { return s.DriftOnly }
 	drJoint := func(s *TideSubtype) TideDrift { return s.Joint }
+	drDEA := func(d TideDrift) TideSummary { return d.DEA }
 	drDRA := func(d TideDrift) TideSummary { return d.DRA }
 	drDRR := func(d TideDrift) TideSummary { return d.DRR }
 	count := func(g func(*TideRow) *TideGroup) func(*TideRow) string {
@@ -652,45 +670,46 @@ func tideTables(subtypes []string) []tideTable {
 	counts := func(label string, i int) tideCol {
 		return tideCol{label: label, text: func(row *TideRow) string { return countCells(row.Counts)[i] }}
 	}
-	return []tideTable{
-		{id: "tide-overall", title: "TIDE-Bench metrics over their sample sets (Table 2)",
-			legend: "Each metric over every sample its definition covers: DEA and AR all samples; L1-IR, JIR (tide-f) and L2-IRp (tide-p) chain-only and joint samples; DRR and DRA drift-only and joint samples.",
+	tables := []tideTable{
+		{id: "tide-overall", title: "TIDE-Bench metrics pooled over their sample sets: this report's summary, not a table of the paper",
+			legend: "Each metric pooled over every sample its definition covers (Table 2's sample sets): DEA and AR all samples; L1-IR, JIR (tide-f) and L2-IRp (tide-p) chain-only and joint samples; DRR and DRA drift-only and joint samples. The paper reports each sample type on its own (the tables below); compare those with it.",
 			groups: []tideColGroup{{"", []tideCol{
 				{label: "Episodes", text: func(row *TideRow) string { return fmt.Sprint(row.Episodes) }},
-				col("DEA", group(overall, dea)), col("AR", group(overall, ar)),
-				col("L1-IR", group(overall, l1)), col("L2-IRp", group(overall, l2p)), col("JIR", group(overall, jir)),
-				col("DRR", group(overall, drr)), col("DRA", group(overall, dra)),
+				mcol("DEA", "DEA", group(overall, dea)), mcol("AR", "AR", group(overall, ar)),
+				mcol("L1-IR", "L1-IR", group(overall, l1)), mcol("L2-IRp", "L2-IRp", group(overall, l2p)), mcol("JIR", "JIR", group(overall, jir)),
+				mcol("DRR", "DRR", group(overall, drr)), mcol("DRA", "DRA", group(overall, dra)),
 			}}}},
-		{id: "tide-dea", title: "DEA by sample type (TIDE Table 3)",
-			legend: "Dialogue execution accuracy: every SQL of the trajectory matched its reference (one SQL on chain-only samples, two with a drift).",
-			groups: []tideColGroup{{"DEA", []tideCol{
-				col("Chain-only", group(chain, dea)), col("Drift-only", group(drift, dea)), col("Joint", group(joint, dea)), col("All", group(overall, dea)),
-			}}}},
-		{id: "tide-chain", title: "Chain-layer identification and ask rates (TIDE Table 13)",
+		{id: "tide-dea", title: "DEA by sample type and drift subtype", paper: "Table 3",
+			legend: "Dialogue execution accuracy: every SQL of the trajectory matched its reference (one SQL on chain-only samples, two with a drift). Drift-only and joint samples by drift subtype (TIDE's Algorithm 1: the task's drift_subtype); All: every sample of that type, as Table 3's All columns.",
+			groups: []tideColGroup{
+				{"", []tideCol{mcol("DEA", "Chain-only", group(chain, dea))}},
+				bySubtype("Drift-only", "DEA", drOnly, drDEA, group(drift, dea)),
+				bySubtype("Joint", "DEA", drJoint, drDEA, group(joint, dea)),
+			}},
+		{id: "tide-chain", title: "Chain-layer identification and ask rates", paper: "Table 13",
 			legend: "L1-IR and JIR are tide-f metrics, L2-IRp the tide-p one (L1 pre-filled): a run gives one protocol's columns, and the other protocol's run gives the rest. AR: the policy asked at least once.",
 			groups: []tideColGroup{
-				{"Chain-only", []tideCol{col("L1-IR", group(chain, l1)), col("L2-IRp", group(chain, l2p)), col("JIR", group(chain, jir)), col("AR", group(chain, ar))}},
-				{"Joint", []tideCol{col("L1-IR", group(joint, l1)), col("L2-IRp", group(joint, l2p)), col("JIR", group(joint, jir)), col("AR", group(joint, ar))}},
-				{"Drift-only", []tideCol{col("AR", group(drift, ar))}},
+				{"Chain-only", []tideCol{mcol("L1-IR", "L1-IR", group(chain, l1)), mcol("L2-IRp", "L2-IRp", group(chain, l2p)), mcol("JIR", "JIR", group(chain, jir)), mcol("AR", "AR", group(chain, ar))}},
+				{"Joint", []tideCol{mcol("L1-IR", "L1-IR", group(joint, l1)), mcol("L2-IRp", "L2-IRp", group(joint, l2p)), mcol("JIR", "JIR", group(joint, jir)), mcol("AR", "AR", group(joint, ar))}},
+				{"Drift-only", []tideCol{mcol("AR", "AR", group(drift, ar))}},
 			}},
-		{id: "tide-drift", title: "Drift handling: DRA by drift subtype, DRR (TIDE Table 14)",
+		{id: "tide-drift", title: "Drift handling: DRA by drift subtype, DRR", paper: "Table 14",
 			legend: "DRA: the policy's own two SQLs satisfy S(y1) ⊄ S(y2) (DRR) and the second SQL matched the post-drift reference. Subtypes from TIDE's Algorithm 1 (the task's drift_subtype).",
 			groups: []tideColGroup{
-				bySubtype("Drift-only DRA", drOnly, drDRA, group(drift, dra)),
-				bySubtype("Joint DRA", drJoint, drDRA, group(joint, dra)),
-				{"DRR", []tideCol{col("Drift-only", group(drift, drr)), col("Joint", group(joint, drr))}},
+				bySubtype("Drift-only DRA", "DRA", drOnly, drDRA, group(drift, dra)),
+				bySubtype("Joint DRA", "DRA", drJoint, drDRA, group(joint, dra)),
+				{"DRR", []tideCol{mcol("DRR", "Drift-only", group(drift, drr)), mcol("DRR", "Joint", group(joint, drr))}},
 			}},
-		{id: "tide-drr", title: "DRR by drift subtype",
-			legend: "Drift recognition alone (S(y1) ⊄ S(y2) on the policy's own SQLs), split as DRA above.",
+		{id: "tide-drr", title: "DRR by drift subtype: Table 14's DRR columns split as its DRA",
+			legend: "Drift recognition alone (S(y1) ⊄ S(y2) on the policy's own SQLs), per sample type and drift subtype; All: every sample of that type (Table 14's DRR columns).",
 			groups: []tideColGroup{
-				bySubtype("Drift-only DRR", drOnly, drDRR, nil),
-				bySubtype("Joint DRR", drJoint, drDRR, nil),
-				bySubtype("All DRR", func(s *TideSubtype) TideDrift { return s.All }, drDRR, nil),
+				bySubtype("Drift-only DRR", "DRR", drOnly, drDRR, group(drift, drr)),
+				bySubtype("Joint DRR", "DRR", drJoint, drDRR, group(joint, drr)),
 			}},
 		{id: "tide-l2f", title: "Extra, not in TIDE's Table 2: L2 identification under the f-protocol",
 			legend: "L2-IR (f): a question of the policy was routed to L2 under tide-f, where L1 must first be resolved by the policy's own questions. TIDE reports L2 identification under the p-protocol only (L2-IRp); this column is this report's addition.",
 			groups: []tideColGroup{{"L2-IR (f, extra)", []tideCol{
-				col("Chain-only", group(chain, l2f)), col("Joint", group(joint, l2f)), col("Chain-only and joint", group(overall, l2f)),
+				mcol("L2-IR (f)", "Chain-only", group(chain, l2f)), mcol("L2-IR (f)", "Joint", group(joint, l2f)),
 			}}}},
 		{id: "tide-episodes", title: "Episodes and those that did not complete",
 			legend: tideErrorsLegend,
@@ -702,6 +721,91 @@ func tideTables(subtypes []string) []tideTable {
 					{label: "Chain-only", text: count(chain)}, {label: "Drift-only", text: count(drift)}, {label: "Joint", text: count(joint)},
 				}},
 			}},
+	}
+	out := tables[:0]
+	for _, t := range tables {
+		if protocol == TideP && t.id == "tide-l2f" {
+			continue // an f-protocol figure only: every cell would be empty
+		}
+		t.title = t.fullTitle(protocol)
+		if protocol == TideP {
+			t.pMark()
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// tidePOnly is the one metric TIDE reports under the p-protocol (Table 2:
+// "L2-IRp uses the p-protocol (§ 4.1); all other metrics use the
+// f-protocol instead").
+const tidePOnly = "L2-IRp"
+
+// pMarkSuffix marks the heading of a p-protocol figure the paper reports
+// under the f-protocol.
+const pMarkSuffix = " (p)"
+
+// tidePCaveat is the caveat of a tide-p report.
+const tidePCaveat = "tide-p: the paper reports only L2-IRp under the p-protocol (Table 2, Table 13, Figure 3a). Every other figure of a tide-p run (DEA, AR, DRR, DRA; headings marked (p)) is a p-protocol figure, with L1 pre-filled, and is not comparable with the paper's Tables 3, 13 and 14, which report them under the f-protocol: run eval --protocol tide-f for those."
+
+// fullTitle is a table's title with its paper reference ("(TIDE Table
+// N)") and, under tide-p, which of its figures are the paper's.
+func (t *tideTable) fullTitle(protocol string) string {
+	ref := ""
+	if t.paper != "" {
+		ref = "TIDE " + t.paper
+	}
+	switch {
+	case protocol != TideP || !t.hasMetric(func(m string) bool { return pMarked(m) }):
+		if ref == "" {
+			return t.title
+		}
+		return t.title + " (" + ref + ")"
+	case t.hasMetric(func(m string) bool { return m == tidePOnly }):
+		if ref != "" {
+			ref += ": L2-IRp; "
+		}
+		return t.title + " (" + ref + "the columns marked (p) are p-protocol figures)"
+	case ref != "":
+		return t.title + " (p-protocol figures; " + ref + " reports the f-protocol)"
+	}
+	return t.title + " (p-protocol figures)"
+}
+
+// pMarked reports whether a column of metric m is marked under tide-p.
+func pMarked(m string) bool { return m != "" && m != tidePOnly }
+
+func (t *tideTable) hasMetric(match func(string) bool) bool {
+	for _, g := range t.groups {
+		for _, c := range g.cols {
+			if match(c.metric) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pMark marks the headings of every metric but L2-IRp as p-protocol
+// figures: a group's label when its columns (two or more) are all one such
+// metric, else each such column's label.
+func (t *tideTable) pMark() {
+	marked := func(c tideCol) bool { return pMarked(c.metric) }
+	for gi := range t.groups {
+		g := &t.groups[gi]
+		whole := g.label != "" && len(g.cols) > 1
+		for _, c := range g.cols {
+			whole = whole && marked(c) && c.metric == g.cols[0].metric
+		}
+		if whole {
+			g.label += pMarkSuffix
+			continue
+		}
+		for ci := range g.cols {
+			if marked(g.cols[ci]) {
+				g.cols[ci].label += pMarkSuffix
+			}
+		}
 	}
 }
 
@@ -723,7 +827,7 @@ func tideMeta(r *Report) string {
 	t := r.Tide
 	mode := "tide-f (TIDE-Bench f-protocol: the dialogue starts from the request)"
 	if t.Protocol == TideP {
-		mode = "tide-p (TIDE-Bench p-protocol: L1 question and answer pre-filled; chain-only and joint samples)"
+		mode = "tide-p (TIDE-Bench p-protocol: L1 question and answer pre-filled; chain-only and joint samples; the paper reports only L2-IRp under it, the other figures are p-protocol figures, marked (p))"
 	}
 	asker := ""
 	if t.Asker != "" {
@@ -777,8 +881,10 @@ func (t *tideTable) flatHeader() []string {
 	return h
 }
 
-// writeTideMarkdown writes the TIDE reports' tables (rows: each report's
-// oracles and conditions, tide-f before tide-p).
+// writeTideMarkdown writes the TIDE reports' tables, tide-f's before
+// tide-p's: each protocol has its own tables, as the headings differ (under
+// tide-p every metric but L2-IRp is marked a p-protocol figure, after the
+// caveat); rows are each report's oracles and conditions.
 func writeTideMarkdown(b *strings.Builder, rs []*Report) {
 	rs = slices.Clone(rs)
 	slices.SortStableFunc(rs, func(x, y *Report) int { return strings.Compare(x.Tide.Protocol, y.Tide.Protocol) })
@@ -787,7 +893,25 @@ func writeTideMarkdown(b *strings.Builder, rs []*Report) {
 		b.WriteString("- " + tideMeta(r) + "\n")
 	}
 	b.WriteString("\n" + tideLegend + "\n")
-	for _, t := range tideTables(tideSubtypes(rs)) {
+	for lo := 0; lo < len(rs); {
+		hi := lo + 1
+		for hi < len(rs) && rs[hi].Tide.Protocol == rs[lo].Tide.Protocol {
+			hi++
+		}
+		writeTideProtocol(b, rs[lo:hi], rs[lo].Tide.Protocol)
+		lo = hi
+	}
+	for _, r := range rs {
+		writeGroupSignal(b, r)
+	}
+}
+
+// writeTideProtocol writes the tables of one protocol's reports.
+func writeTideProtocol(b *strings.Builder, rs []*Report, protocol string) {
+	if protocol == TideP {
+		b.WriteString("\n**" + tidePCaveat + "**\n")
+	}
+	for _, t := range tideTables(tideSubtypes(rs), protocol) {
 		var n notes
 		b.WriteString("\n### " + t.title + "\n\n" + t.legend + "\n\n")
 		h := t.flatHeader()
@@ -811,9 +935,6 @@ func writeTideMarkdown(b *strings.Builder, rs []*Report) {
 		}
 		n.markdown(b)
 	}
-	for _, r := range rs {
-		writeGroupSignal(b, r)
-	}
 }
 
 // writeTideHTML writes the body of a TIDE report: a chart of the headline
@@ -823,8 +944,9 @@ func writeTideHTML(b *strings.Builder, r *Report) {
 	fmt.Fprintf(b, "<p class=\"meta\">%s.</p>\n", esc(tideMeta(r)))
 	t := r.Tide
 	third, thirdName := func(row *TideRow) TideSummary { return row.Overall.L1IR }, "L1-IR"
+	mark := ""
 	if t.Protocol == TideP {
-		third, thirdName = func(row *TideRow) TideSummary { return row.Overall.L2IRp }, "L2-IRp"
+		third, thirdName, mark = func(row *TideRow) TideSummary { return row.Overall.L2IRp }, "L2-IRp", pMarkSuffix
 	}
 	groups := make([]string, len(t.Rows))
 	vals := make([][]Summary, len(t.Rows))
@@ -838,11 +960,14 @@ func writeTideHTML(b *strings.Builder, r *Report) {
 		vals[i] = []Summary{row.Overall.DEA.Summary, row.Overall.AR.Summary, third(row).Summary, row.Overall.DRA.Summary}
 	}
 	b.WriteString("<h2>Charts</h2>\n<div class=\"charts\">\n")
-	writeChart(b, "tide", "DEA and AR over all samples, "+thirdName+" over chain-only and joint samples, DRA over drift-only and joint samples (%); whiskers: 95% anchor-cluster bootstrap interval.",
-		groups, []string{"DEA", "AR", thirdName, "DRA"}, vals, nil, false)
+	writeChart(b, "tide", "DEA and AR over all samples, "+thirdName+" over chain-only and joint samples, DRA over drift-only and joint samples, each pooled (%); whiskers: 95% anchor-cluster bootstrap interval.",
+		groups, []string{"DEA" + mark, "AR" + mark, thirdName, "DRA" + mark}, vals, nil, false)
 	b.WriteString("</div>\n")
+	if t.Protocol == TideP {
+		b.WriteString("<p class=\"meta caveat\"><strong>" + esc(tidePCaveat) + "</strong></p>\n")
+	}
 	b.WriteString("<p class=\"meta\">" + esc(tideLegend) + "</p>\n")
-	for _, tb := range tideTables(tideSubtypes([]*Report{r})) {
+	for _, tb := range tideTables(tideSubtypes([]*Report{r}), t.Protocol) {
 		b.WriteString("<h2>" + esc(tb.title) + "</h2>\n<p class=\"meta\">" + esc(tb.legend) + "</p>\n")
 		writeTideHTMLTable(b, &tb, r)
 	}

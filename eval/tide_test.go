@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"html"
 	"io"
 	"math"
 	"strings"
@@ -168,6 +169,15 @@ func TestTideMetricsF(t *testing.T) {
 	wantRate(t, "constraint joint DRR", c.Joint.DRR, 0, 1)
 	wantRate(t, "constraint DRR", c.All.DRR, 0, 2)
 	wantEmpty(t, "projection DRA", p.All.DRA, "no episode on a drift-only or joint sample with a projection drift")
+	// DEA by drift subtype (Table 3's Value/Constraint/Projection columns):
+	// over the drift samples of the subtype only (no chain-only sample has
+	// a drift), the joint ERROR a failure.
+	wantRate(t, "value drift-only DEA", v.DriftOnly.DEA, 1, 1)
+	wantRate(t, "value joint DEA", v.Joint.DEA, 0, 1)
+	wantRate(t, "constraint drift-only DEA", c.DriftOnly.DEA, 0, 1)
+	wantRate(t, "constraint joint DEA (ERROR)", c.Joint.DEA, 0, 1)
+	wantRate(t, "value DEA, both sample types", v.All.DEA, 0.5, 2)
+	wantEmpty(t, "projection joint DEA", p.Joint.DEA, "no episode on a joint sample with a projection drift")
 	if p.All.DRA.N != 0 || v.All.DRA.Clusters != 1 || !strings.Contains(v.All.DRA.Warning, "1 anchor cluster") {
 		t.Errorf("projection n %d; value DRA clusters %d, warning %q", p.All.DRA.N, v.All.DRA.Clusters, v.All.DRA.Warning)
 	}
@@ -317,15 +327,21 @@ func TestTideReports(t *testing.T) {
 		"## TIDE-Bench: chain ambiguity and intent drift",
 		"- tide: protocol tide-f (TIDE-Bench f-protocol",
 		"6 task(s) evaluated (2 chain-only, 2 drift-only, 2 joint) in 2 anchor cluster(s)",
-		"### TIDE-Bench metrics over their sample sets (Table 2)",
+		"### TIDE-Bench metrics pooled over their sample sets: this report's summary, not a table of the paper",
 		"| Corpus | Protocol | Oracle | Condition | Episodes | DEA | AR | L1-IR | L2-IRp | JIR | DRR | DRA |",
-		"### DEA by sample type (TIDE Table 3)",
-		"| Corpus | Protocol | Oracle | Condition | DEA Chain-only | DEA Drift-only | DEA Joint | DEA All |",
+		"### DEA by sample type and drift subtype (TIDE Table 3)",
+		// Table 3's layout: All per sample type, never pooled.
+		"| Corpus | Protocol | Oracle | Condition | Chain-only | Drift-only Value | Drift-only Constraint | Drift-only Projection | Drift-only All | Joint Value | Joint Constraint | Joint Projection | Joint All |",
+		// tide-f's DEA row: chain-only 50, drift-only value 100, constraint
+		// 0, projection none, All 50; joint value 0, constraint 0 (ERROR).
+		"| tide | tide-f | deterministic | asker (chain-aware) | 50.0 [",
 		"### Chain-layer identification and ask rates (TIDE Table 13)",
 		"| Corpus | Protocol | Oracle | Condition | Chain-only L1-IR | Chain-only L2-IRp | Chain-only JIR | Chain-only AR | Joint L1-IR | Joint L2-IRp | Joint JIR | Joint AR | Drift-only AR |",
 		"### Drift handling: DRA by drift subtype, DRR (TIDE Table 14)",
 		"| Corpus | Protocol | Oracle | Condition | Drift-only DRA Value | Drift-only DRA Constraint | Drift-only DRA Projection | Drift-only DRA All | Joint DRA Value | Joint DRA Constraint | Joint DRA Projection | Joint DRA All | DRR Drift-only | DRR Joint |",
-		"### DRR by drift subtype",
+		"### DRR by drift subtype: Table 14's DRR columns split as its DRA",
+		"### DRR by drift subtype: Table 14's DRR columns split as its DRA (p-protocol figures)",
+		"| Corpus | Protocol | Oracle | Condition | Drift-only DRR Value | Drift-only DRR Constraint | Drift-only DRR Projection | Drift-only DRR All | Joint DRR Value | Joint DRR Constraint | Joint DRR Projection | Joint DRR All |",
 		"### Extra, not in TIDE's Table 2: L2 identification under the f-protocol",
 		"### Episodes and those that did not complete",
 		"| tide | tide-f | deterministic | asker (chain-aware) | 6 | 33.3 [",
@@ -335,7 +351,18 @@ func TestTideReports(t *testing.T) {
 		"2 (1 not completed)",
 		"| Corpus | Protocol | Oracle | Condition | Episodes | Completed | ERROR | Asker failed | Call failed | Episodes (not completed) by sample type Chain-only | Episodes (not completed) by sample type Drift-only | Episodes (not completed) by sample type Joint |",
 		"| tide | tide-f | deterministic | asker (chain-aware) | 6 | 5 | 1 | 0 | 0 | 2 (0 not completed) | 2 (0 not completed) | 2 (1 not completed) |",
-		"| Corpus | Protocol | Oracle | Condition | L2-IR (f, extra) Chain-only | L2-IR (f, extra) Joint | L2-IR (f, extra) Chain-only and joint |",
+		"| Corpus | Protocol | Oracle | Condition | L2-IR (f, extra) Chain-only | L2-IR (f, extra) Joint |",
+		// tide-p: the caveat, L2-IRp under the paper's heading, every other
+		// metric marked a p-protocol figure.
+		"**" + tidePCaveat + "**",
+		"the paper reports only L2-IRp under it, the other figures are p-protocol figures, marked (p)",
+		"### DEA by sample type and drift subtype (p-protocol figures; TIDE Table 3 reports the f-protocol)",
+		"| Corpus | Protocol | Oracle | Condition | Chain-only (p) | Drift-only (p) Value | Drift-only (p) Constraint | Drift-only (p) Projection | Drift-only (p) All | Joint (p) Value |",
+		"### Chain-layer identification and ask rates (TIDE Table 13: L2-IRp; the columns marked (p) are p-protocol figures)",
+		"| Corpus | Protocol | Oracle | Condition | Chain-only L1-IR (p) | Chain-only L2-IRp | Chain-only JIR (p) | Chain-only AR (p) | Joint L1-IR (p) | Joint L2-IRp | Joint JIR (p) | Joint AR (p) | Drift-only AR (p) |",
+		"### Drift handling: DRA by drift subtype, DRR (p-protocol figures; TIDE Table 14 reports the f-protocol)",
+		"| Corpus | Protocol | Oracle | Condition | Drift-only DRA (p) Value |",
+		"| Corpus | Protocol | Oracle | Condition | Episodes | DEA (p) | AR (p) | L1-IR (p) | L2-IRp | JIR (p) | DRR (p) | DRA (p) |",
 		"counts in every table above as a failure (0)",
 		"is measured under tide-p (L1 pre-filled): run eval --protocol tide-p",
 	} {
@@ -346,6 +373,7 @@ func TestTideReports(t *testing.T) {
 	if strings.Index(out, "| tide | tide-f |") > strings.Index(out, "| tide | tide-p |") {
 		t.Error("tide-f rows should come before tide-p rows")
 	}
+	checkTideProtocolSplit(t, out)
 	if t.Failed() {
 		t.Log(out)
 	}
@@ -354,29 +382,7 @@ func TestTideReports(t *testing.T) {
 	if err := f.WriteHTML(&h); err != nil {
 		t.Fatal(err)
 	}
-	dec := xml.NewDecoder(bytes.NewReader(h.Bytes()))
-	dec.Strict = true
-	ids := map[string]bool{}
-	colspans := 0
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("HTML not well-formed: %v", err)
-		}
-		if el, ok := tok.(xml.StartElement); ok {
-			for _, a := range el.Attr {
-				switch a.Name.Local {
-				case "id":
-					ids[a.Value] = true
-				case "colspan":
-					colspans++
-				}
-			}
-		}
-	}
+	ids, colspans := htmlAttrs(t, h.Bytes())
 	for _, id := range []string{"chart-tide", "tide-overall", "tide-dea", "tide-chain", "tide-drift", "tide-drr", "tide-l2f", "tide-episodes", "tide-chain-notes"} {
 		if !ids[id] {
 			t.Errorf("HTML has no #%s", id)
@@ -384,6 +390,7 @@ func TestTideReports(t *testing.T) {
 	}
 	hs := h.String()
 	for _, want := range []string{"Chain-layer identification and ask rates (TIDE Table 13)", "Drift-only DRA", "<th colspan=\"4\" style=\"text-align: center\">Chain-only</th>",
+		"<th colspan=\"4\" style=\"text-align: center\">Joint</th>",
 		"(n = 6)", "L2-IR (f, extra)", "Episodes and those that did not complete"} {
 		if !strings.Contains(hs, want) {
 			t.Errorf("HTML lacks %q", want)
@@ -392,6 +399,10 @@ func TestTideReports(t *testing.T) {
 	if colspans < 6 {
 		t.Errorf("%d grouped headers", colspans)
 	}
+	if strings.Contains(hs, pMarkSuffix+"<") || strings.Contains(hs, "caveat") {
+		t.Error("the tide-f HTML marks p-protocol figures")
+	}
+	checkTidePHTML(t, p)
 
 	var js bytes.Buffer
 	if err := f.WriteJSON(&js); err != nil {
@@ -418,6 +429,76 @@ func TestTideReports(t *testing.T) {
 		cell(ch, "drr")["reason"] == nil || ov["sample_type"] != "all" || ch["episodes"] != 2.0 {
 		t.Errorf("JSON cells: dea %v, l2_ir_p %v, chain-only drr %v", ov["dea"], ov["l2_ir_p"], ch["drr"])
 	}
+}
+
+// htmlAttrs checks that b is well-formed and returns its elements' ids and
+// the number of colspan attributes.
+func htmlAttrs(t *testing.T, b []byte) (map[string]bool, int) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(b))
+	dec.Strict = true
+	ids := map[string]bool{}
+	colspans := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return ids, colspans
+		}
+		if err != nil {
+			t.Fatalf("HTML not well-formed: %v", err)
+		}
+		if el, ok := tok.(xml.StartElement); ok {
+			for _, a := range el.Attr {
+				switch a.Name.Local {
+				case "id":
+					ids[a.Value] = true
+				case "colspan":
+					colspans++
+				}
+			}
+		}
+	}
+}
+
+// checkTideProtocolSplit: the tide-f tables carry no p mark and no tide-p
+// row; the tide-p tables follow the caveat and carry no tide-f row; no
+// table pools sample types under an "All" column (Table 3's old pooled
+// "DEA All" is gone), and tide-p has no f-protocol extra.
+func checkTideProtocolSplit(t *testing.T, out string) {
+	t.Helper()
+	caveat := strings.Index(out, tidePCaveat)
+	if caveat < 0 {
+		t.Fatal("no tide-p caveat")
+	}
+	fPart, pPart := out[:caveat], out[caveat:]
+	if strings.Contains(fPart, pMarkSuffix+" ") || strings.Contains(fPart, "| tide | tide-p |") || strings.Contains(pPart, "| tide | tide-f |") {
+		t.Error("the tide-f and tide-p tables are mixed")
+	}
+	if strings.Contains(out, "DEA All") || strings.Contains(out, "All DRR") || strings.Contains(pPart, "L2-IR (f, extra)") {
+		t.Error("a pooled column or the f extra under tide-p is still reported")
+	}
+}
+
+// checkTidePHTML: the tide-p HTML has the caveat, and the chart's and
+// tables' headings marked but L2-IRp's.
+func checkTidePHTML(t *testing.T, p *Report) {
+	t.Helper()
+	var ph bytes.Buffer
+	if err := p.WriteHTML(&ph); err != nil {
+		t.Fatal(err)
+	}
+	phs := ph.String()
+	for _, want := range []string{"<strong>" + html.EscapeString(tidePCaveat) + "</strong>", "DEA (p)", ">L2-IRp</th>", ">AR (p)</th>",
+		"<th colspan=\"4\" style=\"text-align: center\">Drift-only DRA (p)</th>",
+		"Chain-layer identification and ask rates (TIDE Table 13: L2-IRp; the columns marked (p) are p-protocol figures)"} {
+		if !strings.Contains(phs, want) {
+			t.Errorf("tide-p HTML lacks %q", want)
+		}
+	}
+	if strings.Contains(phs, "L2-IRp (p)") || strings.Contains(phs, "tide-l2f") {
+		t.Error("tide-p HTML marks L2-IRp or shows the f-protocol extra")
+	}
+
 }
 
 // TestTideConfig: what a TIDE run refuses before calling the server, and

@@ -193,6 +193,8 @@ func Import(ctx context.Context, opt Options) (*Summary, error) {
 	}
 	im.checkAnchors(samples)
 	dbs := im.checkDatabases(ctx, samples)
+	im.checkTies(ctx, samples, dbs)
+	im.checkTies(ctx, samples, dbs)
 	if err := im.fail(); err != nil {
 		return nil, err
 	}

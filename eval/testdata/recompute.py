@@ -41,9 +41,20 @@ Definitions (PROTOCOL.md §6, AmbiTab §C.2-C.3):
     weighted denominator is 0); the resample's value is the mean over its
     defined seeds; the interval is the type-7 2.5%/97.5% quantile.
 
+TIDE (--tide tide-f|tide-p; PROTOCOL.md §9, TIDE-Bench Table 2, Tables 3,
+13 and 14): DEA the reward; AR asked; L1-IR, JIR (tide-f) and L2-IRp
+(tide-p) on chain-only and joint samples; DRR and DRA on drift-only and
+joint samples; each per sample type and pooled over its types, and DEA,
+DRR and DRA per drift subtype within drift-only samples, joint samples and
+both. A metric of the other protocol, or whose types the cell excludes, is
+undefined; an episode that did not complete counts 0; a scored episode
+without the component is left out. Resampling unit: the anchor cluster
+(the episode's cluster, else its AVT); n counts the eligible episodes.
+
 Usage:
   recompute.py EPISODES.jsonl [--resamples N] [--bootstrap-seed S]
       [--reference NAME] [--hybrid NAME] [--hybrid-of JSON]
+  recompute.py EPISODES.jsonl --tide tide-f|tide-p [--resamples N] [--bootstrap-seed S]
   recompute.py --self-test     (checks the PCG against Go's published vector)
 
 Python 3.11, standard library only.
@@ -467,6 +478,147 @@ def analyze(eps: list[dict], resamples: int, boot_seed: int, reference: str,
     return {"seeds": seeds, "avts": len(avts), "donor_components": ncomp, "rows": out_rows}
 
 
+
+# TIDE-Bench (PROTOCOL.md §9; TIDE Table 2): each metric a proportion over
+# the samples of the types its definition covers, per sample type and, for
+# DEA, DRR and DRA, per drift subtype within drift-only and joint samples
+# (Tables 3 and 14). The resampling unit is the anchor cluster.
+
+TIDE_TYPES = ["chain_only", "drift_only", "joint"]
+TIDE_CJ = ["chain_only", "joint"]
+TIDE_DJ = ["drift_only", "joint"]
+TIDE_SUBTYPES = ["value", "constraint", "projection"]
+
+
+def indicator(e: dict, field: str):
+    v = e.get(field)
+    if v is None:
+        return None
+    return 1.0 if v > 0 else 0.0
+
+
+def tide_jir(e: dict):
+    a, b = indicator(e, "l1_identified"), indicator(e, "l2_identified")
+    return None if a is None or b is None else a * b
+
+
+def tide_dra(e: dict):
+    a, b = indicator(e, "drift_recognized"), indicator(e, "sql2")
+    return None if a is None or b is None else a * b
+
+
+# (JSON field, sample types, protocol ("" both), value of a scored episode)
+TIDE_METRICS = [
+    ("dea", TIDE_TYPES, "", lambda e: None if e.get("reward") is None else float(e["reward"])),
+    ("ar", TIDE_TYPES, "", lambda e: indicator(e, "asked")),
+    ("l1_ir", TIDE_CJ, "tide-f", lambda e: indicator(e, "l1_identified")),
+    ("jir", TIDE_CJ, "tide-f", tide_jir),
+    ("l2_ir_p", TIDE_CJ, "tide-p", lambda e: indicator(e, "l2_identified")),
+    ("l2_ir_f", TIDE_CJ, "tide-f", lambda e: indicator(e, "l2_identified")),
+    ("drr", TIDE_DJ, "", lambda e: indicator(e, "drift_recognized")),
+    ("dra", TIDE_DJ, "", tide_dra),
+]
+TIDE_DRIFT_METRICS = [m for m in TIDE_METRICS if m[0] in ("dea", "drr", "dra")]
+
+# A TideRow's groups and a TideSubtype's scopes: JSON field, sample types.
+TIDE_GROUPS = [("overall", TIDE_TYPES), ("chain_only", ["chain_only"]),
+               ("drift_only", ["drift_only"]), ("joint", ["joint"])]
+TIDE_SCOPES = [("drift_only", ["drift_only"]), ("joint", ["joint"]), ("all", TIDE_DJ)]
+
+
+def analyze_tide(eps: list[dict], protocol: str, resamples: int, boot_seed: int) -> dict:
+    seeds = sorted({int(e["seed"]) for e in eps})
+    seed_idx = {s: i for i, s in enumerate(seeds)}
+    ns = len(seeds)
+    unit_of = lambda e: e.get("cluster") or e["avt_id"]  # noqa: E731
+    units = sorted({unit_of(e) for e in eps})
+    unit_idx = {u: i for i, u in enumerate(units)}
+    oracles = oracle_order({e["oracle"] for e in eps})
+    by_run: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for e in eps:
+        by_run[(e["oracle"], e["condition"])].append(e)
+
+    def spec(o: str, cond: str, metric, types, subtype: str):
+        name, mtypes, mproto, value = metric
+        eligible = [t for t in types if t in mtypes]
+        s = Sums(ns)
+        for e in by_run[(o, cond)]:
+            if e.get("sample_type") not in eligible:
+                continue
+            if subtype and e.get("drift_subtype") != subtype:
+                continue
+            v = 0.0 if not is_scored(e) else value(e)
+            if v is None:
+                continue
+            s.add(seed_idx[int(e["seed"])], unit_idx[unit_of(e)], v)
+        defined = bool(eligible) and not (mproto and mproto != protocol) and not (
+            protocol == "tide-p" and not any(t in eligible for t in TIDE_CJ))
+        n = sum(int(c) for d in s.by_seed for (_, c) in d.values())
+        return {"metric": Metric([(s, 1)]), "defined": defined, "n": n}
+
+    rows, cells = [], []
+    for o in oracles:
+        for cond in ("none", "asker", "full", "full_adv", "none_adv", "asker_spec"):
+            if not by_run.get((o, cond)):
+                continue
+            row = {"oracle": o, "condition": cond}
+            for g, types in TIDE_GROUPS:
+                row[g] = {}
+                for m in TIDE_METRICS:
+                    c = spec(o, cond, m, types, "")
+                    row[g][m[0]] = c
+                    cells.append(c)
+            row["drift_subtypes"] = []
+            for st in TIDE_SUBTYPES:
+                sub = {"subtype": st}
+                for sc, types in TIDE_SCOPES:
+                    sub[sc] = {}
+                    for m in TIDE_DRIFT_METRICS:
+                        c = spec(o, cond, m, types, st)
+                        sub[sc][m[0]] = c
+                        cells.append(c)
+                row["drift_subtypes"].append(sub)
+            rows.append(row)
+
+    for c in cells:
+        m = c["metric"]
+        vals = m.seed_values(ns, None) if c["defined"] else []
+        s = {"mean": None, "sd": None, "lo": None, "hi": None, "seeds": len(vals),
+             "clusters": m.clusters(), "n": c["n"]}
+        if vals:
+            mean = sum(vals) / len(vals)
+            s["mean"] = mean
+            if len(vals) >= 2:
+                s["sd"] = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        c["summary"] = s
+        c["boot"] = []
+    for r in range(resamples):
+        w = [0.0] * len(units)
+        rng = GoRand(PCG(boot_seed, r))
+        for _ in range(len(units)):
+            w[rng.intn(len(units))] += 1
+        for c in cells:
+            if c["summary"]["mean"] is None:
+                continue
+            vals = c["metric"].seed_values(ns, w)
+            if vals:
+                c["boot"].append(sum(vals) / len(vals))
+    for c in cells:
+        if c["boot"]:
+            xs = sorted(c["boot"])
+            c["summary"]["lo"] = quantile7(xs, 0.025)
+            c["summary"]["hi"] = quantile7(xs, 0.975)
+
+    def out(x):
+        if isinstance(x, dict) and "summary" in x:
+            return x["summary"]
+        if isinstance(x, dict):
+            return {k: out(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [out(v) for v in x]
+        return x
+    return {"protocol": protocol, "clusters": len(units), "rows": out(rows)}
+
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("episodes", nargs="?")
@@ -475,6 +627,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--reference", default="deterministic")
     p.add_argument("--hybrid", default="hybrid")
     p.add_argument("--hybrid-of", default="{}", help="JSON object: oracle -> its hybrid")
+    p.add_argument("--tide", choices=["tide-f", "tide-p"], help="recompute a TIDE run's report (its protocol)")
     p.add_argument("--self-test", action="store_true")
     a = p.parse_args(argv)
     if a.self_test:
@@ -489,6 +642,11 @@ def main(argv: list[str]) -> None:
     eps = read_episodes(a.episodes)
     if not eps:
         sys.exit("no episodes")
+    if a.tide:
+        out = {"tide": analyze_tide(eps, a.tide, a.resamples, a.bootstrap_seed & M64)}
+        json.dump(out, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+        return
     out = analyze(eps, a.resamples, a.bootstrap_seed & M64, a.reference, a.hybrid,
                   json.loads(a.hybrid_of))
     json.dump(out, sys.stdout, indent=1, allow_nan=False)
