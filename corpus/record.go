@@ -151,7 +151,9 @@ type Ambiguity struct {
 	// AlternativeSQL is a valid SQL under another reading of this
 	// ambiguity (TIDE's l1_alt_sql / l2_alt_sql; a verification asset, for
 	// `corpus check`: it must run and give a result different from the
-	// reference's). Never shown to an oracle.
+	// reference's). Never shown to an oracle; the oracle compares its
+	// segments with the reference's to find the one segment a chain's
+	// second layer decides (oracle.ChainDetail, TIDE's early-L2 LOC answer).
 	AlternativeSQL string `json:"alternative_sql,omitempty"`
 	// KnowledgeID names the knowledge entry of the database that this
 	// ambiguity masks (kind knowledge only): it is removed from the

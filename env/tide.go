@@ -2,10 +2,14 @@ package env
 
 import (
 	"context"
+	"runtime"
+	"sync"
+	"weak"
 
 	"avtgym/corpus"
 	"avtgym/env/internal/statepb"
 	"avtgym/internal/cache"
+	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 	"avtgym/reward"
 	"avtgym/sqlcommit"
@@ -30,8 +34,12 @@ import (
 //     second is an abstention that ends the episode (TERMINATED, unsolved).
 //     A stop is an abstention too.
 //   - Questions are answered by the episode's oracle under the chain rule
-//     (oracle.ChainMatch: L2 is credited only once L1 has been), and each
-//     question's routing is reported in the privileged channel.
+//     (oracle.ChainMatch: L2 is credited only once L1 has been; an L2
+//     question while L1 is open is answered as LOC, a detail of the
+//     reference, with no credit), and each question's routing is reported
+//     in the privileged channel. After the drift turn the oracle answers
+//     about the post-drift record (tide.record), before it about the
+//     anchor.
 //   - TIDE_P pre-fills the history at reset with the annotated question of
 //     the chain's first layer (ROLE_PREFILLED) and its resolution; the
 //     layer counts as resolved for the oracle, but the question is not the
@@ -189,7 +197,7 @@ func (r tide) apply(ctx context.Context, ep *episode, a *pb.Action) error {
 	case *pb.Action_Ask_:
 		ts.UnparsedInRow = 0
 		ts.TurnsUsed++
-		if err := ep.ask(ctx, k.Ask.GetText(), ep.task.Record, 0); err != nil {
+		if err := ep.ask(ctx, k.Ask.GetText(), r.record(ep.task, ts), 0); err != nil {
 			return err
 		}
 	case *pb.Action_SubmitSql_:
@@ -220,6 +228,42 @@ func (r tide) apply(ctx context.Context, ep *episode, a *pb.Action) error {
 		st.Status = pb.EpisodeStatus_EPISODE_STATUS_TRUNCATED
 	}
 	return nil
+}
+
+// record is the record the oracle answers about (BIRD's counterpart is
+// bird.ask): the task's until the drift turn, then its post-drift record
+// (oracle.PostDriftRecord: the post-drift reference, which every oracle's
+// stages read, and the request followed by the drift utterance), so that
+// no answer after the drift is built from the pre-drift SQL (issue 28; the
+// paper's simulator reads the current ground truth). The dialogue is the
+// episode's whole: credits given before the drift still count, and the
+// chain rule still reads them.
+func (tide) record(t *corpus.Task, ts *statepb.TideState) *corpus.Record {
+	if !ts.GetDriftInjected() || t.Drift == nil {
+		return t.Record
+	}
+	return postDriftRecord(t)
+}
+
+// postDriftRecords caches each drift task's post-drift record, built once
+// per task on its first post-drift question, weakly (the entry goes with
+// the task): the oracles cache by record pointer (compiled phrases, clause
+// segments), so every question of every episode on the task must get the
+// same record.
+var postDriftRecords sync.Map // weak.Pointer[corpus.Task] → *corpus.Record
+
+func postDriftRecord(t *corpus.Task) *corpus.Record {
+	key := weak.Make(t)
+	if v, ok := postDriftRecords.Load(key); ok {
+		return v.(*corpus.Record)
+	}
+	v, loaded := postDriftRecords.LoadOrStore(key, oracle.PostDriftRecord(t.Record))
+	if !loaded {
+		// The record holds no reference to t, so t can be collected; the
+		// cleanup then drops its entry.
+		runtime.AddCleanup(t, func(k weak.Pointer[corpus.Task]) { postDriftRecords.Delete(k) }, key)
+	}
+	return v.(*corpus.Record)
 }
 
 // abstain ends a TIDE episode unsolved: the SQLs not yet submitted fail.

@@ -343,7 +343,20 @@ func (r *DeterministicResponder) Respond(ctx context.Context, rec *corpus.Record
 // DeterministicResponder value and overrides Respond (the leaky test
 // oracle of package oracletest) does not inherit it, so AskWith keeps
 // calling that Respond.
-func (r *DeterministicResponder) RespondWith(_ context.Context, rec *corpus.Record, _ []Turn, _ string, m Match, opt AskOptions) (Reply, error) {
+//
+// A chained ambiguity asked before the one it depends on (TIDE's early
+// L2, routed as LOC: an unlabeled action whose segment is the detail of a
+// chained ambiguity still open in history, chainSegment) is answered with
+// the action's segment, the SQL-level detail of the reference that settles
+// it (ChainDetail), without a credit: a fixed responder has no words for a
+// detail the record localises only in SQL. Other unlabeled actions are
+// refused, as before.
+func (r *DeterministicResponder) RespondWith(_ context.Context, rec *corpus.Record, history []Turn, _ string, m Match, opt AskOptions) (Reply, error) {
+	if rec != nil && len(m.Credits) == 0 && m.Action.Kind == ActionUnlabeled {
+		if d := strings.TrimSpace(m.Action.Arg); d != "" && chainSegment(rec, d, openChained(rec, history)) {
+			return Reply{Text: d}, nil
+		}
+	}
 	return r.replyWith(rec, m.Credits, opt.Bird)
 }
 

@@ -179,6 +179,12 @@ func Hybrid(llmMatcher Matcher) Oracle {
 	return Oracle{Matcher: llmMatcher, Responder: NewDeterministicResponder()}
 }
 
+// AnswersLOC reports whether the matcher can route a question as
+// unlabeled (locAnswerer): the unfiltered one, which sees the reference's
+// segments; not the scoped one, which sees no SQL (a chained ambiguity
+// asked early is unanswerable() there).
+func (l *LLM) AnswersLOC() bool { return !l.opt.Scoped }
+
 // variant names the oracle's variant.
 func (l *LLM) variant() string {
 	if l.opt.Scoped {
@@ -299,7 +305,7 @@ func (l *LLM) keyFor(rec *corpus.Record, bird bool) string {
 }
 
 // promptVersion is LLMPromptVersion, with the Version label after it when
-// that differs ("llm-oracle/3+v1").
+// that differs ("llm-oracle/4+v1").
 func (l *LLM) promptVersion() string {
 	if l.opt.Version == "" || l.opt.Version == LLMPromptVersion {
 		return LLMPromptVersion
@@ -382,7 +388,7 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 		}
 		if !resp.CutOff() {
 			if act, ok := parseAction(resp.Content, question); ok {
-				act, credits := l.validateAs(rec, segs, act, bird)
+				act, credits := l.validateIn(rec, segs, act, bird, openChained(rec, history))
 				return act, credits, nil
 			}
 		}
@@ -405,11 +411,59 @@ func (l *LLM) validate(rec *corpus.Record, segs []sqlexec.Segment, act Action) (
 	return l.validateAs(rec, segs, act, false)
 }
 
-// validateAs is validate, under Bird by BIRD-Interact's simulator's rules
+// validateAs is validateIn with no chained ambiguity open.
+func (l *LLM) validateAs(rec *corpus.Record, segs []sqlexec.Segment, act Action, bird bool) (Action, []int) {
+	return l.validateIn(rec, segs, act, bird, nil)
+}
+
+// openChained marks the chained ambiguities of rec whose dependency no
+// question of history was credited with (TIDE's L2 while L1 is open); nil
+// for a record without a chain.
+func openChained(rec *corpus.Record, history []Turn) []bool {
+	if !rec.HasChain() {
+		return nil
+	}
+	resolved := map[string]bool{}
+	for _, t := range history {
+		for _, c := range t.Credits {
+			if c >= 0 && c < len(rec.Ambiguities) {
+				resolved[rec.Ambiguities[c].Term] = true
+			}
+		}
+	}
+	open := make([]bool, len(rec.Ambiguities))
+	for i, a := range rec.Ambiguities {
+		open[i] = a.DependsOn != "" && !resolved[a.DependsOn]
+	}
+	return open
+}
+
+// chainSegment validates an unlabeled segment seg against the open chained
+// ambiguities (openChained): it reports whether seg is one's detail (holds
+// its snippet, or is its ChainDetail), so that the action is TIDE's early
+// L2 routed as LOC and is answered (by the deterministic responder too) although it tells what
+// that ambiguity decides (TIDE Appendix E: such a question is answered as
+// a SQL-level detail, without the L2 credit).
+func chainSegment(rec *corpus.Record, seg string, open []bool) bool {
+	for i, o := range open {
+		if !o {
+			continue
+		}
+		if holdsSnippet(seg, snippet(rec, rec.Ambiguities[i])) || normSegment(ChainDetail(rec, i)) == normSegment(seg) {
+			return true
+		}
+	}
+	return false
+}
+
+// validateIn is validate, under Bird by BIRD-Interact's simulator's rules
 // where they differ: a segment that holds a labeled snippet is answered
 // (the harness answers whatever segment stage 1 routes to), and the scoped
 // oracle's unlabeled action names a resolution (validateScopedUnlabeled).
-func (l *LLM) validateAs(rec *corpus.Record, segs []sqlexec.Segment, act Action, bird bool) (Action, []int) {
+// open marks the chained ambiguities whose dependency is unresolved
+// (openChained): a segment that is one's detail is answered as TIDE's LOC
+// (chainSegment), not refused for holding its snippet.
+func (l *LLM) validateIn(rec *corpus.Record, segs []sqlexec.Segment, act Action, bird bool, open []bool) (Action, []int) {
 	switch act.Kind {
 	case ActionLabeled:
 		want := corpus.Normalize(act.Arg)
@@ -449,6 +503,9 @@ func (l *LLM) validateAs(rec *corpus.Record, segs []sqlexec.Segment, act Action,
 				// BIRD-Interact answers the segment whatever it holds
 				// (bird_interact_conv/prompts/prompts.py, the decoder's
 				// unlabeled action); it credits nothing.
+				return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
+			}
+			if chainSegment(rec, s.Text, open) {
 				return Action{Kind: ActionUnlabeled, Arg: s.Text}, nil
 			}
 			for _, a := range rec.Ambiguities {

@@ -168,7 +168,7 @@ func birdMatchMessages(rec *corpus.Record, segs []sqlexec.Segment, scoped bool, 
 		b.WriteString("\n" + markSegments + " (clause, segment):\n")
 		writeSegments(&b, segs)
 	}
-	writeChains(&b, rec, history)
+	writeChains(&b, rec, false, history)
 	writeQuestion(&b, question)
 	b.WriteString("\nClassify this question. Answer with one JSON object.")
 	sys := birdMatchSystemUnfiltered

@@ -34,7 +34,11 @@ import (
 // a short "reasoning" first, the responder {"reply": ...}); the responder
 // replies about one element only, and explains an SQL-snippet resolution
 // in words with the schema at hand.
-const LLMPromptVersion = "llm-oracle/3"
+//
+// llm-oracle/4: the unfiltered matcher routes a question about a chain's
+// second layer asked while the first is open as unlabeled (TIDE's
+// Appendix E: answered as LOC, never credited).
+const LLMPromptVersion = "llm-oracle/4"
 
 // Section markers of the prompts. Tests (and log readers) find the parts of
 // a prompt by them; keep them stable within a prompt version.
@@ -163,7 +167,7 @@ func matchMessages(rec *corpus.Record, segs []sqlexec.Segment, scoped bool, hist
 		b.WriteString("\n" + markSegments + " (clause, segment):\n")
 		writeSegments(&b, segs)
 	}
-	writeChains(&b, rec, history)
+	writeChains(&b, rec, !scoped, history)
 	writeQuestion(&b, question)
 	b.WriteString("\nClassify this question. Answer with one JSON object.")
 	sys := matchSystemUnfiltered
@@ -322,8 +326,10 @@ func writeSegments(b *strings.Builder, segs []sqlexec.Segment) {
 // writeChains writes, for a record with chain ambiguities (PROTOCOL.md
 // §9), which phrase depends on which and the phrases the history's credits
 // have already clarified, in annotation order; for other records nothing.
-// It reads the history's credits only.
-func writeChains(b *strings.Builder, rec *corpus.Record, history []Turn) {
+// It reads the history's credits only. With loc (a matcher that sees the
+// segments) a chained phrase asked before its dependency is to be routed
+// unlabeled (TIDE's LOC); without, unanswerable.
+func writeChains(b *strings.Builder, rec *corpus.Record, loc bool, history []Turn) {
 	if !rec.HasChain() {
 		return
 	}
@@ -353,7 +359,13 @@ func writeChains(b *strings.Builder, rec *corpus.Record, history []Turn) {
 	if len(seen) == 0 {
 		b.WriteString("(none)\n")
 	}
-	b.WriteString("\nA chained phrase counts as labeled only when the phrase it depends on is already clarified; otherwise answer unanswerable.\n")
+	if !loc {
+		b.WriteString("\nA chained phrase counts as labeled only when the phrase it depends on is already clarified; otherwise answer unanswerable.\n")
+		return
+	}
+	// TIDE Appendix E: "L2-targeted clarifications issued while L1 is
+	// still unresolved are routed as LOC rather than AMB".
+	b.WriteString("\nA chained phrase counts as labeled only when the phrase it depends on is already clarified. A question about a chained phrase whose phrase is not clarified yet asks about a detail of the query: answer unlabeled with the one clause segment that settles it, or unanswerable when no segment does.\n")
 }
 
 // writeHistory writes the dialogue so far, for the responder's prompt, as

@@ -55,9 +55,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"avtgym/corpus"
+	"avtgym/sqlexec"
 )
 
 // Refusal is the fixed reply to a question that credits no ambiguity.
@@ -300,11 +304,204 @@ func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, q
 	if opt.StrictCredit && rec != nil {
 		m = StrictMatch(rec, question, m)
 	}
-	m = ChainMatch(rec, history, m)
+	chained := ChainMatch(rec, history, m)
+	if len(chained.Credits) == 0 && len(m.Credits) > 0 && answersLOC(o.Matcher) {
+		chained = earlyChainLOC(rec, m, chained)
+	}
+	m = chained
 	if opt.Bird && rec != nil {
 		m = AtMostOne(rec, m)
 	}
 	return m, nil
+}
+
+// locAnswerer is a matcher that says whether it can route a question as
+// an unlabeled (LOC) action: the scoped LLM matcher cannot (it sees no
+// SQL). A matcher without the method can (the deterministic ones: their
+// responder answers from the record).
+type locAnswerer interface {
+	AnswersLOC() bool
+}
+
+func answersLOC(m Matcher) bool {
+	if l, ok := m.(locAnswerer); ok {
+		return l.AnswersLOC()
+	}
+	return true
+}
+
+// earlyChainLOC is TIDE's routing of a question the chain rule left
+// without credits (TIDE Appendix E: "L2-targeted clarifications issued
+// while L1 is still unresolved are routed as LOC rather than AMB"): when
+// the first ambiguity the matcher credited, m, has a localisable detail in
+// the reference (ChainDetail), the question is answered as unlabeled(that
+// segment) with no credit (so L2 still counts only after L1, and the
+// routing is "other"); the deterministic responder answers such an action
+// (it recognises it: chainSegment), so the hybrid oracle does too. Otherwise chained (the chain rule's verdict:
+// unanswerable() for a labeled action, a refusal) is kept.
+func earlyChainLOC(rec *corpus.Record, m, chained Match) Match {
+	for _, c := range m.Credits {
+		if c < 0 || c >= len(rec.Ambiguities) || rec.Ambiguities[c].DependsOn == "" {
+			continue
+		}
+		if d := ChainDetail(rec, c); d != "" {
+			return Match{Action: Action{Kind: ActionUnlabeled, Arg: d}}
+		}
+		break
+	}
+	return chained
+}
+
+// ChainDetail is the SQL-level detail of rec's reference that ambiguity i
+// decides, as one clause segment of the reference (sqlexec.Segments: one
+// atomic node per answer, TIDE Appendix E): the segment that holds its SQL
+// snippet (Ambiguity.SQLSnippet, or its resolution when the resolutions
+// are SQL); without a snippet, the first segment of the reference that the
+// ambiguity's alternative SQL (the other reading's query) does not have —
+// what choosing this reading put in the query. The alternative is only
+// compared, never shown; a segment of clause keywords alone ("FROM (")
+// is skipped. "" when neither localises it (the oracle then
+// refuses).
+func ChainDetail(rec *corpus.Record, i int) string {
+	if rec == nil || i < 0 || i >= len(rec.Ambiguities) {
+		return ""
+	}
+	a := rec.Ambiguities[i]
+	segs := referenceSegments(rec)
+	if s := snippet(rec, a); s != "" {
+		for _, g := range segs {
+			if holdsSnippet(g.Text, s) {
+				return g.Text
+			}
+		}
+		return ""
+	}
+	alt := strings.TrimSpace(a.AlternativeSQL)
+	if alt == "" {
+		return ""
+	}
+	other := map[string]bool{}
+	for _, g := range sqlexec.Segments(alt) {
+		other[normSegment(g.Text)] = true
+	}
+	for _, g := range segs {
+		if !other[normSegment(g.Text)] && substantive(g.Text) {
+			return g.Text
+		}
+	}
+	return ""
+}
+
+// substantive reports whether a segment says something beyond its clause
+// keywords and punctuation ("FROM (" before a subquery says nothing).
+func substantive(seg string) bool {
+	for _, t := range leakTokens(sqlexec.NormalizeSQL(seg)) {
+		if !snippetLead[t] && strings.ContainsFunc(t, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// referenceSegments are the clause segments of rec's reference SQL.
+func referenceSegments(rec *corpus.Record) []sqlexec.Segment {
+	var segs []sqlexec.Segment
+	for _, s := range rec.Reference.SQL {
+		segs = append(segs, sqlexec.Segments(s)...)
+	}
+	return segs
+}
+
+// PostDriftRecord is rec as the oracle answers about it once its drift
+// turn was injected (PROTOCOL.md §9; TIDE's simulator reads the current
+// ground truth): the post-drift reference (its SQL, which the LLM stages
+// and their segments read), the request followed by the drift utterance
+// (what the user has now asked for), and the same ambiguities in the same
+// order (credits, the chain's state and TIDE_P's pre-filled layer carry
+// over). The corpus gives no post-drift resolutions, only the post-drift
+// SQL, so an ambiguity is changed only where the record localises what it
+// decides: an SQL snippet that no post-drift segment holds any more is
+// dropped, and the ambiguity's answer becomes the drift utterance (the
+// user's latest word on it, which withdrew or replaced that detail).
+// Elsewhere the annotated resolution stands (TIDE's drifts change one WHERE
+// predicate or the output side, not the readings of L1 and L2). Each
+// alternative SQL gets the drift's segment changes (driftAlternative), so
+// that an early L2 question after the drift is answered with the detail L2
+// decides in the post-drift reference (ChainDetail). Its id is
+// rec's with "/drift" appended (the LLM oracle's cache keys on it). Nil for
+// a nil record; rec itself for a record without a drift. Build it once
+// per record: the oracles cache by record pointer.
+func PostDriftRecord(rec *corpus.Record) *corpus.Record {
+	if rec == nil || rec.Drift == nil {
+		return rec
+	}
+	d := rec.Drift
+	r := *rec
+	r.ID = rec.ID + "/drift"
+	r.Request = strings.TrimSpace(rec.Request) + "\n" + strings.TrimSpace(d.Utterance)
+	r.Reference = d.Reference
+	r.Drift, r.FollowUp, r.FollowUps = nil, nil, nil
+	segs := referenceSegments(&r)
+	removed, added := segmentDiff(referenceSegments(rec), segs)
+	r.Ambiguities = slices.Clone(rec.Ambiguities)
+	for i := range r.Ambiguities {
+		a := &r.Ambiguities[i]
+		if alt := strings.TrimSpace(a.AlternativeSQL); alt != "" {
+			a.AlternativeSQL = driftAlternative(alt, removed, added)
+		}
+		s := snippet(rec, *a)
+		if s == "" || slices.ContainsFunc(segs, func(g sqlexec.Segment) bool { return holdsSnippet(g.Text, s) }) {
+			continue
+		}
+		a.SQLSnippet, a.Resolution = "", strings.TrimSpace(d.Utterance)
+	}
+	return &r
+}
+
+// segmentDiff is what the drift changed in the reference, by clause
+// segment (normSegment): the anchor's segments the post-drift reference
+// lacks, and the post-drift reference's segments the anchor lacks.
+func segmentDiff(anchor, post []sqlexec.Segment) (removed, added []sqlexec.Segment) {
+	in := func(segs []sqlexec.Segment, g sqlexec.Segment) bool {
+		return slices.ContainsFunc(segs, func(h sqlexec.Segment) bool { return normSegment(h.Text) == normSegment(g.Text) })
+	}
+	for _, g := range anchor {
+		if !in(post, g) {
+			removed = append(removed, g)
+		}
+	}
+	for _, g := range post {
+		if !in(anchor, g) {
+			added = append(added, g)
+		}
+	}
+	return removed, added
+}
+
+// driftAlternative is an ambiguity's alternative SQL with the drift's
+// changes applied, segment by segment: the segments the drift removed are
+// dropped, and a segment the drift added is appended when the alternative
+// has no segment of its clause left (it took the dropped one's place):
+// the other reading under the post-drift intent, so that ChainDetail on
+// the post-drift record finds what the ambiguity decides and not what the
+// drift changed. Where the drift and the ambiguity change the same
+// segment, that segment stays the ambiguity's detail. Only its segments
+// are read (ChainDetail compares them), never run or shown.
+func driftAlternative(alt string, removed, added []sqlexec.Segment) string {
+	var out []string
+	clauses := map[string]bool{}
+	for _, g := range sqlexec.Segments(alt) {
+		if !slices.ContainsFunc(removed, func(h sqlexec.Segment) bool { return normSegment(h.Text) == normSegment(g.Text) }) {
+			out = append(out, strings.TrimSpace(g.Text))
+			clauses[g.Clause] = true
+		}
+	}
+	for _, g := range added {
+		if !clauses[g.Clause] {
+			out = append(out, strings.TrimSpace(g.Text))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // ChainMatch applies the chain rule of PROTOCOL.md §9 to a matcher's
@@ -313,8 +510,9 @@ func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, q
 // dropped unless an earlier question of history was credited with an
 // ambiguity of that term — L2 counts only once L1 is resolved. A
 // labeled(term) action left without credits becomes unanswerable() (the
-// server rejects labeled(L2) while L1 is open), so the responder refuses;
-// a question naming L1 and L2 at once is credited L1 alone (one routing per
+// server rejects labeled(L2) while L1 is open), so the responder refuses
+// (Oracle.AskWith then routes such a question as LOC where the matcher can:
+// earlyChainLOC); a question naming L1 and L2 at once is credited L1 alone (one routing per
 // question, L1 first). Records without a chain are returned unchanged.
 func ChainMatch(rec *corpus.Record, history []Turn, m Match) Match {
 	if rec == nil || len(m.Credits) == 0 || !rec.HasChain() {

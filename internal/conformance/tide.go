@@ -137,9 +137,13 @@ func tideScripts(tk *task, prefilled bool) []script {
 		}})
 	}
 
-	// The chain rule: a question aimed at L2 while L1 is open is refused.
+	// The chain rule: a question aimed at L2 while L1 is open credits
+	// nothing and is routed "other": TIDE Appendix E routes it "as LOC
+	// rather than AMB", answered with the SQL-level detail L2 decides
+	// (the demo's samples localise it by their alternative SQL:
+	// oracle.ChainDetail), so the oracle replies.
 	if tk.chain && !prefilled {
-		moves := []move{{name: "ask about " + tk.l2[0] + " first", act: ask(fullQuestion(tk.l2[0])), want: want{turns: turns(question, refusal), charge: 1000, noCredit: true}}}
+		moves := []move{{name: "ask about " + tk.l2[0] + " first", act: ask(fullQuestion(tk.l2[0])), want: want{turns: turns(question, reply), charge: 1000, noCredit: true, routing: "other"}}}
 		moves = append(moves, move{name: "ask about " + tk.l1[0], act: ask(fullQuestion(tk.l1[0])), want: want{turns: turns(question, reply), charge: 1000, credit: []string{tk.l1[0]}, routing: "L1"}})
 		moves = append(moves, move{name: "ask about " + tk.l2[0] + " again", act: ask(fullQuestion(tk.l2[0])), want: want{turns: turns(question, reply), charge: 1000, credit: []string{tk.l2[0]}, routing: "L2"}})
 		moves = append(moves, move{name: "stop: an abstention", act: stop(), want: want{turns: turns(stopTurn, notice), done: true, status: done,
