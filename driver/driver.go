@@ -417,7 +417,7 @@ func (e *Episode) apply(a *pb.Action, resp *pb.StepResponse) {
 	if fu := resp.GetPrivileged().GetFollowUpReferenceSql(); len(fu) > 0 {
 		e.followUpSQL = slices.Clone(fu)
 	}
-	if r := resp.GetPrivileged().GetRouting(); r != "" {
+	if r := routingLabel(resp.GetPrivileged()); r != "" {
 		e.routings = append(e.routings, r)
 	}
 	for _, t := range obs.GetTurns() {
@@ -514,4 +514,47 @@ func (e *Episode) Play(ctx context.Context, next func(*Episode) *pb.Action) erro
 // ERROR.
 func statusName(s pb.EpisodeStatus) string {
 	return strings.TrimPrefix(s.String(), "EPISODE_STATUS_")
+}
+
+// routingLabel is a step's chain routing ("L1", "L2", "other"), read from
+// Privileged.routing_enum; the deprecated string serves a server that
+// predates the enum.
+func routingLabel(p *pb.Privileged) string {
+	switch p.GetRoutingEnum() {
+	case pb.ChainRouting_CHAIN_ROUTING_L1:
+		return "L1"
+	case pb.ChainRouting_CHAIN_ROUTING_L2:
+		return "L2"
+	case pb.ChainRouting_CHAIN_ROUTING_OTHER:
+		return "other"
+	}
+	return p.GetRouting()
+}
+
+// sampleTypeLabel is TideInfo's sample type, from its enum (the string for
+// an older server).
+func sampleTypeLabel(ti *pb.TideInfo) string {
+	switch ti.GetSampleTypeEnum() {
+	case pb.SampleType_SAMPLE_TYPE_CHAIN_ONLY:
+		return "chain_only"
+	case pb.SampleType_SAMPLE_TYPE_DRIFT_ONLY:
+		return "drift_only"
+	case pb.SampleType_SAMPLE_TYPE_JOINT:
+		return "joint"
+	}
+	return ti.GetSampleType()
+}
+
+// driftSubtypeLabel is TideInfo's drift subtype, from its enum (the string
+// for an older server).
+func driftSubtypeLabel(ti *pb.TideInfo) string {
+	switch ti.GetDriftSubtypeEnum() {
+	case pb.DriftSubtype_DRIFT_SUBTYPE_VALUE:
+		return "value"
+	case pb.DriftSubtype_DRIFT_SUBTYPE_CONSTRAINT:
+		return "constraint"
+	case pb.DriftSubtype_DRIFT_SUBTYPE_PROJECTION:
+		return "projection"
+	}
+	return ti.GetDriftSubtype()
 }

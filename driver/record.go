@@ -138,7 +138,7 @@ func (e *Episode) Record(err error) *Record {
 		}
 		r.Subtask = e.subtask
 		if ti := e.Tide(); ti != nil {
-			r.SampleType, r.Cluster, r.DriftSubtype, r.IntentSubtype = ti.GetSampleType(), ti.GetCluster(), ti.GetDriftSubtype(), ti.GetIntentSubtype()
+			r.SampleType, r.Cluster, r.DriftSubtype, r.IntentSubtype = sampleTypeLabel(ti), ti.GetCluster(), driftSubtypeLabel(ti), ti.GetIntentSubtype()
 		}
 		r.SQLs, r.Routings = slices.Clone(e.sqls), slices.Clone(e.routings)
 	}

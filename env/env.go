@@ -68,6 +68,9 @@ type Config struct {
 	TokenTTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// TaskIDKey keys the opaque public ids of TIDE samples (publicid.go);
+	// empty means a key derived from each corpus.
+	TaskIDKey []byte
 }
 
 // Env runs episodes. It holds no per-episode state and is safe for
@@ -76,6 +79,10 @@ type Env struct {
 	cfg     Config
 	corpora map[string]*corpus.Corpus
 	views   map[*corpus.Task]*pb.TaskView
+	// public and byPublic map tasks to their public ids and back
+	// (publicid.go).
+	public   map[*corpus.Task]string
+	byPublic map[*corpus.Corpus]map[string]*corpus.Task
 	// pools holds, per protocol, corpus and split ("": all), the tasks a
 	// reset without a task id draws from (rules.draws).
 	pools map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task
@@ -117,6 +124,8 @@ func New(cfg Config) (*Env, error) {
 		cfg:         cfg,
 		corpora:     map[string]*corpus.Corpus{},
 		views:       map[*corpus.Task]*pb.TaskView{},
+		public:      map[*corpus.Task]string{},
+		byPublic:    map[*corpus.Corpus]map[string]*corpus.Task{},
 		pools:       map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task{},
 		commitments: newCommitSets(),
 	}
@@ -125,8 +134,15 @@ func New(cfg Config) (*Env, error) {
 			return nil, errorf(Internal, ReasonInternal, "", "env: two corpora are named %q", c.Name)
 		}
 		e.corpora[c.Name] = c
+		ids, by, err := publicIDs(cfg, c)
+		if err != nil {
+			return nil, err
+		}
+		e.byPublic[c] = by
 		for _, t := range c.Tasks {
+			e.public[t] = ids[t]
 			e.views[t] = PublicView(t)
+			e.views[t].TaskId = ids[t]
 			e.maxState = max(e.maxState, StateBound(len(c.Name), len(t.ID)))
 			e.maxStep = max(e.maxStep, StepResponseBound(t))
 		}
@@ -188,11 +204,15 @@ func (e *Env) Corpus(name string) (*corpus.Corpus, error) {
 	return c, nil
 }
 
-// Task returns a task by corpus and id.
+// Task returns a task by corpus and id: its public id (PublicID) or its
+// record id.
 func (e *Env) Task(corpusName, id string) (*corpus.Task, error) {
 	c, err := e.Corpus(corpusName)
 	if err != nil {
 		return nil, err
+	}
+	if t, ok := e.byPublic[c][id]; ok {
+		return t, nil
 	}
 	t, ok := c.Task(id)
 	if !ok {
@@ -248,19 +268,8 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 		if task, err = e.Task(c.Name, id); err != nil {
 			return nil, err
 		}
-	} else {
-		p := protocolOf(req.GetOptions())
-		r := rulesOf(p)
-		if r == nil {
-			// An unknown protocol draws as AMBITAB does; newState rejects
-			// it below.
-			p, r = pb.Protocol_PROTOCOL_AMBITAB, ambiTabRules
-		}
-		pool := e.pools[p][c][req.GetSplit()]
-		if len(pool) == 0 {
-			return nil, r.noTasks(c, req.GetSplit())
-		}
-		task = pool[mix(seed)%uint64(len(pool))]
+	} else if task, err = e.draw(c, req, seed); err != nil {
+		return nil, err
 	}
 	n := int(req.GetGroupSize())
 	if n == 0 {
@@ -277,7 +286,7 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	p.obs = &pb.Observation{Task: e.views[task], Turns: openingTurns(task, base)}
 	observe(p.obs, base, rulesOf(base.Protocol), new(pb.Budget))
 	if req.GetIncludePrivileged() {
-		p.priv = resetPrivileged(task)
+		p.priv = e.TaskPrivileged(task)
 	}
 	// The template: the widest seed and group index there are (BuildReset
 	// sets each episode's own).
@@ -286,7 +295,7 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	tmpl := &pb.Episode{
 		Seed:        math.MaxUint64,
 		GroupIndex:  int32(n - 1),
-		EpisodeId:   episodeID(task, math.MaxUint64),
+		EpisodeId:   e.episodeID(task, math.MaxUint64),
 		Observation: p.obs,
 		Privileged:  p.priv,
 	}
@@ -325,7 +334,7 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 			Token:       tok,
 			Seed:        st.Seed,
 			GroupIndex:  int32(i),
-			EpisodeId:   episodeID(p.task, st.Seed),
+			EpisodeId:   e.episodeID(p.task, st.Seed),
 			Observation: p.obs,
 			Privileged:  p.priv,
 		}
@@ -452,6 +461,16 @@ func mix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
+// episodeID is an episode's id for logs: corpus, public task id, seed
+// (Episode.episode_id).
+func (e *Env) episodeID(t *corpus.Task, seed uint64) string {
+	return t.Corpus.Name + "/" + e.PublicID(t) + "/" + strconv.FormatUint(seed, 10)
+}
+
+// EpisodeID is the Episode.episode_id of the episode of t with this seed.
+func (e *Env) EpisodeID(t *corpus.Task, seed uint64) string { return e.episodeID(t, seed) }
+
+// episodeID is the server-side id of an episode, by record id (transcripts).
 func episodeID(t *corpus.Task, seed uint64) string {
 	return t.Corpus.Name + "/" + t.ID + "/" + strconv.FormatUint(seed, 10)
 }

@@ -192,7 +192,9 @@ func ListTasks(ctx context.Context, c pb.EnvServiceClient, corpus, split string)
 	var tasks []*pb.TaskSummary
 	page := ""
 	for {
-		resp, err := c.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpus, Split: split, PageSize: 1000, PageToken: page})
+		// Privileged: the sample types (TIDE) are a trainer's to read, and
+		// a rollout is the trainer's tool (a policy principal is refused).
+		resp, err := c.ListTasks(ctx, &pb.ListTasksRequest{Corpus: corpus, Split: split, PageSize: 1000, PageToken: page, IncludePrivileged: true})
 		if err != nil {
 			return nil, fmt.Errorf("listing tasks: %w", err)
 		}

@@ -283,6 +283,15 @@ func privilegedField(req any) string {
 		if r.GetIncludePrivileged() {
 			return "include_privileged"
 		}
+	case *pb.ListTasksRequest:
+		// TaskSummary.sample_type: it tells whether a drift will come.
+		if r.GetIncludePrivileged() {
+			return "include_privileged"
+		}
+	case *pb.GetTaskRequest:
+		if r.GetIncludePrivileged() {
+			return "include_privileged"
+		}
 	case *pb.ResetBatchRequest:
 		for i, it := range r.GetRequests() {
 			if it.GetIncludePrivileged() {
@@ -314,6 +323,16 @@ func stripPrivileged(resp any) bool {
 	case *pb.AskResponse:
 		if r != nil && r.Privileged != nil {
 			r.Privileged, found = nil, true
+		}
+	case *pb.GetTaskResponse:
+		if r != nil && r.Privileged != nil {
+			r.Privileged, found = nil, true
+		}
+	case *pb.ListTasksResponse:
+		for _, t := range r.GetTasks() {
+			if t.SampleType != "" || t.SampleTypeEnum != pb.SampleType_SAMPLE_TYPE_UNSPECIFIED {
+				t.SampleType, t.SampleTypeEnum, found = "", pb.SampleType_SAMPLE_TYPE_UNSPECIFIED, true
+			}
 		}
 	case *pb.ResetBatchResponse:
 		for _, it := range r.GetResults() {

@@ -152,6 +152,9 @@ func (s *Server) resetItem(ctx context.Context, req *pb.ResetRequest, b *budget)
 	if err := ctx.Err(); err != nil {
 		return s.resetFailed(err, b)
 	}
+	if err := s.refuseHidden(ctx, req.GetCorpus(), req.GetTaskId()); err != nil {
+		return s.resetFailed(err, b)
+	}
 	p, err := s.env.PlanReset(req)
 	if err != nil {
 		return s.resetFailed(err, b)

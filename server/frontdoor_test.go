@@ -284,8 +284,12 @@ func listServices(t *testing.T, cc *grpc.ClientConn) ([]string, error) {
 }
 
 // hasPrivileged reports whether a message holds privileged data anywhere:
-// a set field of type Privileged or AskPrivileged, at any depth.
+// a set field of type Privileged or AskPrivileged, or a TaskSummary's
+// sample type, at any depth.
 func hasPrivileged(m protoreflect.Message) bool {
+	if ts, ok := m.Interface().(*pb.TaskSummary); ok && (ts.GetSampleType() != "" || ts.GetSampleTypeEnum() != pb.SampleType_SAMPLE_TYPE_UNSPECIFIED) {
+		return true
+	}
 	found := false
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		if fd.Message() == nil {
@@ -328,7 +332,9 @@ func hasPrivileged(m protoreflect.Message) bool {
 func TestPolicyNeverReceivesPrivilegedData(t *testing.T) {
 	ca := testcerts.NewCA(t, "test")
 	srv := ca.Server(t, "server")
-	r := startApp(t, app.Config{TLSCert: srv.Cert, TLSKey: srv.Key, AuthFile: writeAuthFile(t, nil)})
+	// The demo corpus beside the default one: its TIDE samples have a
+	// sample type, which ListTasks gives only with include_privileged.
+	r := startApp(t, app.Config{TLSCert: srv.Cert, TLSKey: srv.Key, AuthFile: writeAuthFile(t, nil), Corpora: []string{testutil.WriteTiny(t), demoDir(t)}})
 	opt := func(tok string) client.Options { o := tlsFiles(t, ca, nil); o.Token = tok; return o }
 	trainer, policy := dial(t, r.addr, opt(trainerToken)), dial(t, r.addr, opt(policyToken))
 	ep := reset(t, policy.Env, &pb.ResetRequest{TaskId: "big"})
@@ -347,11 +353,11 @@ func TestPolicyNeverReceivesPrivilegedData(t *testing.T) {
 		"avtgym.v1.EnvService.StepBatch": func(ctx context.Context, c *client.Client, priv bool) (proto.Message, error) {
 			return c.Env.StepBatch(ctx, &pb.StepBatchRequest{Steps: []*pb.StepRequest{{Token: ep.Token, Action: stop()}, {Token: ep.Token, Action: ask(fullQ("big sales")), IncludePrivileged: priv}}})
 		},
-		"avtgym.v1.EnvService.ListTasks": func(ctx context.Context, c *client.Client, _ bool) (proto.Message, error) {
-			return c.Env.ListTasks(ctx, &pb.ListTasksRequest{})
+		"avtgym.v1.EnvService.ListTasks": func(ctx context.Context, c *client.Client, priv bool) (proto.Message, error) {
+			return c.Env.ListTasks(ctx, &pb.ListTasksRequest{Corpus: "demo", PageSize: 1000, IncludePrivileged: priv})
 		},
-		"avtgym.v1.EnvService.GetTask": func(ctx context.Context, c *client.Client, _ bool) (proto.Message, error) {
-			return c.Env.GetTask(ctx, &pb.GetTaskRequest{TaskId: "big"})
+		"avtgym.v1.EnvService.GetTask": func(ctx context.Context, c *client.Client, priv bool) (proto.Message, error) {
+			return c.Env.GetTask(ctx, &pb.GetTaskRequest{TaskId: "big", IncludePrivileged: priv})
 		},
 		"avtgym.v1.EnvService.ListCorpora": func(ctx context.Context, c *client.Client, _ bool) (proto.Message, error) {
 			return c.Env.ListCorpora(ctx, &pb.ListCorporaRequest{})
@@ -373,6 +379,8 @@ func TestPolicyNeverReceivesPrivilegedData(t *testing.T) {
 		"avtgym.v1.EnvService.ResetBatch": "requests[1].include_privileged",
 		"avtgym.v1.EnvService.StepBatch":  "steps[1].include_privileged",
 		"avtgym.v1.OracleService.Ask":     "include_privileged",
+		"avtgym.v1.EnvService.ListTasks":  "include_privileged",
+		"avtgym.v1.EnvService.GetTask":    "include_privileged",
 	}
 	var methods []string
 	for _, f := range []protoreflect.FileDescriptor{pb.File_avtgym_v1_env_service_proto, pb.File_avtgym_v1_oracle_service_proto} {

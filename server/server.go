@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"avtgym/corpus"
 	"avtgym/env"
 	"avtgym/internal/grpcpool"
 	pb "avtgym/proto/avtgym/v1"
@@ -587,6 +588,7 @@ func (s *Server) handle(ctx context.Context, req any, method string, handler grp
 	if err != nil {
 		return nil, err
 	}
+	fillLabels(resp)
 	switch resp.(type) {
 	case *pb.ResetBatchResponse, *pb.StepBatchResponse:
 		return resp, nil // accounted item by item (batch.go)
@@ -658,6 +660,9 @@ func messageSize(m any) int {
 // Reset implements EnvService.Reset. A group whose response would exceed
 // the send limit is refused before it is built.
 func (s *Server) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResponse, error) {
+	if err := s.refuseHidden(ctx, req.GetCorpus(), req.GetTaskId()); err != nil {
+		return nil, err
+	}
 	p, err := s.env.PlanReset(req)
 	if err != nil {
 		return nil, err
@@ -731,12 +736,12 @@ func (s *Server) ListTasks(ctx context.Context, req *pb.ListTasksRequest) (*pb.L
 	}
 	out := &pb.ListTasksResponse{}
 	matched := 0
-	for _, t := range c.Tasks {
+	for _, t := range s.env.ListOrder(c) {
 		if req.GetSplit() != "" && t.Split != req.GetSplit() {
 			continue
 		}
 		if matched >= offset && len(out.Tasks) < size {
-			out.Tasks = append(out.Tasks, env.Summary(t))
+			out.Tasks = append(out.Tasks, s.summary(t, req.GetIncludePrivileged()))
 		}
 		matched++
 	}
@@ -749,11 +754,31 @@ func (s *Server) ListTasks(ctx context.Context, req *pb.ListTasksRequest) (*pb.L
 
 // GetTask implements EnvService.GetTask.
 func (s *Server) GetTask(ctx context.Context, req *pb.GetTaskRequest) (*pb.GetTaskResponse, error) {
+	if err := s.refuseHidden(ctx, req.GetCorpus(), req.GetTaskId()); err != nil {
+		return nil, err
+	}
 	t, err := s.env.Task(req.GetCorpus(), req.GetTaskId())
 	if err != nil {
 		return nil, err
 	}
-	return &pb.GetTaskResponse{Task: proto.CloneOf(s.env.View(t))}, nil
+	out := &pb.GetTaskResponse{Task: proto.CloneOf(s.env.View(t))}
+	if req.GetIncludePrivileged() {
+		out.Privileged = s.env.TaskPrivileged(t)
+	}
+	return out, nil
+}
+
+// summary is t's listing entry: its public id, and its sample type only
+// when the request asked for privileged data (the interceptor refused it
+// to a principal that may not read it): the type tells whether a drift
+// will come.
+func (s *Server) summary(t *corpus.Task, privileged bool) *pb.TaskSummary {
+	sm := env.Summary(t)
+	sm.TaskId = s.env.PublicID(t)
+	if !privileged {
+		sm.SampleType = ""
+	}
+	return sm
 }
 
 // ListProtocols implements EnvService.ListProtocols.

@@ -28,8 +28,12 @@ def test_async_methods(addr):
             with pytest.raises(AvtgymError) as ei:
                 await c.step(bytes(bad), Action.stop())
             assert ei.value.code == "INVALID_ARGUMENT"
-            # 59 one-phase AmbiTab tasks (the TIDE samples, with a sample_type, aside).
-            assert len([t for t in await c.list_tasks() if t.subtasks == 1 and not t.sample_type]) == 59
+            # 59 one-phase AmbiTab tasks (the TIDE samples, with a sample_type, aside): the type is
+            # privileged, so only privileged=True tells them apart; without it no task has one.
+            tasks = await c.list_tasks(privileged=True)
+            assert len([t for t in tasks if t.subtasks == 1 and not t.sample_type]) == 59
+            assert {t.sample_type for t in tasks} == {"", "chain_only", "drift_only", "joint"}
+            assert not any(t.sample_type for t in await c.list_tasks())
 
     asyncio.run(main())
 

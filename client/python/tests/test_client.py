@@ -135,9 +135,9 @@ def test_batch_with_one_bad_item(client):
 
 
 def test_list_tasks(client):
-    tasks = client.list_tasks()
+    tasks = client.list_tasks(privileged=True)
     # 59 one-phase tasks, the followup-* tasks with a follow-up (BIRD_C's: subtasks 2), and the
-    # tide-* samples (one phase, with TIDE's sample_type).
+    # tide-* samples (one phase, with TIDE's sample_type, privileged: asked for here).
     single = [t for t in tasks if t.subtasks == 1 and not t.sample_type]
     assert len(single) == 59 and tasks[0].task_id == "shop-001" and tasks[0].database == "shop"
     assert all(t.subtasks == 2 and t.task_id.startswith("followup-") and not t.sample_type
@@ -145,6 +145,10 @@ def test_list_tasks(client):
     tide = [t for t in tasks if t.sample_type]
     assert tide and all(t.subtasks == 1 and t.task_id.startswith("tide-") for t in tide)
     assert {t.sample_type for t in tide} == {"chain_only", "drift_only", "joint"}
+    # Without privileged=True the same tasks, in the same order, and no sample type.
+    plain = client.list_tasks()
+    assert [t.task_id for t in plain] == [t.task_id for t in tasks]
+    assert not any(t.sample_type for t in plain)
     train = client.list_tasks(split="train")
     assert 0 < len(train) < len(tasks) and all(t.split == "train" for t in train)
 

@@ -81,6 +81,23 @@ def tls_server(avtgym_binary, key_file, pki):
     s.stop()
 
 
+def test_tide_sample_types_are_privileged(tls_server, pki):
+    """A policy may not ask for sample types (PRIVILEGED_DENIED), sees opaque TIDE ids only, and a
+    record id (which names the type) is answered as an unknown task; a trainer gets the types."""
+    tls = TLS(ca_file=str(pki / "ca.pem"))
+    with Client(tls_server.addr, tls=tls, token=TRAINER, timeout=20) as c:
+        assert {t.sample_type for t in c.list_tasks(privileged=True)} >= {"chain_only", "drift_only", "joint"}
+    with Client(tls_server.addr, tls=tls, token=POLICY, timeout=20) as c:
+        e = _err(lambda: c.list_tasks(privileged=True))
+        assert (e.code, e.reason, e.field) == ("PERMISSION_DENIED", "PRIVILEGED_DENIED", "include_privileged")
+        tasks = c.list_tasks()
+        assert not any(t.sample_type for t in tasks)
+        assert not any(t.task_id.endswith(("-C", "-D", "-J")) for t in tasks)
+        unknown = _err(lambda: c.reset(task_id="no-such-task", protocol="tide-f"))
+        hidden = _err(lambda: c.reset(task_id="tide-a1-J", protocol="tide-f"))
+        assert (hidden.code, hidden.reason) == (unknown.code, unknown.reason) == ("NOT_FOUND", "UNKNOWN_TASK")
+
+
 def _err(fn) -> AvtgymError:
     with pytest.raises(AvtgymError) as ei:
         fn()

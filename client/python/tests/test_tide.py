@@ -5,13 +5,20 @@ and how the chat rendering and the adapters treat both."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from google.protobuf.json_format import MessageToDict
 
 from avtgym import AGENT_ROLES, Action, AvtgymError, Budget, Episode, TideInfo, Turn, parse_action, render_chat
+from avtgym.types import TaskSummary, sample_types_enum
 from avtgym.v1 import episode_pb2 as epb
 
 SYSTEM = "SYS"
+# A TIDE sample's public id (env/publicid.go): "tide-" and 16 hex digits, nothing of its type.
+OPAQUE = re.compile(r"^tide-[0-9a-f]{16}$")
+# The record id's sample-type suffix (TIDE's instance_id, <anchor>-C/-D/-J), privileged.
+RECORD_SUFFIX = {"chain_only": "-C", "drift_only": "-D", "joint": "-J"}
 COMPONENTS = {"outcome", "sql1", "sql2", "drift_recognized", "l1_identified", "l2_identified", "asked"}
 
 
@@ -34,11 +41,12 @@ def resolution(ep: Episode, term: str) -> str:
 
 @pytest.fixture(scope="module")
 def tide_tasks(addr) -> dict[str, list[str]]:
-    """sample type -> the demo's TIDE task ids of that type."""
+    """sample type -> the demo's TIDE task ids (public, opaque) of that type (privileged: the
+    test server's callers are trainers)."""
     from avtgym import Client
 
     with Client(addr) as c:
-        tasks = [t for t in c.list_tasks() if t.sample_type]
+        tasks = [t for t in c.list_tasks(privileged=True) if t.sample_type]
     out: dict[str, list[str]] = {}
     for t in tasks:
         out.setdefault(t.sample_type, []).append(t.task_id)
@@ -75,13 +83,100 @@ def test_tide_info_from_dict_equals_from_proto():
     assert info == TideInfo.from_proto(bare) and not info.has_drift and info.post_drift_reference_sql == ()
 
 
-def test_list_tasks_sample_type(client, tide_tasks):
-    by_id = {t.task_id: t for t in client.list_tasks()}
-    assert by_id["tide-a1-C"].sample_type == "chain_only"
-    assert by_id["tide-a1-D"].sample_type == "drift_only"
-    assert by_id["tide-a1-J"].sample_type == "joint"
-    assert by_id["shop-001"].sample_type == ""
-    assert all(t.startswith("tide-") for ids in tide_tasks.values() for t in ids)
+def test_task_summary_and_tide_info_read_the_enums():
+    """The enums are read (as lower-case names); the deprecated strings only when the enum is
+    unset (an older server); MessageToDict's enum names are read too."""
+    s = epb.TaskSummary(task_id="t", sample_type_enum=epb.SAMPLE_TYPE_DRIFT_ONLY)
+    assert TaskSummary.from_proto(s).sample_type == "drift_only"
+    # The enum wins over a disagreeing string.
+    s = epb.TaskSummary(task_id="t", sample_type="joint", sample_type_enum=epb.SAMPLE_TYPE_CHAIN_ONLY)
+    assert TaskSummary.from_proto(s).sample_type == "chain_only"
+    assert TaskSummary.from_proto(epb.TaskSummary(task_id="t", sample_type="joint")).sample_type == "joint"
+    assert TaskSummary.from_proto(epb.TaskSummary(task_id="t")).sample_type == ""
+    m = epb.TideInfo(cluster="c", sample_type_enum=epb.SAMPLE_TYPE_JOINT,
+                     drift_subtype_enum=epb.DRIFT_SUBTYPE_CONSTRAINT)
+    d = MessageToDict(m, preserving_proto_field_name=True)
+    assert d["sample_type_enum"] == "SAMPLE_TYPE_JOINT"  # what Episode.privileged holds
+    assert TideInfo.from_dict(d) == TideInfo.from_proto(m) == TideInfo("c", "joint", drift_subtype="constraint")
+    for v, name in ((epb.CHAIN_ROUTING_L1, "L1"), (epb.CHAIN_ROUTING_L2, "L2"), (epb.CHAIN_ROUTING_OTHER, "other")):
+        p = MessageToDict(epb.Privileged(routing_enum=v), preserving_proto_field_name=True)
+        r = _step_result(p)
+        assert r.routing == name, (v, p)
+    assert _step_result({"routing": "L2"}).routing == "L2"  # an older server: the string only
+    assert _step_result({}).routing == ""
+
+
+def _step_result(privileged: dict):
+    from avtgym import StepResult
+
+    ep = Episode.from_token(b"t")
+    return StepResult(ep, (), False, "running", None, privileged)
+
+
+def test_sample_types_enum():
+    assert sample_types_enum(None) == [] and sample_types_enum([]) == []
+    assert sample_types_enum(["joint", "DRIFT_ONLY", "sample_type_chain_only", epb.SAMPLE_TYPE_JOINT]) == [
+        epb.SAMPLE_TYPE_JOINT, epb.SAMPLE_TYPE_DRIFT_ONLY, epb.SAMPLE_TYPE_CHAIN_ONLY, epb.SAMPLE_TYPE_JOINT]
+    assert sample_types_enum("joint") == [epb.SAMPLE_TYPE_JOINT]
+    for bad in (["chain"], [0], [99]):
+        with pytest.raises(ValueError):
+            sample_types_enum(bad)
+    with pytest.raises(TypeError):
+        sample_types_enum([True])
+
+
+def test_list_tasks_sample_type_is_privileged(client, tide_tasks):
+    """Public TIDE ids are opaque and the type is given only with privileged=True; the record id
+    (TIDE's instance_id, which names the type) is the reset's privileged record_id."""
+    plain = client.list_tasks()
+    assert not any(t.sample_type for t in plain)
+    tide_ids = {t for ids in tide_tasks.values() for t in ids}
+    assert len(tide_ids) == sum(len(ids) for ids in tide_tasks.values()) >= 3
+    assert all(OPAQUE.match(t) for t in tide_ids), tide_ids
+    assert tide_ids <= {t.task_id for t in plain}
+    by_id = {t.task_id: t for t in client.list_tasks(privileged=True)}
+    assert by_id["shop-001"].sample_type == "" and not OPAQUE.match("shop-001")
+    records = {}
+    for st, ids in tide_tasks.items():
+        for t in ids:
+            assert by_id[t].sample_type == st
+            ep = client.reset(task_id=t, protocol="tide-f", privileged=True)
+            assert ep.task.task_id == t
+            assert ep.record_id.startswith("tide-") and ep.record_id.endswith(RECORD_SUFFIX[st]), ep.record_id
+            assert ep.record_id != t and ep.tide.sample_type == st
+            # Nothing public names the record id.
+            assert ep.record_id not in ep.request and client.reset(task_id=t, protocol="tide-f").privileged is None
+            records[ep.record_id] = t
+    assert {"tide-a1-C", "tide-a1-D", "tide-a1-J"} <= set(records)
+    # A trainer may still name a task by its record id (fixtures do); the episode shows the
+    # public id.
+    ep = client.reset(task_id="tide-a1-J", protocol="tide-f", privileged=True)
+    assert ep.task.task_id == records["tide-a1-J"] and ep.record_id == "tide-a1-J"
+
+
+@pytest.mark.parametrize("protocol,types,want", [
+    ("tide-f", ["drift_only"], {"drift_only"}),
+    ("tide-p", [epb.SAMPLE_TYPE_JOINT], {"joint"}),
+    ("tide-f", ["chain_only", "joint"], {"chain_only", "joint"}),
+])
+def test_reset_sample_types_draws(client, protocol, types, want):
+    """reset(sample_types=...) draws only samples of those types (the server resolves them), and
+    over 40 seeds draws each of them."""
+    seen = set()
+    for seed in range(40):
+        ep = client.reset(seed=seed, protocol=protocol, sample_types=types, privileged=True)
+        assert OPAQUE.match(ep.task.task_id), ep.task.task_id
+        seen.add(ep.tide.sample_type)
+    assert seen == want
+
+
+def test_reset_sample_types_refusals(client):
+    # TIDE_P serves no drift-only sample: nothing to draw.
+    with pytest.raises(AvtgymError) as ei:
+        client.reset(protocol="tide-p", sample_types=["drift_only"])
+    assert (ei.value.code, ei.value.reason) == ("NOT_FOUND", "NO_TASKS")
+    with pytest.raises(ValueError):  # refused by the client before the call
+        client.reset(protocol="tide-f", sample_types=["chain"])
 
 
 def test_render_chat_prefilled_and_drift_offline():
@@ -122,8 +217,9 @@ def test_tide_system_prompt():
 def test_tide_f_joint_episode(client, tide_tasks):
     """Ask the L1 term, then the L2 term, submit the reference SQL, read the drift turn, submit the
     post-drift reference: reward 1 with every TIDE component."""
-    task = "tide-a1-J" if "tide-a1-J" in tide_tasks["joint"] else tide_tasks["joint"][0]
+    task = tide_tasks["joint"][0]
     ep = client.reset(task_id=task, protocol="tide-f", privileged=True, seed=1)
+    assert ep.task.task_id == task and ep.record_id.endswith("-J")
     assert ep.protocol == "tide-f" and ep.phase == "asking" and ep.subtask == 1
     assert ep.budget == Budget("turns", 20000, 0, 20000)
     assert [(t.role, t.kind) for t in ep.turns] == [("environment", "request")]
@@ -171,14 +267,18 @@ def test_tide_f_joint_episode(client, tide_tasks):
 
 
 def test_tide_f_chain_rule_and_routing(client, tide_tasks):
-    """L2 asked before L1 is not credited (the chain rule): a refusal routed "other"; L1 is "L1";
-    the same question without privileged data carries no routing."""
-    task = tide_tasks["chain_only"][0]
+    """L2 asked before L1 is not credited (the chain rule): it is answered as LOC (TIDE's Appendix
+    E), with the one SQL-level detail L2 decides, routed "other", no credit; L1 is "L1";
+    the same question without privileged data carries no routing. On tide-a1-C, named by its
+    record id (a trainer may): its L2 question does not name its L1 term, which another anchor's
+    may (public ids are in no type or anchor order, so [0] is any chain-only sample)."""
+    task = "tide-a1-C"
     ep = client.reset(task_id=task, protocol="tide-f", privileged=True)
     terms = layer_terms(ep)
     assert ep.tide.sample_type == "chain_only" and not ep.tide.has_drift
     r = client.step(ep, ask(terms[2]), privileged=True)
-    assert r.new_turns[1].kind == "refusal" and r.routing == "other" and not r.privileged.get("credits")
+    assert r.new_turns[1].kind == "reply" and r.routing == "other" and not r.privileged.get("credits")
+    assert r.privileged.get("oracle_action", "").startswith("unlabeled(")
     r = client.step(r.episode, ask(terms[1]), privileged=True)
     assert r.new_turns[1].kind == "reply" and r.routing == "L1"
     r = client.step(r.episode, ask(terms[2]), privileged=True)

@@ -44,8 +44,14 @@ type ResetRequest struct {
 	// Fill the privileged field (terms, resolutions, references) of each
 	// episode.
 	IncludePrivileged bool `protobuf:"varint,7,opt,name=include_privileged,json=includePrivileged,proto3" json:"include_privileged,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Restricts the draw to TIDE samples of these types (with the split and
+	// the protocol's own rule); empty means no restriction; ignored when
+	// task_id is set. The server resolves it, so that a trainer selects
+	// tasks by sample type without reading the privileged labels. Nothing in
+	// the episode echoes it.
+	SampleTypes   []SampleType `protobuf:"varint,8,rep,packed,name=sample_types,json=sampleTypes,proto3,enum=avtgym.v1.SampleType" json:"sample_types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResetRequest) Reset() {
@@ -125,6 +131,13 @@ func (x *ResetRequest) GetIncludePrivileged() bool {
 		return x.IncludePrivileged
 	}
 	return false
+}
+
+func (x *ResetRequest) GetSampleTypes() []SampleType {
+	if x != nil {
+		return x.SampleTypes
+	}
+	return nil
 }
 
 // Episode is one started episode.
@@ -728,9 +741,13 @@ type ListTasksRequest struct {
 	// At most this many tasks; 0 means 100, values above 1000 are 1000.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of a previous response; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Fill TaskSummary.sample_type (harness information). A principal that
+	// may not read privileged data is refused with PERMISSION_DENIED /
+	// PRIVILEGED_DENIED.
+	IncludePrivileged bool `protobuf:"varint,5,opt,name=include_privileged,json=includePrivileged,proto3" json:"include_privileged,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListTasksRequest) Reset() {
@@ -791,10 +808,19 @@ func (x *ListTasksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListTasksRequest) GetIncludePrivileged() bool {
+	if x != nil {
+		return x.IncludePrivileged
+	}
+	return false
+}
+
 // ListTasksResponse is one page of task summaries.
 type ListTasksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tasks, in corpus order.
+	// The tasks, in corpus order, except that the TIDE samples, among the
+	// places they hold, are in public-id order (corpus order would tell a
+	// sample's type: an anchor's samples are consecutive, -C, -D, -J).
 	Tasks []*TaskSummary `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Send as page_token to get the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -860,10 +886,13 @@ type GetTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpus; empty means the server's first corpus.
 	Corpus string `protobuf:"bytes,1,opt,name=corpus,proto3" json:"corpus,omitempty"`
-	// Required. The task id.
-	TaskId        string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Required. The task's public id (TaskView.task_id).
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Fill GetTaskResponse.privileged. A principal that may not read
+	// privileged data is refused with PERMISSION_DENIED / PRIVILEGED_DENIED.
+	IncludePrivileged bool `protobuf:"varint,3,opt,name=include_privileged,json=includePrivileged,proto3" json:"include_privileged,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetTaskRequest) Reset() {
@@ -910,11 +939,21 @@ func (x *GetTaskRequest) GetTaskId() string {
 	return ""
 }
 
+func (x *GetTaskRequest) GetIncludePrivileged() bool {
+	if x != nil {
+		return x.IncludePrivileged
+	}
+	return false
+}
+
 // GetTaskResponse holds one task's public specification.
 type GetTaskResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The task.
-	Task          *TaskView `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Task *TaskView `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// The task's privileged data (as a reset's: record id, ambiguities,
+	// references, TIDE's labels); set only when the request asked for it.
+	Privileged    *Privileged `protobuf:"bytes,2,opt,name=privileged,proto3" json:"privileged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -952,6 +991,13 @@ func (*GetTaskResponse) Descriptor() ([]byte, []int) {
 func (x *GetTaskResponse) GetTask() *TaskView {
 	if x != nil {
 		return x.Task
+	}
+	return nil
+}
+
+func (x *GetTaskResponse) GetPrivileged() *Privileged {
+	if x != nil {
+		return x.Privileged
 	}
 	return nil
 }
@@ -1607,7 +1653,7 @@ var File_avtgym_v1_env_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xfa\x01\n" +
+	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xb4\x02\n" +
 	"\fResetRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1616,7 +1662,8 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\n" +
 	"group_size\x18\x05 \x01(\x05R\tgroupSize\x123\n" +
 	"\aoptions\x18\x06 \x01(\v2\x19.avtgym.v1.EpisodeOptionsR\aoptions\x12-\n" +
-	"\x12include_privileged\x18\a \x01(\bR\x11includePrivilegedB\a\n" +
+	"\x12include_privileged\x18\a \x01(\bR\x11includePrivileged\x128\n" +
+	"\fsample_types\x18\b \x03(\x0e2\x15.avtgym.v1.SampleTypeR\vsampleTypesB\a\n" +
 	"\x05_seed\"\xe4\x01\n" +
 	"\aEpisode\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\fR\x05token\x128\n" +
@@ -1657,23 +1704,28 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\v2\x12.google.rpc.StatusR\x06status\x123\n" +
 	"\bresponse\x18\x02 \x01(\v2\x17.avtgym.v1.StepResponseR\bresponse\"I\n" +
 	"\x11StepBatchResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.avtgym.v1.StepBatchResultR\aresults\"|\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.avtgym.v1.StepBatchResultR\aresults\"\xab\x01\n" +
 	"\x10ListTasksRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x14\n" +
 	"\x05split\x18\x02 \x01(\tR\x05split\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x88\x01\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12-\n" +
+	"\x12include_privileged\x18\x05 \x01(\bR\x11includePrivileged\"\x88\x01\n" +
 	"\x11ListTasksResponse\x12,\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.avtgym.v1.TaskSummaryR\x05tasks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
 	"\n" +
-	"total_size\x18\x03 \x01(\x05R\ttotalSize\"A\n" +
+	"total_size\x18\x03 \x01(\x05R\ttotalSize\"p\n" +
 	"\x0eGetTaskRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\":\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12-\n" +
+	"\x12include_privileged\x18\x03 \x01(\bR\x11includePrivileged\"q\n" +
 	"\x0fGetTaskResponse\x12'\n" +
-	"\x04task\x18\x01 \x01(\v2\x13.avtgym.v1.TaskViewR\x04task\"\x14\n" +
+	"\x04task\x18\x01 \x01(\v2\x13.avtgym.v1.TaskViewR\x04task\x125\n" +
+	"\n" +
+	"privileged\x18\x02 \x01(\v2\x15.avtgym.v1.PrivilegedR\n" +
+	"privileged\"\x14\n" +
 	"\x12ListCorporaRequest\"\xb4\x01\n" +
 	"\n" +
 	"CorpusInfo\x12\x12\n" +
@@ -1770,68 +1822,71 @@ var file_avtgym_v1_env_service_proto_goTypes = []any{
 	(*ActionPrice)(nil),           // 23: avtgym.v1.ActionPrice
 	(*ListProtocolsResponse)(nil), // 24: avtgym.v1.ListProtocolsResponse
 	(*EpisodeOptions)(nil),        // 25: avtgym.v1.EpisodeOptions
-	(*Observation)(nil),           // 26: avtgym.v1.Observation
-	(*Privileged)(nil),            // 27: avtgym.v1.Privileged
-	(*Action)(nil),                // 28: avtgym.v1.Action
-	(EpisodeStatus)(0),            // 29: avtgym.v1.EpisodeStatus
-	(*Reward)(nil),                // 30: avtgym.v1.Reward
-	(*status.Status)(nil),         // 31: google.rpc.Status
-	(*TaskSummary)(nil),           // 32: avtgym.v1.TaskSummary
-	(*TaskView)(nil),              // 33: avtgym.v1.TaskView
-	(OracleType)(0),               // 34: avtgym.v1.OracleType
-	(Protocol)(0),                 // 35: avtgym.v1.Protocol
+	(SampleType)(0),               // 26: avtgym.v1.SampleType
+	(*Observation)(nil),           // 27: avtgym.v1.Observation
+	(*Privileged)(nil),            // 28: avtgym.v1.Privileged
+	(*Action)(nil),                // 29: avtgym.v1.Action
+	(EpisodeStatus)(0),            // 30: avtgym.v1.EpisodeStatus
+	(*Reward)(nil),                // 31: avtgym.v1.Reward
+	(*status.Status)(nil),         // 32: google.rpc.Status
+	(*TaskSummary)(nil),           // 33: avtgym.v1.TaskSummary
+	(*TaskView)(nil),              // 34: avtgym.v1.TaskView
+	(OracleType)(0),               // 35: avtgym.v1.OracleType
+	(Protocol)(0),                 // 36: avtgym.v1.Protocol
 }
 var file_avtgym_v1_env_service_proto_depIdxs = []int32{
 	25, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
-	26, // 1: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
-	27, // 2: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
-	1,  // 3: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
-	28, // 4: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
-	26, // 5: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
-	29, // 6: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
-	30, // 7: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
-	27, // 8: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
-	0,  // 9: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
-	31, // 10: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
-	2,  // 11: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
-	6,  // 12: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
-	3,  // 13: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
-	31, // 14: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
-	4,  // 15: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
-	9,  // 16: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
-	32, // 17: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
-	33, // 18: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
-	16, // 19: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
-	34, // 20: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
-	34, // 21: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
-	19, // 22: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
-	34, // 23: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
-	35, // 24: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
-	23, // 25: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
-	22, // 26: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
-	0,  // 27: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
-	3,  // 28: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
-	5,  // 29: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
-	8,  // 30: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
-	11, // 31: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
-	13, // 32: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
-	15, // 33: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
-	18, // 34: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
-	21, // 35: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
-	2,  // 36: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
-	4,  // 37: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
-	7,  // 38: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
-	10, // 39: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
-	12, // 40: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
-	14, // 41: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
-	17, // 42: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
-	20, // 43: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
-	24, // 44: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	26, // 1: avtgym.v1.ResetRequest.sample_types:type_name -> avtgym.v1.SampleType
+	27, // 2: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
+	28, // 3: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
+	1,  // 4: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
+	29, // 5: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
+	27, // 6: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
+	30, // 7: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
+	31, // 8: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
+	28, // 9: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
+	0,  // 10: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
+	32, // 11: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
+	2,  // 12: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
+	6,  // 13: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
+	3,  // 14: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
+	32, // 15: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
+	4,  // 16: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
+	9,  // 17: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
+	33, // 18: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
+	34, // 19: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
+	28, // 20: avtgym.v1.GetTaskResponse.privileged:type_name -> avtgym.v1.Privileged
+	16, // 21: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
+	35, // 22: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
+	35, // 23: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
+	19, // 24: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
+	35, // 25: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
+	36, // 26: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
+	23, // 27: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
+	22, // 28: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
+	0,  // 29: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
+	3,  // 30: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
+	5,  // 31: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
+	8,  // 32: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
+	11, // 33: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
+	13, // 34: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
+	15, // 35: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
+	18, // 36: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
+	21, // 37: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
+	2,  // 38: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
+	4,  // 39: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
+	7,  // 40: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
+	10, // 41: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
+	12, // 42: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
+	14, // 43: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
+	17, // 44: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
+	20, // 45: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
+	24, // 46: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_env_service_proto_init() }

@@ -940,6 +940,180 @@ func (BirdVariant) EnumDescriptor() ([]byte, []int) {
 	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{12}
 }
 
+// SampleType is a TIDE sample's type (PROTOCOL.md §9). Harness
+// information: it tells whether a drift will come, so the server gives it
+// only to principals and requests entitled to privileged data.
+type SampleType int32
+
+const (
+	// Not a TIDE sample (or not told).
+	SampleType_SAMPLE_TYPE_UNSPECIFIED SampleType = 0
+	// A chain (L1, L2) and no drift.
+	SampleType_SAMPLE_TYPE_CHAIN_ONLY SampleType = 1
+	// A drift and no chain.
+	SampleType_SAMPLE_TYPE_DRIFT_ONLY SampleType = 2
+	// A chain and a drift.
+	SampleType_SAMPLE_TYPE_JOINT SampleType = 3
+)
+
+// Enum value maps for SampleType.
+var (
+	SampleType_name = map[int32]string{
+		0: "SAMPLE_TYPE_UNSPECIFIED",
+		1: "SAMPLE_TYPE_CHAIN_ONLY",
+		2: "SAMPLE_TYPE_DRIFT_ONLY",
+		3: "SAMPLE_TYPE_JOINT",
+	}
+	SampleType_value = map[string]int32{
+		"SAMPLE_TYPE_UNSPECIFIED": 0,
+		"SAMPLE_TYPE_CHAIN_ONLY":  1,
+		"SAMPLE_TYPE_DRIFT_ONLY":  2,
+		"SAMPLE_TYPE_JOINT":       3,
+	}
+)
+
+func (x SampleType) Enum() *SampleType {
+	p := new(SampleType)
+	*p = x
+	return p
+}
+
+func (x SampleType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SampleType) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[13].Descriptor()
+}
+
+func (SampleType) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[13]
+}
+
+func (x SampleType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SampleType.Descriptor instead.
+func (SampleType) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{13}
+}
+
+// DriftSubtype is the level a TIDE drift changes (the paper's §2.2).
+type DriftSubtype int32
+
+const (
+	// No drift.
+	DriftSubtype_DRIFT_SUBTYPE_UNSPECIFIED DriftSubtype = 0
+	// A WHERE literal changes.
+	DriftSubtype_DRIFT_SUBTYPE_VALUE DriftSubtype = 1
+	// A WHERE conjunct is added or removed.
+	DriftSubtype_DRIFT_SUBTYPE_CONSTRAINT DriftSubtype = 2
+	// The output side (SELECT, GROUP BY, ORDER BY, HAVING, LIMIT) changes.
+	DriftSubtype_DRIFT_SUBTYPE_PROJECTION DriftSubtype = 3
+)
+
+// Enum value maps for DriftSubtype.
+var (
+	DriftSubtype_name = map[int32]string{
+		0: "DRIFT_SUBTYPE_UNSPECIFIED",
+		1: "DRIFT_SUBTYPE_VALUE",
+		2: "DRIFT_SUBTYPE_CONSTRAINT",
+		3: "DRIFT_SUBTYPE_PROJECTION",
+	}
+	DriftSubtype_value = map[string]int32{
+		"DRIFT_SUBTYPE_UNSPECIFIED": 0,
+		"DRIFT_SUBTYPE_VALUE":       1,
+		"DRIFT_SUBTYPE_CONSTRAINT":  2,
+		"DRIFT_SUBTYPE_PROJECTION":  3,
+	}
+)
+
+func (x DriftSubtype) Enum() *DriftSubtype {
+	p := new(DriftSubtype)
+	*p = x
+	return p
+}
+
+func (x DriftSubtype) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DriftSubtype) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[14].Descriptor()
+}
+
+func (DriftSubtype) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[14]
+}
+
+func (x DriftSubtype) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DriftSubtype.Descriptor instead.
+func (DriftSubtype) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{14}
+}
+
+// ChainRouting is the chain layer a question was routed to (PROTOCOL.md
+// §9).
+type ChainRouting int32
+
+const (
+	// The task has no chain, or no question was asked.
+	ChainRouting_CHAIN_ROUTING_UNSPECIFIED ChainRouting = 0
+	// The question was credited to a layer-1 ambiguity.
+	ChainRouting_CHAIN_ROUTING_L1 ChainRouting = 1
+	// The question was credited to a layer-2 ambiguity.
+	ChainRouting_CHAIN_ROUTING_L2 ChainRouting = 2
+	// Credited with no chain layer (or answered as a SQL-level detail).
+	ChainRouting_CHAIN_ROUTING_OTHER ChainRouting = 3
+)
+
+// Enum value maps for ChainRouting.
+var (
+	ChainRouting_name = map[int32]string{
+		0: "CHAIN_ROUTING_UNSPECIFIED",
+		1: "CHAIN_ROUTING_L1",
+		2: "CHAIN_ROUTING_L2",
+		3: "CHAIN_ROUTING_OTHER",
+	}
+	ChainRouting_value = map[string]int32{
+		"CHAIN_ROUTING_UNSPECIFIED": 0,
+		"CHAIN_ROUTING_L1":          1,
+		"CHAIN_ROUTING_L2":          2,
+		"CHAIN_ROUTING_OTHER":       3,
+	}
+)
+
+func (x ChainRouting) Enum() *ChainRouting {
+	p := new(ChainRouting)
+	*p = x
+	return p
+}
+
+func (x ChainRouting) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChainRouting) Descriptor() protoreflect.EnumDescriptor {
+	return file_avtgym_v1_episode_proto_enumTypes[15].Descriptor()
+}
+
+func (ChainRouting) Type() protoreflect.EnumType {
+	return &file_avtgym_v1_episode_proto_enumTypes[15]
+}
+
+func (x ChainRouting) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChainRouting.Descriptor instead.
+func (ChainRouting) EnumDescriptor() ([]byte, []int) {
+	return file_avtgym_v1_episode_proto_rawDescGZIP(), []int{15}
+}
+
 // Turn is one utterance of the dialogue, labelled with who produced it.
 type Turn struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1557,7 +1731,10 @@ type TaskView struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpus the task belongs to.
 	Corpus string `protobuf:"bytes,1,opt,name=corpus,proto3" json:"corpus,omitempty"`
-	// The task id within its corpus.
+	// The task's public id within its corpus, as ResetRequest.task_id and
+	// GetTaskRequest.task_id take it. For a TIDE sample it is opaque (it
+	// says nothing of the sample type); the corpus record id (TIDE's
+	// instance_id) is privileged: Privileged.record_id.
 	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The task's split label, such as "train" or "dev".
 	Split string `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
@@ -1648,7 +1825,8 @@ type TaskSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpus the task belongs to.
 	Corpus string `protobuf:"bytes,1,opt,name=corpus,proto3" json:"corpus,omitempty"`
-	// The task id within its corpus.
+	// The task's public id within its corpus (opaque for TIDE samples, as
+	// TaskView.task_id).
 	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The task's split label.
 	Split string `protobuf:"bytes,3,opt,name=split,proto3" json:"split,omitempty"`
@@ -1662,10 +1840,14 @@ type TaskSummary struct {
 	// TIDE's sample type: "chain_only", "drift_only" or "joint" ("" for
 	// other tasks), so that a trainer or an evaluation can select the tasks
 	// a protocol serves (TIDE_P: chain_only and joint). Harness information:
-	// never show it to a policy (it tells whether a drift will come).
-	SampleType    string `protobuf:"bytes,7,opt,name=sample_type,json=sampleType,proto3" json:"sample_type,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// never show it to a policy (it tells whether a drift will come). Set
+	// only when the ListTasksRequest asked for privileged data and its
+	// principal may read it. Deprecated: read sample_type_enum.
+	SampleType string `protobuf:"bytes,7,opt,name=sample_type,json=sampleType,proto3" json:"sample_type,omitempty"`
+	// The enum form of sample_type, under the same rule.
+	SampleTypeEnum SampleType `protobuf:"varint,8,opt,name=sample_type_enum,json=sampleTypeEnum,proto3,enum=avtgym.v1.SampleType" json:"sample_type_enum,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskSummary) Reset() {
@@ -1745,6 +1927,13 @@ func (x *TaskSummary) GetSampleType() string {
 		return x.SampleType
 	}
 	return ""
+}
+
+func (x *TaskSummary) GetSampleTypeEnum() SampleType {
+	if x != nil {
+		return x.SampleTypeEnum
+	}
+	return SampleType_SAMPLE_TYPE_UNSPECIFIED
 }
 
 // Observation is what the policy sees after a reset or a step.
@@ -2220,9 +2409,15 @@ type Privileged struct {
 	// chain ambiguity (PROTOCOL.md §9): "L1" or "L2" (the layer of the
 	// credited ambiguity; the lowest when several) or "other" (credited
 	// with no chain layer). "" on tasks without a chain.
+	// Deprecated: read routing_enum.
 	Routing string `protobuf:"bytes,11,opt,name=routing,proto3" json:"routing,omitempty"`
 	// TIDE's labels of the task; set on reset for tasks that have any.
-	Tide          *TideInfo `protobuf:"bytes,12,opt,name=tide,proto3" json:"tide,omitempty"`
+	Tide *TideInfo `protobuf:"bytes,12,opt,name=tide,proto3" json:"tide,omitempty"`
+	// The task's corpus record id (TIDE's instance_id, which may encode the
+	// sample type); set on reset. The public task id may differ from it.
+	RecordId string `protobuf:"bytes,13,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// The enum form of routing.
+	RoutingEnum   ChainRouting `protobuf:"varint,14,opt,name=routing_enum,json=routingEnum,proto3,enum=avtgym.v1.ChainRouting" json:"routing_enum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2341,6 +2536,20 @@ func (x *Privileged) GetTide() *TideInfo {
 	return nil
 }
 
+func (x *Privileged) GetRecordId() string {
+	if x != nil {
+		return x.RecordId
+	}
+	return ""
+}
+
+func (x *Privileged) GetRoutingEnum() ChainRouting {
+	if x != nil {
+		return x.RoutingEnum
+	}
+	return ChainRouting_CHAIN_ROUTING_UNSPECIFIED
+}
+
 // TideInfo is the TIDE harness's view of a task (PROTOCOL.md §9).
 // Privileged: it tells what drift will come.
 type TideInfo struct {
@@ -2348,21 +2557,27 @@ type TideInfo struct {
 	// The bootstrap cluster: TIDE's anchor, shared by its chain-only,
 	// drift-only and joint samples (each its own AVT).
 	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// "chain_only", "drift_only" or "joint".
+	// "chain_only", "drift_only" or "joint". Deprecated: read
+	// sample_type_enum.
 	SampleType string `protobuf:"bytes,2,opt,name=sample_type,json=sampleType,proto3" json:"sample_type,omitempty"`
 	// The drift utterance injected after the first SQL ("" without drift).
 	DriftUtterance string `protobuf:"bytes,3,opt,name=drift_utterance,json=driftUtterance,proto3" json:"drift_utterance,omitempty"`
 	// The post-drift reference SQL statements (empty without drift).
 	PostDriftReferenceSql []string `protobuf:"bytes,4,rep,name=post_drift_reference_sql,json=postDriftReferenceSql,proto3" json:"post_drift_reference_sql,omitempty"`
 	// The declared drift subtype: "value", "constraint" or "projection".
+	// Deprecated: read drift_subtype_enum.
 	DriftSubtype string `protobuf:"bytes,5,opt,name=drift_subtype,json=driftSubtype,proto3" json:"drift_subtype,omitempty"`
 	// For projection drifts: "aspect_change" or "target_change".
 	IntentSubtype string `protobuf:"bytes,6,opt,name=intent_subtype,json=intentSubtype,proto3" json:"intent_subtype,omitempty"`
 	// The layer of each registered ambiguity in annotation order: 1 for one
 	// that depends on none, 2 for one that depends on a layer-1 ambiguity.
-	ChainLayers   []int32 `protobuf:"varint,7,rep,packed,name=chain_layers,json=chainLayers,proto3" json:"chain_layers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ChainLayers []int32 `protobuf:"varint,7,rep,packed,name=chain_layers,json=chainLayers,proto3" json:"chain_layers,omitempty"`
+	// The enum form of sample_type.
+	SampleTypeEnum SampleType `protobuf:"varint,8,opt,name=sample_type_enum,json=sampleTypeEnum,proto3,enum=avtgym.v1.SampleType" json:"sample_type_enum,omitempty"`
+	// The enum form of drift_subtype.
+	DriftSubtypeEnum DriftSubtype `protobuf:"varint,9,opt,name=drift_subtype_enum,json=driftSubtypeEnum,proto3,enum=avtgym.v1.DriftSubtype" json:"drift_subtype_enum,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TideInfo) Reset() {
@@ -2442,6 +2657,20 @@ func (x *TideInfo) GetChainLayers() []int32 {
 		return x.ChainLayers
 	}
 	return nil
+}
+
+func (x *TideInfo) GetSampleTypeEnum() SampleType {
+	if x != nil {
+		return x.SampleTypeEnum
+	}
+	return SampleType_SAMPLE_TYPE_UNSPECIFIED
+}
+
+func (x *TideInfo) GetDriftSubtypeEnum() DriftSubtype {
+	if x != nil {
+		return x.DriftSubtypeEnum
+	}
+	return DriftSubtype_DRIFT_SUBTYPE_UNSPECIFIED
 }
 
 // Ask is a clarifying question.
@@ -3016,7 +3245,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x05split\x18\x03 \x01(\tR\x05split\x12\x18\n" +
 	"\arequest\x18\x04 \x01(\tR\arequest\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x123\n" +
-	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\xc7\x01\n" +
+	"\bdatabase\x18\x06 \x01(\v2\x17.avtgym.v1.DatabaseViewR\bdatabase\"\x88\x02\n" +
 	"\vTaskSummary\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -3025,7 +3254,8 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\arequest\x18\x05 \x01(\tR\arequest\x12\x1a\n" +
 	"\bsubtasks\x18\x06 \x01(\x05R\bsubtasks\x12\x1f\n" +
 	"\vsample_type\x18\a \x01(\tR\n" +
-	"sampleType\"\xa1\x03\n" +
+	"sampleType\x12?\n" +
+	"\x10sample_type_enum\x18\b \x01(\x0e2\x15.avtgym.v1.SampleTypeR\x0esampleTypeEnum\"\xa1\x03\n" +
 	"\vObservation\x12'\n" +
 	"\x04task\x18\x01 \x01(\v2\x13.avtgym.v1.TaskViewR\x04task\x12%\n" +
 	"\x05turns\x18\x02 \x03(\v2\x0f.avtgym.v1.TurnR\x05turns\x12&\n" +
@@ -3066,7 +3296,7 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x06Credit\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\tR\x04term\x12\x18\n" +
-	"\acounted\x18\x03 \x01(\bR\acounted\"\xfc\x03\n" +
+	"\acounted\x18\x03 \x01(\bR\acounted\"\xd5\x04\n" +
 	"\n" +
 	"Privileged\x12\x15\n" +
 	"\x06avt_id\x18\x01 \x01(\tR\x05avtId\x12&\n" +
@@ -3082,7 +3312,9 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x17follow_up_reference_sql\x18\n" +
 	" \x03(\tR\x14followUpReferenceSql\x12\x18\n" +
 	"\arouting\x18\v \x01(\tR\arouting\x12'\n" +
-	"\x04tide\x18\f \x01(\v2\x13.avtgym.v1.TideInfoR\x04tide\"\x96\x02\n" +
+	"\x04tide\x18\f \x01(\v2\x13.avtgym.v1.TideInfoR\x04tide\x12\x1b\n" +
+	"\trecord_id\x18\r \x01(\tR\brecordId\x12:\n" +
+	"\frouting_enum\x18\x0e \x01(\x0e2\x17.avtgym.v1.ChainRoutingR\vroutingEnum\"\x9e\x03\n" +
 	"\bTideInfo\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1f\n" +
 	"\vsample_type\x18\x02 \x01(\tR\n" +
@@ -3091,7 +3323,9 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\x18post_drift_reference_sql\x18\x04 \x03(\tR\x15postDriftReferenceSql\x12#\n" +
 	"\rdrift_subtype\x18\x05 \x01(\tR\fdriftSubtype\x12%\n" +
 	"\x0eintent_subtype\x18\x06 \x01(\tR\rintentSubtype\x12!\n" +
-	"\fchain_layers\x18\a \x03(\x05R\vchainLayers*h\n" +
+	"\fchain_layers\x18\a \x03(\x05R\vchainLayers\x12?\n" +
+	"\x10sample_type_enum\x18\b \x01(\x0e2\x15.avtgym.v1.SampleTypeR\x0esampleTypeEnum\x12E\n" +
+	"\x12drift_subtype_enum\x18\t \x01(\x0e2\x17.avtgym.v1.DriftSubtypeR\x10driftSubtypeEnum*h\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_POLICY\x10\x01\x12\x0f\n" +
@@ -3177,7 +3411,23 @@ const file_avtgym_v1_episode_proto_rawDesc = "" +
 	"\vBirdVariant\x12\x1c\n" +
 	"\x18BIRD_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15BIRD_VARIANT_ORIGINAL\x10\x01\x12\x14\n" +
-	"\x10BIRD_VARIANT_ADK\x10\x02B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
+	"\x10BIRD_VARIANT_ADK\x10\x02*x\n" +
+	"\n" +
+	"SampleType\x12\x1b\n" +
+	"\x17SAMPLE_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16SAMPLE_TYPE_CHAIN_ONLY\x10\x01\x12\x1a\n" +
+	"\x16SAMPLE_TYPE_DRIFT_ONLY\x10\x02\x12\x15\n" +
+	"\x11SAMPLE_TYPE_JOINT\x10\x03*\x82\x01\n" +
+	"\fDriftSubtype\x12\x1d\n" +
+	"\x19DRIFT_SUBTYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13DRIFT_SUBTYPE_VALUE\x10\x01\x12\x1c\n" +
+	"\x18DRIFT_SUBTYPE_CONSTRAINT\x10\x02\x12\x1c\n" +
+	"\x18DRIFT_SUBTYPE_PROJECTION\x10\x03*r\n" +
+	"\fChainRouting\x12\x1d\n" +
+	"\x19CHAIN_ROUTING_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10CHAIN_ROUTING_L1\x10\x01\x12\x14\n" +
+	"\x10CHAIN_ROUTING_L2\x10\x02\x12\x17\n" +
+	"\x13CHAIN_ROUTING_OTHER\x10\x03B!Z\x1favtgym/proto/avtgym/v1;avtgymv1b\x06proto3"
 
 var (
 	file_avtgym_v1_episode_proto_rawDescOnce sync.Once
@@ -3191,7 +3441,7 @@ func file_avtgym_v1_episode_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_episode_proto_rawDescData
 }
 
-var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_avtgym_v1_episode_proto_enumTypes = make([]protoimpl.EnumInfo, 16)
 var file_avtgym_v1_episode_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Role)(0),                           // 0: avtgym.v1.Role
@@ -3207,48 +3457,51 @@ var file_avtgym_v1_episode_proto_goTypes = []any{
 	(Comparison)(0),                     // 10: avtgym.v1.Comparison
 	(FollowUpState)(0),                  // 11: avtgym.v1.FollowUpState
 	(BirdVariant)(0),                    // 12: avtgym.v1.BirdVariant
-	(*Turn)(nil),                        // 13: avtgym.v1.Turn
-	(*Action)(nil),                      // 14: avtgym.v1.Action
-	(*EpisodeOptions)(nil),              // 15: avtgym.v1.EpisodeOptions
-	(*KnowledgeEntry)(nil),              // 16: avtgym.v1.KnowledgeEntry
-	(*DatabaseView)(nil),                // 17: avtgym.v1.DatabaseView
-	(*TaskView)(nil),                    // 18: avtgym.v1.TaskView
-	(*TaskSummary)(nil),                 // 19: avtgym.v1.TaskSummary
-	(*Observation)(nil),                 // 20: avtgym.v1.Observation
-	(*Budget)(nil),                      // 21: avtgym.v1.Budget
-	(*Reward)(nil),                      // 22: avtgym.v1.Reward
-	(*AmbiguityInfo)(nil),               // 23: avtgym.v1.AmbiguityInfo
-	(*Credit)(nil),                      // 24: avtgym.v1.Credit
-	(*Privileged)(nil),                  // 25: avtgym.v1.Privileged
-	(*TideInfo)(nil),                    // 26: avtgym.v1.TideInfo
-	(*Action_Ask)(nil),                  // 27: avtgym.v1.Action.Ask
-	(*Action_Stop)(nil),                 // 28: avtgym.v1.Action.Stop
-	(*Action_SubmitSql)(nil),            // 29: avtgym.v1.Action.SubmitSql
-	(*Action_Execute)(nil),              // 30: avtgym.v1.Action.Execute
-	(*Action_GetSchema)(nil),            // 31: avtgym.v1.Action.GetSchema
-	(*Action_GetAllColumnMeanings)(nil), // 32: avtgym.v1.Action.GetAllColumnMeanings
-	(*Action_GetColumnMeaning)(nil),     // 33: avtgym.v1.Action.GetColumnMeaning
-	(*Action_GetAllExternalKnowledgeNames)(nil), // 34: avtgym.v1.Action.GetAllExternalKnowledgeNames
-	(*Action_GetKnowledgeDefinition)(nil),       // 35: avtgym.v1.Action.GetKnowledgeDefinition
-	(*Action_GetAllKnowledgeDefinitions)(nil),   // 36: avtgym.v1.Action.GetAllKnowledgeDefinitions
-	(*Action_Unparsed)(nil),                     // 37: avtgym.v1.Action.Unparsed
-	nil,                                         // 38: avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	nil,                                         // 39: avtgym.v1.Reward.ComponentsEntry
+	(SampleType)(0),                     // 13: avtgym.v1.SampleType
+	(DriftSubtype)(0),                   // 14: avtgym.v1.DriftSubtype
+	(ChainRouting)(0),                   // 15: avtgym.v1.ChainRouting
+	(*Turn)(nil),                        // 16: avtgym.v1.Turn
+	(*Action)(nil),                      // 17: avtgym.v1.Action
+	(*EpisodeOptions)(nil),              // 18: avtgym.v1.EpisodeOptions
+	(*KnowledgeEntry)(nil),              // 19: avtgym.v1.KnowledgeEntry
+	(*DatabaseView)(nil),                // 20: avtgym.v1.DatabaseView
+	(*TaskView)(nil),                    // 21: avtgym.v1.TaskView
+	(*TaskSummary)(nil),                 // 22: avtgym.v1.TaskSummary
+	(*Observation)(nil),                 // 23: avtgym.v1.Observation
+	(*Budget)(nil),                      // 24: avtgym.v1.Budget
+	(*Reward)(nil),                      // 25: avtgym.v1.Reward
+	(*AmbiguityInfo)(nil),               // 26: avtgym.v1.AmbiguityInfo
+	(*Credit)(nil),                      // 27: avtgym.v1.Credit
+	(*Privileged)(nil),                  // 28: avtgym.v1.Privileged
+	(*TideInfo)(nil),                    // 29: avtgym.v1.TideInfo
+	(*Action_Ask)(nil),                  // 30: avtgym.v1.Action.Ask
+	(*Action_Stop)(nil),                 // 31: avtgym.v1.Action.Stop
+	(*Action_SubmitSql)(nil),            // 32: avtgym.v1.Action.SubmitSql
+	(*Action_Execute)(nil),              // 33: avtgym.v1.Action.Execute
+	(*Action_GetSchema)(nil),            // 34: avtgym.v1.Action.GetSchema
+	(*Action_GetAllColumnMeanings)(nil), // 35: avtgym.v1.Action.GetAllColumnMeanings
+	(*Action_GetColumnMeaning)(nil),     // 36: avtgym.v1.Action.GetColumnMeaning
+	(*Action_GetAllExternalKnowledgeNames)(nil), // 37: avtgym.v1.Action.GetAllExternalKnowledgeNames
+	(*Action_GetKnowledgeDefinition)(nil),       // 38: avtgym.v1.Action.GetKnowledgeDefinition
+	(*Action_GetAllKnowledgeDefinitions)(nil),   // 39: avtgym.v1.Action.GetAllKnowledgeDefinitions
+	(*Action_Unparsed)(nil),                     // 40: avtgym.v1.Action.Unparsed
+	nil,                                         // 41: avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	nil,                                         // 42: avtgym.v1.Reward.ComponentsEntry
 }
 var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	0,  // 0: avtgym.v1.Turn.role:type_name -> avtgym.v1.Role
 	1,  // 1: avtgym.v1.Turn.kind:type_name -> avtgym.v1.TurnKind
-	27, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
-	28, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
-	29, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
-	37, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
-	30, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
-	31, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
-	32, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
-	33, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
-	34, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
-	35, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
-	36, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
+	30, // 2: avtgym.v1.Action.ask:type_name -> avtgym.v1.Action.Ask
+	31, // 3: avtgym.v1.Action.stop:type_name -> avtgym.v1.Action.Stop
+	32, // 4: avtgym.v1.Action.submit_sql:type_name -> avtgym.v1.Action.SubmitSql
+	40, // 5: avtgym.v1.Action.unparsed:type_name -> avtgym.v1.Action.Unparsed
+	33, // 6: avtgym.v1.Action.execute:type_name -> avtgym.v1.Action.Execute
+	34, // 7: avtgym.v1.Action.get_schema:type_name -> avtgym.v1.Action.GetSchema
+	35, // 8: avtgym.v1.Action.get_all_column_meanings:type_name -> avtgym.v1.Action.GetAllColumnMeanings
+	36, // 9: avtgym.v1.Action.get_column_meaning:type_name -> avtgym.v1.Action.GetColumnMeaning
+	37, // 10: avtgym.v1.Action.get_all_external_knowledge_names:type_name -> avtgym.v1.Action.GetAllExternalKnowledgeNames
+	38, // 11: avtgym.v1.Action.get_knowledge_definition:type_name -> avtgym.v1.Action.GetKnowledgeDefinition
+	39, // 12: avtgym.v1.Action.get_all_knowledge_definitions:type_name -> avtgym.v1.Action.GetAllKnowledgeDefinitions
 	6,  // 13: avtgym.v1.EpisodeOptions.reward:type_name -> avtgym.v1.RewardType
 	7,  // 14: avtgym.v1.EpisodeOptions.solver:type_name -> avtgym.v1.Solver
 	8,  // 15: avtgym.v1.EpisodeOptions.oracle:type_name -> avtgym.v1.OracleType
@@ -3256,27 +3509,31 @@ var file_avtgym_v1_episode_proto_depIdxs = []int32{
 	10, // 17: avtgym.v1.EpisodeOptions.comparison:type_name -> avtgym.v1.Comparison
 	11, // 18: avtgym.v1.EpisodeOptions.follow_up_state:type_name -> avtgym.v1.FollowUpState
 	12, // 19: avtgym.v1.EpisodeOptions.bird_variant:type_name -> avtgym.v1.BirdVariant
-	38, // 20: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
-	16, // 21: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
-	17, // 22: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
-	18, // 23: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
-	13, // 24: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
-	4,  // 25: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
-	2,  // 26: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
-	21, // 27: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
-	3,  // 28: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
-	6,  // 29: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
-	39, // 30: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
-	9,  // 31: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
-	23, // 32: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
-	24, // 33: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
-	24, // 34: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
-	26, // 35: avtgym.v1.Privileged.tide:type_name -> avtgym.v1.TideInfo
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	41, // 20: avtgym.v1.DatabaseView.column_meanings:type_name -> avtgym.v1.DatabaseView.ColumnMeaningsEntry
+	19, // 21: avtgym.v1.DatabaseView.knowledge:type_name -> avtgym.v1.KnowledgeEntry
+	20, // 22: avtgym.v1.TaskView.database:type_name -> avtgym.v1.DatabaseView
+	13, // 23: avtgym.v1.TaskSummary.sample_type_enum:type_name -> avtgym.v1.SampleType
+	21, // 24: avtgym.v1.Observation.task:type_name -> avtgym.v1.TaskView
+	16, // 25: avtgym.v1.Observation.turns:type_name -> avtgym.v1.Turn
+	4,  // 26: avtgym.v1.Observation.phase:type_name -> avtgym.v1.Phase
+	2,  // 27: avtgym.v1.Observation.protocol:type_name -> avtgym.v1.Protocol
+	24, // 28: avtgym.v1.Observation.budget:type_name -> avtgym.v1.Budget
+	3,  // 29: avtgym.v1.Budget.unit:type_name -> avtgym.v1.BudgetUnit
+	6,  // 30: avtgym.v1.Reward.type:type_name -> avtgym.v1.RewardType
+	42, // 31: avtgym.v1.Reward.components:type_name -> avtgym.v1.Reward.ComponentsEntry
+	9,  // 32: avtgym.v1.AmbiguityInfo.kind:type_name -> avtgym.v1.AmbiguityKind
+	26, // 33: avtgym.v1.Privileged.ambiguities:type_name -> avtgym.v1.AmbiguityInfo
+	27, // 34: avtgym.v1.Privileged.credits:type_name -> avtgym.v1.Credit
+	27, // 35: avtgym.v1.Privileged.episode_credits:type_name -> avtgym.v1.Credit
+	29, // 36: avtgym.v1.Privileged.tide:type_name -> avtgym.v1.TideInfo
+	15, // 37: avtgym.v1.Privileged.routing_enum:type_name -> avtgym.v1.ChainRouting
+	13, // 38: avtgym.v1.TideInfo.sample_type_enum:type_name -> avtgym.v1.SampleType
+	14, // 39: avtgym.v1.TideInfo.drift_subtype_enum:type_name -> avtgym.v1.DriftSubtype
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_episode_proto_init() }
@@ -3303,7 +3560,7 @@ func file_avtgym_v1_episode_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_episode_proto_rawDesc), len(file_avtgym_v1_episode_proto_rawDesc)),
-			NumEnums:      13,
+			NumEnums:      16,
 			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,

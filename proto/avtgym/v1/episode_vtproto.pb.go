@@ -1118,6 +1118,11 @@ func (m *TaskSummary) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.SampleTypeEnum != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SampleTypeEnum))
+		i--
+		dAtA[i] = 0x40
+	}
 	if len(m.SampleType) > 0 {
 		i -= len(m.SampleType)
 		copy(dAtA[i:], m.SampleType)
@@ -1549,6 +1554,18 @@ func (m *Privileged) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RoutingEnum != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RoutingEnum))
+		i--
+		dAtA[i] = 0x70
+	}
+	if len(m.RecordId) > 0 {
+		i -= len(m.RecordId)
+		copy(dAtA[i:], m.RecordId)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.RecordId)))
+		i--
+		dAtA[i] = 0x6a
+	}
 	if m.Tide != nil {
 		size, err := m.Tide.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1687,6 +1704,16 @@ func (m *TideInfo) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.DriftSubtypeEnum != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DriftSubtypeEnum))
+		i--
+		dAtA[i] = 0x48
+	}
+	if m.SampleTypeEnum != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.SampleTypeEnum))
+		i--
+		dAtA[i] = 0x40
 	}
 	if len(m.ChainLayers) > 0 {
 		var pksize2 int
@@ -2249,6 +2276,9 @@ func (m *TaskSummary) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.SampleTypeEnum != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SampleTypeEnum))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2461,6 +2491,13 @@ func (m *Privileged) SizeVT() (n int) {
 		l = m.Tide.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	l = len(m.RecordId)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.RoutingEnum != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.RoutingEnum))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2503,6 +2540,12 @@ func (m *TideInfo) SizeVT() (n int) {
 			l += protohelpers.SizeOfVarint(uint64(e))
 		}
 		n += 1 + protohelpers.SizeOfVarint(uint64(l)) + l
+	}
+	if m.SampleTypeEnum != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.SampleTypeEnum))
+	}
+	if m.DriftSubtypeEnum != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.DriftSubtypeEnum))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -5122,6 +5165,25 @@ func (m *TaskSummary) UnmarshalVT(dAtA []byte) error {
 			}
 			m.SampleType = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SampleTypeEnum", wireType)
+			}
+			m.SampleTypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SampleTypeEnum |= SampleType(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -6499,6 +6561,57 @@ func (m *Privileged) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordId", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RecordId = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RoutingEnum", wireType)
+			}
+			m.RoutingEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RoutingEnum |= ChainRouting(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -6817,6 +6930,44 @@ func (m *TideInfo) UnmarshalVT(dAtA []byte) error {
 				}
 			} else {
 				return fmt.Errorf("proto: wrong wireType = %d for field ChainLayers", wireType)
+			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SampleTypeEnum", wireType)
+			}
+			m.SampleTypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SampleTypeEnum |= SampleType(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftSubtypeEnum", wireType)
+			}
+			m.DriftSubtypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.DriftSubtypeEnum |= DriftSubtype(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
 			}
 		default:
 			iNdEx = preIndex
@@ -9562,6 +9713,25 @@ func (m *TaskSummary) UnmarshalVTUnsafe(dAtA []byte) error {
 			}
 			m.SampleType = stringValue
 			iNdEx = postIndex
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SampleTypeEnum", wireType)
+			}
+			m.SampleTypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SampleTypeEnum |= SampleType(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -10991,6 +11161,61 @@ func (m *Privileged) UnmarshalVTUnsafe(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RecordId", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			var stringValue string
+			if intStringLen > 0 {
+				stringValue = unsafe.String(&dAtA[iNdEx], intStringLen)
+			}
+			m.RecordId = stringValue
+			iNdEx = postIndex
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RoutingEnum", wireType)
+			}
+			m.RoutingEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RoutingEnum |= ChainRouting(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -11333,6 +11558,44 @@ func (m *TideInfo) UnmarshalVTUnsafe(dAtA []byte) error {
 				}
 			} else {
 				return fmt.Errorf("proto: wrong wireType = %d for field ChainLayers", wireType)
+			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SampleTypeEnum", wireType)
+			}
+			m.SampleTypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.SampleTypeEnum |= SampleType(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 9:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DriftSubtypeEnum", wireType)
+			}
+			m.DriftSubtypeEnum = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.DriftSubtypeEnum |= DriftSubtype(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
 			}
 		default:
 			iNdEx = preIndex

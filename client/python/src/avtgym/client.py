@@ -41,6 +41,7 @@ from avtgym.types import (
     oracle_enum,
     protocol_enum,
     reward_enum,
+    sample_types_enum,
     solver_enum,
 )
 from avtgym.v1 import env_service_pb2 as pb
@@ -196,7 +197,7 @@ def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None
                    solver=None, extra_questions=None, zero_ambiguity_budget=None,
                    privileged=False, group_size=0, oracle=None, strict_credit=False,
                    protocol=None, patience=None, comparison=None, follow_up_state=None,
-                   bird_variant=None) -> pb.ResetRequest:
+                   bird_variant=None, sample_types=None) -> pb.ResetRequest:
     proto = protocol_enum(protocol)
     if proto in (epb.PROTOCOL_UNSPECIFIED, epb.PROTOCOL_AMBITAB):
         # AMBITAB's defaults, sent as before (the server's defaults are the same).
@@ -215,10 +216,17 @@ def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None
         opts.zero_ambiguity_budget = int(zero_ambiguity_budget)
     req = pb.ResetRequest(corpus=corpus or "", task_id=task_id or "", split=split or "",
                           group_size=int(group_size), options=opts,
-                          include_privileged=bool(privileged))
+                          include_privileged=bool(privileged),
+                          sample_types=sample_types_enum(sample_types))
     if seed is not None:
         req.seed = int(seed)
     return req
+
+
+def _list_tasks_request(corpus: str | None, split: str | None, token: str,
+                        privileged: bool) -> pb.ListTasksRequest:
+    return pb.ListTasksRequest(corpus=corpus or "", split=split or "", page_size=1000, page_token=token,
+                               include_privileged=bool(privileged))
 
 
 def _episode(ep: EpisodeLike) -> Episode:
@@ -414,7 +422,8 @@ class Client:
               strict_credit: bool = False, protocol: "str | int | None" = None,
               patience: int | None = None, comparison: "str | int | None" = None,
               follow_up_state: "str | int | None" = None,
-              bird_variant: "str | int | None" = None) -> Episode:
+              bird_variant: "str | int | None" = None,
+              sample_types: "Iterable[str | int] | None" = None) -> Episode:
         """Start one episode. reward: "question_f1" | "outcome" | "bird_interact" (None: the
         protocol's default, question_f1 under AMBITAB); solver: "client" | "lookup" | ... (None:
         "client"); oracle: None (the server's default, deterministic) or an OracleType name in
@@ -432,13 +441,18 @@ class Client:
         bird_variant (BIRD_C, BIRD_A): None (the server's default, "original": the original
         harnesses) or "adk" (BIRD-Interact-ADK's rules); other protocols reject both.
         Under BIRD_C leave reward and solver unset: it takes only its own reward and the client
-        as solver."""
+        as solver. sample_types (a draw: task_id unset): restrict the draw to TIDE samples of
+        these types, names ("chain_only", "drift_only", "joint") or SampleType values; the server
+        resolves the privileged labels, so a trainer selects by type without reading them, and
+        nothing in the episode tells the filter (NOT_FOUND / NO_TASKS when no task of the split
+        and the protocol has those types)."""
         return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                 reward=reward, solver=solver, extra_questions=extra_questions,
                                 zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
                                 oracle=oracle, strict_credit=strict_credit, protocol=protocol,
                                 patience=patience, comparison=comparison,
-                                follow_up_state=follow_up_state, bird_variant=bird_variant)[0]
+                                follow_up_state=follow_up_state, bird_variant=bird_variant,
+                                sample_types=sample_types)[0]
 
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1;
@@ -500,14 +514,17 @@ class Client:
         (plan with these; the server charges what it publishes)."""
         return [ProtocolInfo.from_proto(p) for p in self._call("ListProtocols", pb.ListProtocolsRequest()).protocols]
 
-    def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
+    def list_tasks(self, corpus: str | None = None, split: str | None = None,
+                   privileged: bool = False) -> list[TaskSummary]:
         """All task summaries of a corpus (every page); subtasks is 2 for a task with a follow-up
-        (the tasks BIRD_C serves)."""
+        (the tasks BIRD_C serves). task_id is the public id (opaque for TIDE samples).
+        privileged=True asks for TIDE's sample_type (ListTasksRequest.include_privileged): a
+        principal that may not read privileged data (a policy) gets PERMISSION_DENIED /
+        PRIVILEGED_DENIED; without it sample_type is "" for every task."""
         out: list[TaskSummary] = []
         token = ""
         while True:
-            resp = self._call("ListTasks", pb.ListTasksRequest(corpus=corpus or "", split=split or "",
-                                                                page_size=1000, page_token=token))
+            resp = self._call("ListTasks", _list_tasks_request(corpus, split, token, privileged))
             out.extend(TaskSummary.from_proto(t) for t in resp.tasks)
             token = resp.next_page_token
             if not token:
@@ -607,14 +624,16 @@ class AsyncClient:
                     strict_credit: bool = False, protocol: "str | int | None" = None,
                     patience: int | None = None, comparison: "str | int | None" = None,
                     follow_up_state: "str | int | None" = None,
-                    bird_variant: "str | int | None" = None) -> Episode:
+                    bird_variant: "str | int | None" = None,
+                    sample_types: "Iterable[str | int] | None" = None) -> Episode:
         """Start one episode; see Client.reset (every option included)."""
         eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                      reward=reward, solver=solver, extra_questions=extra_questions,
                                      zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
                                      oracle=oracle, strict_credit=strict_credit, protocol=protocol,
                                      patience=patience, comparison=comparison,
-                                     follow_up_state=follow_up_state, bird_variant=bird_variant)
+                                     follow_up_state=follow_up_state, bird_variant=bird_variant,
+                                     sample_types=sample_types)
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
@@ -709,12 +728,13 @@ class AsyncClient:
         resp = await self._call("ListProtocols", pb.ListProtocolsRequest())
         return [ProtocolInfo.from_proto(p) for p in resp.protocols]
 
-    async def list_tasks(self, corpus: str | None = None, split: str | None = None) -> list[TaskSummary]:
+    async def list_tasks(self, corpus: str | None = None, split: str | None = None,
+                         privileged: bool = False) -> list[TaskSummary]:
+        """All task summaries of a corpus; see Client.list_tasks (privileged included)."""
         out: list[TaskSummary] = []
         token = ""
         while True:
-            resp = await self._call("ListTasks", pb.ListTasksRequest(
-                corpus=corpus or "", split=split or "", page_size=1000, page_token=token))
+            resp = await self._call("ListTasks", _list_tasks_request(corpus, split, token, privileged))
             out.extend(TaskSummary.from_proto(t) for t in resp.tasks)
             token = resp.next_page_token
             if not token:

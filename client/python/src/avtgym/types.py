@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from google.protobuf.json_format import MessageToDict
 
@@ -27,6 +27,8 @@ __all__ = [
     "StepResult",
     "OracleInfo",
     "ProtocolInfo",
+    "SAMPLE_TYPES",
+    "sample_types_enum",
 ]
 
 
@@ -45,6 +47,17 @@ _STATUS = _names(epb.EpisodeStatus, "EPISODE_STATUS_")
 _REWARD_TYPE = _names(epb.RewardType, "REWARD_TYPE_")
 _ORACLE_TYPE = _names(epb.OracleType, "ORACLE_TYPE_")
 _BUDGET_UNIT = _names(epb.BudgetUnit, "BUDGET_UNIT_")
+# TIDE's labels (privileged): the enums' lower-case names are the deprecated strings' values
+# ("chain_only", "drift_only", "joint"; "value", "constraint", "projection").
+_SAMPLE_TYPE = {v: n for v, n in _names(epb.SampleType, "SAMPLE_TYPE_").items() if v}
+_SAMPLE_TYPE_VALUE = {n: v for v, n in _SAMPLE_TYPE.items()}
+_DRIFT_SUBTYPE = {v: n for v, n in _names(epb.DriftSubtype, "DRIFT_SUBTYPE_").items() if v}
+# ChainRouting is read as the string routing has always been: "L1", "L2" (upper case, as the
+# server's string and StepResult.routing write them) and "other".
+_ROUTING = {v: (n.upper() if n in ("l1", "l2") else n)
+            for v, n in _names(epb.ChainRouting, "CHAIN_ROUTING_").items() if v}
+# The sample types reset(sample_types=[...]) draws by: "chain_only", "drift_only", "joint".
+SAMPLE_TYPES = tuple(n for v, n in sorted(_SAMPLE_TYPE.items()))
 # Protocols are named as the CLI's --protocol names them: "ambitab", "bird-c", ...; UNSPECIFIED is
 # the server's default, AMBITAB.
 _PROTOCOL_VALUE = {n: v for v, n in _names(epb.Protocol, "PROTOCOL_", sep="-").items() if v}
@@ -73,6 +86,22 @@ _ORACLE_VALUE = {n: v for v, n in _ORACLE_TYPE.items()}
 # written by the environment in the policy's place at reset: the agent's turn, never trainable,
 # and never a reply). Every other role ("oracle", "environment") is the user's side.
 AGENT_ROLES = frozenset(("policy", "prefilled"))
+
+
+def _label(table: dict[int, str], value: Any, fallback: str) -> str:
+    """An enum label's name (table, without UNSPECIFIED), or fallback (the deprecated string, all
+    an older server sends) when the enum is unset. value is the enum's number, or its name as
+    MessageToDict writes it ("SAMPLE_TYPE_JOINT"; a number for a value this client does not know)."""
+    if isinstance(value, str):
+        if not value or value.endswith("_UNSPECIFIED"):
+            return fallback
+        for n in table.values():
+            if value.endswith("_" + n.upper()):
+                return n
+        return fallback or value.lower()
+    if value:
+        return _name(table, int(value))
+    return fallback
 
 
 def _choices(table: dict[str, int]) -> str:
@@ -310,7 +339,11 @@ class TaskSummary:
     only once phase 1 is solved; BIRD_C serves only such tasks), else 1. sample_type is TIDE's
     sample type, "chain_only", "drift_only" or "joint" ("" for other tasks), to select the tasks
     a protocol serves (TIDE_P: chain_only and joint). It is harness information: never show it to
-    a policy (it tells whether a drift will come)."""
+    a policy (it tells whether a drift will come). The server fills it only for
+    list_tasks(privileged=True) from a principal that may read privileged data (a trainer); else
+    it is "" for every task. task_id is the public id: opaque for TIDE samples ("tide-" and 16 hex
+    digits, which say nothing of the type); the record id (TIDE's instance_id) is privileged
+    (Episode.record_id). To draw by type without reading it, use reset(sample_types=[...])."""
 
     corpus: str
     task_id: str
@@ -323,7 +356,7 @@ class TaskSummary:
     @staticmethod
     def from_proto(t: Any) -> "TaskSummary":
         return TaskSummary(t.corpus, t.task_id, t.split, t.database, t.request, int(t.subtasks) or 1,
-                           t.sample_type)
+                           _label(_SAMPLE_TYPE, t.sample_type_enum, t.sample_type))
 
 
 @dataclass(frozen=True)
@@ -335,7 +368,8 @@ class TideInfo:
     reference of the second SQL (empty without a drift); drift_subtype "value", "constraint" or
     "projection" and intent_subtype (projection drifts) "aspect_change" or "target_change";
     chain_layers the layer of each registered ambiguity in annotation order (1: depends on none;
-    2: depends on a layer-1 ambiguity).
+    2: depends on a layer-1 ambiguity). sample_type and drift_subtype are read from the enums
+    (sample_type_enum, drift_subtype_enum), or from the deprecated strings from an older server.
 
     Episode.tide reads it from the privileged dict (its "tide" key, as MessageToDict writes it)
     when it is asked for: nothing is built on the step path."""
@@ -354,16 +388,20 @@ class TideInfo:
 
     @staticmethod
     def from_proto(t: Any) -> "TideInfo":
-        return TideInfo(t.cluster, t.sample_type, t.drift_utterance, tuple(t.post_drift_reference_sql),
-                        t.drift_subtype, t.intent_subtype, tuple(int(x) for x in t.chain_layers))
+        return TideInfo(t.cluster, _label(_SAMPLE_TYPE, t.sample_type_enum, t.sample_type), t.drift_utterance,
+                        tuple(t.post_drift_reference_sql),
+                        _label(_DRIFT_SUBTYPE, t.drift_subtype_enum, t.drift_subtype), t.intent_subtype,
+                        tuple(int(x) for x in t.chain_layers))
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "TideInfo":
         """From the privileged dict's "tide" entry (MessageToDict's form: fields at their default
         are absent)."""
-        return TideInfo(str(d.get("cluster", "")), str(d.get("sample_type", "")),
+        return TideInfo(str(d.get("cluster", "")),
+                        _label(_SAMPLE_TYPE, d.get("sample_type_enum"), str(d.get("sample_type", ""))),
                         str(d.get("drift_utterance", "")), tuple(d.get("post_drift_reference_sql") or ()),
-                        str(d.get("drift_subtype", "")), str(d.get("intent_subtype", "")),
+                        _label(_DRIFT_SUBTYPE, d.get("drift_subtype_enum"), str(d.get("drift_subtype", ""))),
+                        str(d.get("intent_subtype", "")),
                         tuple(int(x) for x in d.get("chain_layers") or ()))
 
 
@@ -501,7 +539,9 @@ class Episode:
     latest call's fields are laid over the earlier ones (so the reset's ambiguities stay). On a
     TIDE task the reset's privileged dict holds "tide" (read it as a TideInfo with .tide), and a
     step that asked a question on a task with a chain holds its "routing" ("L1", "L2" or "other";
-    StepResult.routing is the step's own).
+    StepResult.routing is the step's own). The reset's privileged dict also holds "record_id", the
+    task's corpus record id (TIDE's instance_id, e.g. "tide-a1-J"), which may differ from
+    task.task_id, the public id (opaque for TIDE samples); read it with .record_id.
 
     protocol is the episode's protocol as reset names it ("ambitab", "bird-c", ...); subtask the
     sub-task being played (1, or 2 once a BIRD_C follow-up is released); budget the interaction
@@ -531,6 +571,13 @@ class Episode:
     @property
     def request(self) -> str:
         return self.task.request if self.task is not None else ""
+
+    @property
+    def record_id(self) -> str:
+        """The task's corpus record id (privileged "record_id", set on reset); "" without
+        privileged data (or from a server that does not send it)."""
+        p = self.privileged
+        return str(p.get("record_id", "")) if p else ""
 
     @property
     def tide(self) -> "TideInfo | None":
@@ -647,7 +694,7 @@ class StepResult:
         credited, e.g. L2 asked before L1 under the chain rule); "" without privileged data, on a
         task without a chain, or when the step asked nothing."""
         p = self.privileged
-        return p.get("routing", "") if p else ""
+        return _label(_ROUTING, p.get("routing_enum"), str(p.get("routing", ""))) if p else ""
 
     @property
     def released(self) -> bool:
@@ -831,3 +878,31 @@ def protocol_name(protocol: "str | int | None") -> str:
 
 def as_mapping(x: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(x or {})
+
+
+def sample_types_enum(sample_types: "Iterable[str | int] | str | int | None") -> list[int]:
+    """The SampleType values of reset(sample_types=[...]): None or empty (no restriction); a name
+    or a SampleType value, or an iterable of them. A name is "chain_only", "drift_only" or
+    "joint", in any case, with or without the "SAMPLE_TYPE_" prefix; a value is
+    avtgym.v1.episode_pb2.SAMPLE_TYPE_JOINT and the like."""
+    if sample_types is None:
+        return []
+    if isinstance(sample_types, (str, int)):
+        sample_types = [sample_types]
+    out: list[int] = []
+    for st in sample_types:
+        if isinstance(st, bool) or not isinstance(st, (str, int)):
+            raise TypeError(f"sample type {st!r}: want a name or a SampleType value")
+        if isinstance(st, int):
+            if st not in _SAMPLE_TYPE:
+                raise ValueError(f"unknown sample type value {st}: want one of {', '.join(SAMPLE_TYPES)}")
+            out.append(int(st))
+            continue
+        key = st.strip().lower()
+        if key.startswith("sample_type_"):
+            key = key[len("sample_type_"):]
+        v = _SAMPLE_TYPE_VALUE.get(key)
+        if v is None:
+            raise ValueError(f"unknown sample type {st!r}: want one of {', '.join(SAMPLE_TYPES)}")
+        out.append(v)
+    return out

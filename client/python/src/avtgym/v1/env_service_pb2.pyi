@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged")
+    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged", "sample_types")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class ResetRequest(_message.Message):
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_TYPES_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
@@ -24,7 +25,8 @@ class ResetRequest(_message.Message):
     group_size: int
     options: _episode_pb2.EpisodeOptions
     include_privileged: bool
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
+    sample_types: _containers.RepeatedScalarFieldContainer[_episode_pb2.SampleType]
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ..., sample_types: _Optional[_Iterable[_Union[_episode_pb2.SampleType, str]]] = ...) -> None: ...
 
 class Episode(_message.Message):
     __slots__ = ("token", "observation", "seed", "group_index", "episode_id", "privileged")
@@ -115,16 +117,18 @@ class StepBatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[StepBatchResult, _Mapping]]] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("corpus", "split", "page_size", "page_token")
+    __slots__ = ("corpus", "split", "page_size", "page_token", "include_privileged")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     split: str
     page_size: int
     page_token: str
-    def __init__(self, corpus: _Optional[str] = ..., split: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_privileged: bool
+    def __init__(self, corpus: _Optional[str] = ..., split: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token", "total_size")
@@ -137,18 +141,22 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[_episode_pb2.TaskSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
-    __slots__ = ("corpus", "task_id")
+    __slots__ = ("corpus", "task_id", "include_privileged")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+    include_privileged: bool
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., include_privileged: _Optional[bool] = ...) -> None: ...
 
 class GetTaskResponse(_message.Message):
-    __slots__ = ("task",)
+    __slots__ = ("task", "privileged")
     TASK_FIELD_NUMBER: _ClassVar[int]
+    PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     task: _episode_pb2.TaskView
-    def __init__(self, task: _Optional[_Union[_episode_pb2.TaskView, _Mapping]] = ...) -> None: ...
+    privileged: _episode_pb2.Privileged
+    def __init__(self, task: _Optional[_Union[_episode_pb2.TaskView, _Mapping]] = ..., privileged: _Optional[_Union[_episode_pb2.Privileged, _Mapping]] = ...) -> None: ...
 
 class ListCorporaRequest(_message.Message):
     __slots__ = ()

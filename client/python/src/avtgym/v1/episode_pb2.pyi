@@ -111,6 +111,27 @@ class BirdVariant(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BIRD_VARIANT_UNSPECIFIED: _ClassVar[BirdVariant]
     BIRD_VARIANT_ORIGINAL: _ClassVar[BirdVariant]
     BIRD_VARIANT_ADK: _ClassVar[BirdVariant]
+
+class SampleType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SAMPLE_TYPE_UNSPECIFIED: _ClassVar[SampleType]
+    SAMPLE_TYPE_CHAIN_ONLY: _ClassVar[SampleType]
+    SAMPLE_TYPE_DRIFT_ONLY: _ClassVar[SampleType]
+    SAMPLE_TYPE_JOINT: _ClassVar[SampleType]
+
+class DriftSubtype(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DRIFT_SUBTYPE_UNSPECIFIED: _ClassVar[DriftSubtype]
+    DRIFT_SUBTYPE_VALUE: _ClassVar[DriftSubtype]
+    DRIFT_SUBTYPE_CONSTRAINT: _ClassVar[DriftSubtype]
+    DRIFT_SUBTYPE_PROJECTION: _ClassVar[DriftSubtype]
+
+class ChainRouting(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHAIN_ROUTING_UNSPECIFIED: _ClassVar[ChainRouting]
+    CHAIN_ROUTING_L1: _ClassVar[ChainRouting]
+    CHAIN_ROUTING_L2: _ClassVar[ChainRouting]
+    CHAIN_ROUTING_OTHER: _ClassVar[ChainRouting]
 ROLE_UNSPECIFIED: Role
 ROLE_POLICY: Role
 ROLE_ORACLE: Role
@@ -177,6 +198,18 @@ FOLLOW_UP_STATE_POLICY: FollowUpState
 BIRD_VARIANT_UNSPECIFIED: BirdVariant
 BIRD_VARIANT_ORIGINAL: BirdVariant
 BIRD_VARIANT_ADK: BirdVariant
+SAMPLE_TYPE_UNSPECIFIED: SampleType
+SAMPLE_TYPE_CHAIN_ONLY: SampleType
+SAMPLE_TYPE_DRIFT_ONLY: SampleType
+SAMPLE_TYPE_JOINT: SampleType
+DRIFT_SUBTYPE_UNSPECIFIED: DriftSubtype
+DRIFT_SUBTYPE_VALUE: DriftSubtype
+DRIFT_SUBTYPE_CONSTRAINT: DriftSubtype
+DRIFT_SUBTYPE_PROJECTION: DriftSubtype
+CHAIN_ROUTING_UNSPECIFIED: ChainRouting
+CHAIN_ROUTING_L1: ChainRouting
+CHAIN_ROUTING_L2: ChainRouting
+CHAIN_ROUTING_OTHER: ChainRouting
 
 class Turn(_message.Message):
     __slots__ = ("role", "kind", "text")
@@ -335,7 +368,7 @@ class TaskView(_message.Message):
     def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., request: _Optional[str] = ..., evidence: _Optional[str] = ..., database: _Optional[_Union[DatabaseView, _Mapping]] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "database", "request", "subtasks", "sample_type")
+    __slots__ = ("corpus", "task_id", "split", "database", "request", "subtasks", "sample_type", "sample_type_enum")
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -343,6 +376,7 @@ class TaskSummary(_message.Message):
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     SUBTASKS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_TYPE_ENUM_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
@@ -350,7 +384,8 @@ class TaskSummary(_message.Message):
     request: str
     subtasks: int
     sample_type: str
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ..., subtasks: _Optional[int] = ..., sample_type: _Optional[str] = ...) -> None: ...
+    sample_type_enum: SampleType
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., database: _Optional[str] = ..., request: _Optional[str] = ..., subtasks: _Optional[int] = ..., sample_type: _Optional[str] = ..., sample_type_enum: _Optional[_Union[SampleType, str]] = ...) -> None: ...
 
 class Observation(_message.Message):
     __slots__ = ("task", "turns", "phase", "question_budget", "questions_asked", "questions_remaining", "protocol", "subtask", "budget", "sql_required")
@@ -432,7 +467,7 @@ class Credit(_message.Message):
     def __init__(self, index: _Optional[int] = ..., term: _Optional[str] = ..., counted: _Optional[bool] = ...) -> None: ...
 
 class Privileged(_message.Message):
-    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action", "follow_up_reference_sql", "routing", "tide")
+    __slots__ = ("avt_id", "interpretation", "ambiguities", "reference_sql", "credits", "verifier_reason", "episode_credits", "solver_sql", "oracle_action", "follow_up_reference_sql", "routing", "tide", "record_id", "routing_enum")
     AVT_ID_FIELD_NUMBER: _ClassVar[int]
     INTERPRETATION_FIELD_NUMBER: _ClassVar[int]
     AMBIGUITIES_FIELD_NUMBER: _ClassVar[int]
@@ -445,6 +480,8 @@ class Privileged(_message.Message):
     FOLLOW_UP_REFERENCE_SQL_FIELD_NUMBER: _ClassVar[int]
     ROUTING_FIELD_NUMBER: _ClassVar[int]
     TIDE_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_ENUM_FIELD_NUMBER: _ClassVar[int]
     avt_id: str
     interpretation: str
     ambiguities: _containers.RepeatedCompositeFieldContainer[AmbiguityInfo]
@@ -457,10 +494,12 @@ class Privileged(_message.Message):
     follow_up_reference_sql: _containers.RepeatedScalarFieldContainer[str]
     routing: str
     tide: TideInfo
-    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ..., follow_up_reference_sql: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., tide: _Optional[_Union[TideInfo, _Mapping]] = ...) -> None: ...
+    record_id: str
+    routing_enum: ChainRouting
+    def __init__(self, avt_id: _Optional[str] = ..., interpretation: _Optional[str] = ..., ambiguities: _Optional[_Iterable[_Union[AmbiguityInfo, _Mapping]]] = ..., reference_sql: _Optional[_Iterable[str]] = ..., credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., verifier_reason: _Optional[str] = ..., episode_credits: _Optional[_Iterable[_Union[Credit, _Mapping]]] = ..., solver_sql: _Optional[str] = ..., oracle_action: _Optional[str] = ..., follow_up_reference_sql: _Optional[_Iterable[str]] = ..., routing: _Optional[str] = ..., tide: _Optional[_Union[TideInfo, _Mapping]] = ..., record_id: _Optional[str] = ..., routing_enum: _Optional[_Union[ChainRouting, str]] = ...) -> None: ...
 
 class TideInfo(_message.Message):
-    __slots__ = ("cluster", "sample_type", "drift_utterance", "post_drift_reference_sql", "drift_subtype", "intent_subtype", "chain_layers")
+    __slots__ = ("cluster", "sample_type", "drift_utterance", "post_drift_reference_sql", "drift_subtype", "intent_subtype", "chain_layers", "sample_type_enum", "drift_subtype_enum")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_TYPE_FIELD_NUMBER: _ClassVar[int]
     DRIFT_UTTERANCE_FIELD_NUMBER: _ClassVar[int]
@@ -468,6 +507,8 @@ class TideInfo(_message.Message):
     DRIFT_SUBTYPE_FIELD_NUMBER: _ClassVar[int]
     INTENT_SUBTYPE_FIELD_NUMBER: _ClassVar[int]
     CHAIN_LAYERS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_TYPE_ENUM_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_SUBTYPE_ENUM_FIELD_NUMBER: _ClassVar[int]
     cluster: str
     sample_type: str
     drift_utterance: str
@@ -475,4 +516,6 @@ class TideInfo(_message.Message):
     drift_subtype: str
     intent_subtype: str
     chain_layers: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, cluster: _Optional[str] = ..., sample_type: _Optional[str] = ..., drift_utterance: _Optional[str] = ..., post_drift_reference_sql: _Optional[_Iterable[str]] = ..., drift_subtype: _Optional[str] = ..., intent_subtype: _Optional[str] = ..., chain_layers: _Optional[_Iterable[int]] = ...) -> None: ...
+    sample_type_enum: SampleType
+    drift_subtype_enum: DriftSubtype
+    def __init__(self, cluster: _Optional[str] = ..., sample_type: _Optional[str] = ..., drift_utterance: _Optional[str] = ..., post_drift_reference_sql: _Optional[_Iterable[str]] = ..., drift_subtype: _Optional[str] = ..., intent_subtype: _Optional[str] = ..., chain_layers: _Optional[_Iterable[int]] = ..., sample_type_enum: _Optional[_Union[SampleType, str]] = ..., drift_subtype_enum: _Optional[_Union[DriftSubtype, str]] = ...) -> None: ...
