@@ -415,11 +415,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Metrics = server.NewMetrics()
 	registerLaneMetrics(a.Metrics.Registerer(), a.Lanes)
 	ecfg := env.Config{
-		Corpora:  a.corpora,
-		Sealer:   sealer,
-		Oracles:  map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
-		Limits:   cfg.Limits,
-		TokenTTL: cfg.TokenTTL,
+		Corpora:   a.corpora,
+		Sealer:    sealer,
+		Oracles:   map[pb.OracleType]env.Oracle{pb.OracleType_ORACLE_TYPE_DETERMINISTIC: oracle.Deterministic()},
+		Limits:    cfg.Limits,
+		TokenTTL:  cfg.TokenTTL,
+		TaskIDKey: taskIDKey(cfg, key),
 	}
 	if cfg.TestOracles {
 		ecfg.Oracles[pb.OracleType_ORACLE_TYPE_TEST_LEAKY_RESPONDER] = oracletest.LeakyResponder()
@@ -508,6 +509,19 @@ func postgresPasswordKey(cfg Config, tokenKey []byte) ([]byte, error) {
 		return m.Sum(nil), nil
 	}
 	return nil, nil
+}
+
+// taskIDKey keys the opaque public ids of TIDE samples (env.Config's
+// TaskIDKey): with a token key file, a key derived from it, so that a
+// deployment's ids are secret (not computable from the published data)
+// and its replicas agree; without one, nil (the corpus-derived default).
+func taskIDKey(cfg Config, tokenKey []byte) []byte {
+	if cfg.TokenKeyFile == "" {
+		return nil
+	}
+	m := hmac.New(sha256.New, tokenKey)
+	m.Write([]byte("avtgym public task id key v1"))
+	return m.Sum(nil)
 }
 
 func loadKey(cfg Config, log *zap.Logger) ([]byte, error) {
