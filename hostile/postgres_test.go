@@ -160,6 +160,17 @@ func (s *server) play(t testing.TB, task string, protocol pb.Protocol, sqls ...s
 	return last, nil
 }
 
+// mentionsAny reports whether text contains one of the "|"-separated
+// alternatives of want.
+func mentionsAny(text, want string) bool {
+	for _, w := range strings.Split(want, "|") {
+		if strings.Contains(text, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // scoredFailure fails the test unless r is a finished, scored failure.
 func scoredFailure(t testing.TB, what string, r *pb.StepResponse, err error) {
 	t.Helper()
@@ -200,7 +211,8 @@ func (s *server) pgAlive(t testing.TB, db int) {
 // same classes: SQL that crashed the process, raised SQLSTATEs that chose
 // ERROR, data that crashed a test worker, objects that shadow what a check
 // reads, and queries without a memory bound. want is a text the feedback
-// turn must contain ("" when a failed check's reason stays privileged).
+// turn must contain, or "|"-separated alternatives of which it must contain
+// one ("" when a failed check's reason stays privileged).
 func pgAttacks() []struct{ name, task, sql, want string } {
 	r := strings.Repeat
 	chain := "1" + r("+1", 30000)
@@ -243,8 +255,11 @@ func pgAttacks() []struct{ name, task, sql, want string } {
 		{"three string_agg of repeat over 300 rows", "q-0", "SELECT length(string_agg(repeat('a', 1000000), '')), length(string_agg(repeat('b', 1000000), '')), " +
 			"length(string_agg(repeat('c', 1000000), '')) FROM generate_series(1, 300)", "MiB of memory"},
 		{"repeat('x', 2e8) four times on the Python path", "mt-0", "SELECT repeat('x', 200000000) FROM generate_series(1, 4)", "memory"},
+		// On a starved machine the statement limit may cancel the UPDATE
+		// before its backend reaches the memory bound: either bounds it
+		// (the peak growth is asserted for the whole suite).
 		{"a 900 MB value in a row the checks read", "mc-0", indexSQL + "; " + insertSQL +
-			"; ALTER TABLE orders ALTER COLUMN customer TYPE text; UPDATE orders SET customer = repeat('x', 900000000) WHERE id = 300", "memory"},
+			"; ALTER TABLE orders ALTER COLUMN customer TYPE text; UPDATE orders SET customer = repeat('x', 900000000) WHERE id = 300", "memory|time limit"},
 		// A check's error is privileged.
 		{"a renamed table (the check's error is privileged)", "mc-0", "ALTER TABLE orders RENAME TO o2", ""},
 	}
@@ -274,7 +289,7 @@ func TestPostgresAttacks(t *testing.T) {
 			r, err := s.play(t, tc.task, 0, tc.sql)
 			scoredFailure(t, tc.name, r, err)
 			fb := feedback(r)
-			if tc.want != "" && !strings.Contains(fb, tc.want) {
+			if tc.want != "" && !mentionsAny(fb, tc.want) {
 				t.Errorf("feedback %q does not mention %q (reason %q)", fb, tc.want, r.GetPrivileged().GetVerifierReason())
 			}
 			if tc.want == "" && strings.Contains(fb, "check") {
