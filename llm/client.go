@@ -1,6 +1,9 @@
 // Package llm owns the project's one client for OpenAI-compatible chat
-// completion endpoints (vLLM, SGLang, OpenAI): per-call deadlines, retries
-// with jittered backoff, an exact concurrency limit, JSON output with a
+// completion endpoints (vLLM, SGLang, OpenAI, llama.cpp, ollama): per-call
+// deadlines, retries with jittered backoff, a concurrency limit that adapts
+// to the endpoint (so that a server answering one request at a time is not
+// flooded past its deadlines) or stays fixed, sampling controls, JSON
+// output with a
 // tolerant parser, context-length checks, usage metrics and a response cache
 // (in memory or an append-only file) that lets a run be replayed without the
 // endpoint. It also hides what thinking models add: a reply's
@@ -35,6 +38,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,9 +50,14 @@ import (
 
 // Defaults applied by New to zero fields of Config.
 const (
-	DefaultAPIKeyEnv   = "OPENAI_API_KEY"
-	DefaultTimeout     = 60 * time.Second
-	DefaultMaxRetries  = 4
+	DefaultAPIKeyEnv = "OPENAI_API_KEY"
+	// DefaultTimeout is one attempt's deadline: room for a long reply
+	// (a solver's 2048 tokens at 20 tokens a second) with the queue at the
+	// server kept short by the adaptive concurrency limit.
+	DefaultTimeout    = 120 * time.Second
+	DefaultMaxRetries = 4
+	// DefaultConcurrency is the most requests in flight; the adaptive
+	// limit starts at DefaultInitialConcurrency (see Config.Concurrency).
 	DefaultConcurrency = 16
 	DefaultBackoffBase = 250 * time.Millisecond
 	DefaultBackoffMax  = 20 * time.Second
@@ -76,8 +85,9 @@ type Config struct {
 	// APIKeyEnv names the environment variable holding the API key (read
 	// once, by New); when it is set, requests carry "Authorization: Bearer".
 	APIKeyEnv string
-	// Timeout is the deadline of one attempt (default 60s), applied within
-	// the caller's context.
+	// Timeout is the deadline of one attempt (default DefaultTimeout),
+	// applied within the caller's context, from when the request is sent:
+	// the wait for a concurrency slot in the client is not in it.
 	Timeout time.Duration
 	// MaxRetries is the number of retries after the first attempt on 429,
 	// 5xx, transport failures, timeouts and answers that are not a
@@ -85,13 +95,39 @@ type Config struct {
 	// none).
 	MaxRetries int
 	// Concurrency is the maximum number of requests in flight at the
-	// endpoint from this client (default 16).
+	// endpoint from this client (default DefaultConcurrency). Unless
+	// FixedConcurrency is set, the limit adapts below it (see limiter):
+	// it starts at DefaultInitialConcurrency, grows while replies come
+	// well within Timeout and their time does not grow with the number in
+	// flight, and shrinks when an attempt runs out of Timeout, is answered
+	// 429 or takes more than half of it — so that the retry of a request
+	// that timed out in a server's queue waits in the client instead of
+	// joining that queue again.
 	Concurrency int
+	// FixedConcurrency keeps the limit at Concurrency, exactly, whatever
+	// the endpoint's times: for a server known to batch (vLLM, SGLang).
+	FixedConcurrency bool
 	// ContextTokens is the model's context length in tokens; 0 means
 	// unknown and disables the check before the call.
 	ContextTokens int
-	// Temperature is the sampling temperature (default 0).
+	// Temperature is the sampling temperature (default 0), sent with every
+	// request: a server's own default is rarely 0.
 	Temperature float64
+	// TopP, FrequencyPenalty, PresencePenalty and RepetitionPenalty are
+	// sampling controls, sent only when not zero (zero leaves the server's
+	// default, which for the OpenAI-standard top_p, frequency_penalty and
+	// presence_penalty is the neutral value). TopP is in (0, 1]; the two
+	// OpenAI penalties in [-2, 2]. RepetitionPenalty (neutral 1; above 1
+	// penalises repeats) is not OpenAI's: it goes out as vLLM's and
+	// SGLang's "repetition_penalty" and as llama.cpp's "repeat_penalty"
+	// (each server reads its own and ignores the other); OpenAI's API
+	// rejects it.
+	TopP              float64
+	FrequencyPenalty  float64
+	PresencePenalty   float64
+	RepetitionPenalty float64
+	// Stop are stop sequences (at most MaxStop), sent as "stop" when set.
+	Stop []string
 	// MaxTokens is the completion limit of requests that set none
 	// (default DefaultMaxTokens); max_tokens is sent with every request.
 	MaxTokens int
@@ -118,6 +154,10 @@ type Config struct {
 	DisableThinking bool
 	// Cache, when not nil, serves repeated requests without the endpoint.
 	Cache Cache
+	// Replay makes the client answer from Cache alone (required): a
+	// request the cache does not hold fails with KindNotCached without a
+	// call, and Ping asks the endpoint nothing (see CacheHolds).
+	Replay bool
 	// Version is the caller's prompt/oracle version; it is part of cache
 	// keys so that a new prompt never reads an old reply.
 	Version string
@@ -219,12 +259,12 @@ type Client struct {
 	url     string
 	apiKey  string
 	http    *http.Client
-	sem     chan struct{}
+	lim     *limiter
 	jsonOff atomic.Bool // the endpoint rejected response_format
 	// thinkOff: the endpoint rejected chat_template_kwargs.
 	thinkOff atomic.Bool
 	metrics  *metrics
-	stats    struct{ calls, cutOff, thinking atomic.Int64 }
+	stats    struct{ calls, cutOff, repetitive, thinking, unreadable atomic.Int64 }
 }
 
 // Stats counts what a client's replies looked like (cache hits included),
@@ -235,13 +275,34 @@ type Stats struct {
 	Replies int64
 	// CutOff counts replies that were cut off (Response.CutOff).
 	CutOff int64
+	// CutOffRepeating counts the cut-off replies whose text ends in a
+	// repeated stretch (Response.Degenerate): a model in a loop, which a
+	// larger limit only lets loop longer.
+	CutOffRepeating int64 `json:"cut_off_repeating"`
 	// ThinkingStripped counts replies whose thinking was stripped.
 	ThinkingStripped int64
+	// Unreadable counts the outputs the callers could not read and
+	// reported (CountUnreadable).
+	Unreadable int64 `json:"unreadable"`
 }
 
 // Stats returns the client's reply counts so far.
 func (c *Client) Stats() Stats {
-	return Stats{Replies: c.stats.calls.Load(), CutOff: c.stats.cutOff.Load(), ThinkingStripped: c.stats.thinking.Load()}
+	return Stats{Replies: c.stats.calls.Load(), CutOff: c.stats.cutOff.Load(), CutOffRepeating: c.stats.repetitive.Load(),
+		ThinkingStripped: c.stats.thinking.Load(), Unreadable: c.stats.unreadable.Load()}
+}
+
+// CountUnreadable counts one output of the model that its caller could not
+// read — after its own retries, the output it gives up on: role is the
+// caller ("oracle", "solver", "asker"), stage its step ("match",
+// "respond", "solve"), reason why ("unparsed": no answer in it;
+// "cut_off": cut off at the limit, also with the larger one; "repeating":
+// cut off in a loop, Response.Degenerate). It is the metric
+// avtgym_llm_unreadable_total and Stats.Unreadable: nothing unreadable
+// is silent.
+func (c *Client) CountUnreadable(role, stage, reason string) {
+	c.stats.unreadable.Add(1)
+	c.metrics.unreadable.WithLabelValues(role, stage, reason).Inc()
 }
 
 // New checks cfg, applies the defaults and returns a client. Its metrics are
@@ -260,6 +321,12 @@ func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
 	}
 	if cfg.Timeout < 0 || cfg.Concurrency < 0 || cfg.ContextTokens < 0 || cfg.MaxTokens < 0 || cfg.MaxReplyBytes < 0 || cfg.BackoffBase < 0 || cfg.BackoffMax < 0 {
 		return nil, errors.New("llm: Timeout, Concurrency, ContextTokens, MaxTokens, MaxReplyBytes and backoffs must not be negative")
+	}
+	if err := checkSampling(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Replay && cfg.Cache == nil {
+		return nil, errors.New("llm: Replay needs a Cache to replay")
 	}
 	if cfg.MaxReplyBytes > MaxMaxReplyBytes {
 		return nil, fmt.Errorf("llm: MaxReplyBytes %d is more than %d", cfg.MaxReplyBytes, MaxMaxReplyBytes)
@@ -300,14 +367,42 @@ func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = 0
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
+	cfg.Stop = slices.Clone(cfg.Stop)
 	return &Client{
 		cfg:     cfg,
 		url:     strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
 		apiKey:  os.Getenv(cfg.APIKeyEnv),
 		http:    &http.Client{Transport: tr},
-		sem:     make(chan struct{}, cfg.Concurrency),
+		lim:     newLimiter(cfg.Concurrency, cfg.FixedConcurrency, cfg.Timeout),
 		metrics: m,
 	}, nil
+}
+
+// MaxStop is the most stop sequences a Config may set (OpenAI's limit).
+const MaxStop = 4
+
+// checkSampling checks the sampling controls of cfg.
+func checkSampling(cfg Config) error {
+	switch {
+	case cfg.Temperature < 0 || cfg.Temperature > 2:
+		return fmt.Errorf("llm: Temperature %g is not in [0, 2]", cfg.Temperature)
+	case cfg.TopP < 0 || cfg.TopP > 1:
+		return fmt.Errorf("llm: TopP %g is not in (0, 1] (0: the server's default)", cfg.TopP)
+	case cfg.FrequencyPenalty < -2 || cfg.FrequencyPenalty > 2:
+		return fmt.Errorf("llm: FrequencyPenalty %g is not in [-2, 2]", cfg.FrequencyPenalty)
+	case cfg.PresencePenalty < -2 || cfg.PresencePenalty > 2:
+		return fmt.Errorf("llm: PresencePenalty %g is not in [-2, 2]", cfg.PresencePenalty)
+	case cfg.RepetitionPenalty < 0:
+		return fmt.Errorf("llm: RepetitionPenalty %g is negative (0: the server's default; 1: neutral)", cfg.RepetitionPenalty)
+	case len(cfg.Stop) > MaxStop:
+		return fmt.Errorf("llm: %d stop sequences, at most %d", len(cfg.Stop), MaxStop)
+	}
+	for _, s := range cfg.Stop {
+		if s == "" {
+			return errors.New("llm: a stop sequence is empty")
+		}
+	}
+	return nil
 }
 
 // Config returns the client's configuration with the defaults applied.
@@ -350,6 +445,10 @@ func (c *Client) Chat(ctx context.Context, req Request) (*Response, error) {
 		if resp.CutOff() {
 			c.stats.cutOff.Add(1)
 			c.metrics.cutOff.WithLabelValues(purpose).Inc()
+			if resp.Degenerate() {
+				c.stats.repetitive.Add(1)
+				c.metrics.repetitive.WithLabelValues(purpose).Inc()
+			}
 		}
 		if resp.ThinkingStripped {
 			c.stats.thinking.Add(1)
@@ -385,6 +484,9 @@ func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Respon
 			return &r, nil
 		}
 		c.metrics.cacheMisses.WithLabelValues(purpose).Inc()
+		if c.cfg.Replay {
+			return nil, errorf(KindNotCached, 0, nil, "purpose %q key %q: the request is not in the response cache, and the client replays it only (Replay)", purpose, req.CacheKey)
+		}
 	}
 	start := time.Now()
 	resp, err := c.call(ctx, req, purpose, maxTokens)
@@ -409,17 +511,32 @@ func (c *Client) chat(ctx context.Context, req Request, purpose string) (*Respon
 // Ping checks that the endpoint answers: one short request (a few
 // tokens), never served from or stored in the cache, with the client's
 // retries. A pre-flight calls it so that a run stops with one message
-// instead of failing every episode. With a non-empty cache the caller may
-// not need the endpoint at all (a replay); see CacheHolds.
+// instead of failing every episode. A client that replays (Config.Replay)
+// needs no endpoint: its Ping asks nothing, and fails only when its cache
+// holds no response at all.
 func (c *Client) Ping(ctx context.Context) error {
+	if c.cfg.Replay {
+		if !c.cacheNonEmpty() {
+			return errorf(KindNotCached, 0, nil, "the client replays its response cache only (Replay), and the cache is empty")
+		}
+		return nil
+	}
 	req := Request{Messages: []Message{{Role: "user", Content: "Reply with the word OK."}}, Purpose: "preflight"}
 	_, err := c.call(ctx, req, req.Purpose, 8)
 	return err
 }
 
-// CacheHolds reports whether the client's cache holds at least one
-// response (a cache that cannot tell counts as holding some).
-func (c *Client) CacheHolds() bool {
+// CacheHolds reports whether the client may do without its endpoint: it
+// replays (Config.Replay) and its cache holds at least one response. A
+// warm cache alone is not enough — a run that was not asked to replay
+// needs the endpoint for every request the cache lacks, so a pre-flight
+// that skipped the endpoint for a warm cache (an earlier run's) would let
+// a run go ahead with the endpoint down.
+func (c *Client) CacheHolds() bool { return c.cfg.Replay && c.cacheNonEmpty() }
+
+// cacheNonEmpty reports whether the cache holds at least one response (a
+// cache that cannot tell counts as holding some).
+func (c *Client) cacheNonEmpty() bool {
 	if c.cfg.Cache == nil {
 		return false
 	}
@@ -428,6 +545,10 @@ func (c *Client) CacheHolds() bool {
 	}
 	return true
 }
+
+// ConcurrencyLimit returns the concurrency limit now: Config.Concurrency
+// with FixedConcurrency, else the adaptive limit's current value.
+func (c *Client) ConcurrencyLimit() int { return c.lim.current() }
 
 // cacheKey hashes everything that determines a reply.
 func (c *Client) cacheKey(req Request, purpose string, maxTokens int) string {
@@ -440,10 +561,17 @@ func (c *Client) cacheKey(req Request, purpose string, maxTokens int) string {
 		JSON        bool      `json:"json"`
 		MaxTokens   int       `json:"max_tokens"`
 		Messages    []Message `json:"messages"`
-		// NoThinking is left out when false, so that the keys of a
-		// client that does not set it are what they always were.
-		NoThinking bool `json:"no_thinking,omitempty"`
-	}{c.cfg.Version, c.cfg.Model, purpose, req.CacheKey, c.cfg.Temperature, req.JSON, maxTokens, req.Messages, c.cfg.DisableThinking}
+		// NoThinking and the sampling controls are left out when unset, so
+		// that the keys of a client that does not set them are what they
+		// always were.
+		NoThinking        bool     `json:"no_thinking,omitempty"`
+		TopP              float64  `json:"top_p,omitempty"`
+		FrequencyPenalty  float64  `json:"frequency_penalty,omitempty"`
+		PresencePenalty   float64  `json:"presence_penalty,omitempty"`
+		RepetitionPenalty float64  `json:"repetition_penalty,omitempty"`
+		Stop              []string `json:"stop,omitempty"`
+	}{c.cfg.Version, c.cfg.Model, purpose, req.CacheKey, c.cfg.Temperature, req.JSON, maxTokens, req.Messages, c.cfg.DisableThinking,
+		c.cfg.TopP, c.cfg.FrequencyPenalty, c.cfg.PresencePenalty, c.cfg.RepetitionPenalty, c.cfg.Stop}
 	b, _ := json.Marshal(material) // cannot fail: plain strings and numbers
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -474,6 +602,14 @@ type (
 		Temperature    float64         `json:"temperature"`
 		MaxTokens      int             `json:"max_tokens"`
 		ResponseFormat *responseFormat `json:"response_format,omitempty"`
+		// The sampling controls, sent only when set (Config.TopP …);
+		// RepetitionPenalty goes out under vLLM's and llama.cpp's names.
+		TopP              float64  `json:"top_p,omitempty"`
+		FrequencyPenalty  float64  `json:"frequency_penalty,omitempty"`
+		PresencePenalty   float64  `json:"presence_penalty,omitempty"`
+		RepetitionPenalty float64  `json:"repetition_penalty,omitempty"`
+		RepeatPenalty     float64  `json:"repeat_penalty,omitempty"`
+		Stop              []string `json:"stop,omitempty"`
 		// ChatTemplateKwargs are vLLM's and SGLang's extra template
 		// arguments (Config.DisableThinking).
 		ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
@@ -511,7 +647,9 @@ type (
 
 // call runs the attempts of one request.
 func (c *Client) call(ctx context.Context, req Request, purpose string, maxTokens int) (*Response, error) {
-	wr := wireRequest{Model: c.cfg.Model, Messages: req.Messages, Temperature: c.cfg.Temperature, MaxTokens: maxTokens}
+	wr := wireRequest{Model: c.cfg.Model, Messages: req.Messages, Temperature: c.cfg.Temperature, MaxTokens: maxTokens,
+		TopP: c.cfg.TopP, FrequencyPenalty: c.cfg.FrequencyPenalty, PresencePenalty: c.cfg.PresencePenalty,
+		RepetitionPenalty: c.cfg.RepetitionPenalty, RepeatPenalty: c.cfg.RepetitionPenalty, Stop: c.cfg.Stop}
 	for attempt := 0; ; attempt++ {
 		jsonFormat := req.JSON && c.cfg.JSONMode && !c.jsonOff.Load()
 		wr.ResponseFormat = nil
@@ -587,15 +725,31 @@ func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 }
 
 // attempt makes one HTTP request, holding a concurrency slot while it is in
-// flight, and classifies its outcome.
+// flight, classifies its outcome and tells the concurrency limit how it
+// went (limiter).
 func (c *Client) attempt(ctx context.Context, body []byte) (*Response, time.Duration, error) {
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, 0, errorf(KindCanceled, 0, ctx.Err(), "waiting for a concurrency slot")
+	if err := c.lim.acquire(ctx); err != nil {
+		return nil, 0, errorf(KindCanceled, 0, err, "waiting for a concurrency slot")
 	}
-	defer func() { <-c.sem }()
+	defer c.lim.release()
+	start := time.Now()
+	resp, wait, err := c.send(ctx, body)
+	var e *Error
+	switch {
+	case err == nil:
+		c.lim.succeeded(start, time.Since(start))
+	case !errors.As(err, &e):
+	case e.Kind == KindTimeout && ctx.Err() == nil, e.Kind == KindRateLimited,
+		e.Kind == KindServer && e.Status == http.StatusServiceUnavailable:
+		// Overloaded: the request ran out of its deadline (as a rule,
+		// waiting in the server's queue) or was refused for the load.
+		c.lim.overloaded(start)
+	}
+	return resp, wait, err
+}
 
+// send makes one HTTP request and classifies its outcome.
+func (c *Client) send(ctx context.Context, body []byte) (*Response, time.Duration, error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, c.url, bytes.NewReader(body))

@@ -50,6 +50,10 @@ const (
 	// wrote (a readable completion's content, however unusable) is never
 	// KindUnreadable.
 	KindUnreadable
+	// KindNotCached: the client replays its cache only (Config.Replay)
+	// and the cache does not hold the request; the endpoint was not
+	// called.
+	KindNotCached
 )
 
 var kindNames = [...]string{
@@ -63,6 +67,7 @@ var kindNames = [...]string{
 	KindCanceled:        "canceled",
 	KindCache:           "cache_error",
 	KindUnreadable:      "unreadable_response",
+	KindNotCached:       "not_cached",
 }
 
 // String returns the kind's stable snake_case name, also used as the

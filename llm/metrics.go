@@ -17,7 +17,9 @@ type metrics struct {
 	cacheMisses      *prometheus.CounterVec
 	truncated        *prometheus.CounterVec
 	cutOff           *prometheus.CounterVec
+	repetitive       *prometheus.CounterVec
 	thinking         *prometheus.CounterVec
+	unreadable       *prometheus.CounterVec
 }
 
 // newMetrics builds the metrics and registers them on reg (when not nil).
@@ -52,14 +54,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		cutOff: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "avtgym_llm_replies_cut_off_total", Help: "LLM replies that were not the model's whole answer: stopped at max_tokens (finish_reason length) or cut to the reply byte limit (cache hits included), by purpose.",
 		}, []string{"purpose"}),
+		repetitive: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_llm_replies_cut_off_repeating_total", Help: "Cut-off LLM replies whose text ends in a repeated stretch (a model in a loop: not asked again with a larger limit; cache hits included), by purpose.",
+		}, []string{"purpose"}),
 		thinking: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "avtgym_llm_thinking_stripped_total", Help: "LLM replies from which a thinking block was stripped (cache hits included), by purpose.",
 		}, []string{"purpose"}),
+		unreadable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "avtgym_llm_unreadable_total", Help: "Model outputs their caller could not read after its own retries (the oracle's unanswerable(), the responder's fallback, the solver's failed solution), by role, stage and reason (unparsed, cut_off, repeating).",
+		}, []string{"role", "stage", "reason"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses, &m.truncated, &m.cutOff, &m.thinking} {
+	for _, p := range []**prometheus.CounterVec{&m.calls, &m.retries, &m.promptTokens, &m.completionTokens, &m.cacheHits, &m.cacheMisses, &m.truncated, &m.cutOff, &m.repetitive, &m.thinking, &m.unreadable} {
 		if err := register(reg, p); err != nil {
 			return nil, err
 		}
