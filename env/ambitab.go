@@ -195,9 +195,9 @@ func endAsking(ctx context.Context, ep *episode, truncated bool) error {
 // solveWithLLM has the LLM solver write the SQL from the dialogue and
 // verifies it.
 func solveWithLLM(ctx context.Context, ep *episode) error {
-	sql, err := ep.env.cfg.LLMSolver.Solve(ctx, ep.task, dialogue(ep.st, 0))
+	sql, why, err := solve(ctx, ep.env.cfg.LLMSolver, ep.task, dialogue(ep.st, 0))
 	if err != nil {
-		ep.fail("the solver failed: " + err.Error())
+		ep.fail(failedSolver, "the solver failed: "+err.Error())
 		return nil
 	}
 	if ep.priv {
@@ -205,7 +205,7 @@ func solveWithLLM(ctx context.Context, ep *episode) error {
 	}
 	if strings.TrimSpace(sql) == "" {
 		// Not the environment's fault: a solution that is no SQL.
-		ep.reject("", "the solver wrote no SQL")
+		ep.noSQL(why)
 		return nil
 	}
 	if fault := policyFault(sql, MaxSQLBytes); fault != "" {
@@ -227,7 +227,7 @@ func verify(ctx context.Context, ep *episode, sql string) error {
 		return verr
 	}
 	if err != nil {
-		ep.fail("the verifier failed: " + err.Error())
+		ep.fail(failedDatabase, "the verifier failed: "+err.Error())
 		return nil
 	}
 	if v.Err != nil {

@@ -84,7 +84,7 @@ func (e *Env) Ask(ctx context.Context, req *pb.AskRequest) (*pb.AskResponse, err
 			}
 		}
 		ep := &episode{task: t}
-		resp.Privileged = &pb.AskPrivileged{Credits: ep.credits(mask), OracleAction: reply.Action.String()}
+		resp.Privileged = &pb.AskPrivileged{Credits: ep.credits(mask), OracleAction: reply.PrivilegedAction()}
 	}
 	return resp, nil
 }

@@ -490,7 +490,7 @@ func (ep *episode) execute(ctx context.Context, sql string) (string, error) {
 		}
 		switch sqlexec.KindOf(err) {
 		case 0, sqlexec.KindUnavailable:
-			ep.fail("the database failed: " + err.Error())
+			ep.fail(failedDatabase, "the database failed: "+err.Error())
 			return "", nil
 		}
 		return "Error: " + err.Error(), nil

@@ -118,14 +118,14 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
 			// ERROR, and the caller may retry the same token later.
-			ep.fail("the oracle failed: " + err.Error())
+			ep.fail(failedOracle, "the oracle failed: "+err.Error())
 			return nil
 		}
 	}
 	var mask uint64
 	for _, c := range reply.Credits {
 		if c < 0 || c >= min(len(rec.Ambiguities), corpus.MaxAmbiguities) {
-			ep.fail(fmt.Sprintf("the oracle credited ambiguity %d, which does not exist", c))
+			ep.fail(failedOracle, fmt.Sprintf("the oracle credited ambiguity %d, which does not exist", c))
 			return nil
 		}
 		mask |= 1 << c
@@ -154,7 +154,9 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 	ep.turn(pb.Role_ROLE_ORACLE, kind, text)
 	if ep.priv {
 		ep.out.Privileged.Credits = ep.credits(mask)
-		ep.out.Privileged.OracleAction = BoundText(reply.Action.String(), MaxReplyBytes)
+		// PrivilegedAction: output the matcher could not read is flagged,
+		// never passed off as the model's unanswerable().
+		ep.out.Privileged.OracleAction = BoundText(reply.PrivilegedAction(), MaxReplyBytes)
 		if rec.HasChain() {
 			if history == nil {
 				history = dialogue(st, from)
@@ -197,7 +199,7 @@ func (ep *episode) verifySubmission(ctx context.Context, sql string, check check
 				return v, false, busy
 			}
 			ep.turn(pb.Role_ROLE_POLICY, pb.TurnKind_TURN_KIND_SQL, sql)
-			ep.fail("the verifier failed: " + verr.Error())
+			ep.fail(failedDatabase, "the verifier failed: "+verr.Error())
 			return v, false, nil
 		}
 	}
@@ -243,13 +245,75 @@ func (ep *episode) reject(sql, reason string) {
 	st.Phase = pb.Phase_PHASE_DONE
 }
 
-// fail ends the episode in ERROR: the environment failed (an oracle, a
-// solver, a verifier, a database), and the episode cannot be scored.
-func (ep *episode) fail(reason string) {
+// failedPart is the part of the environment whose failure ended an
+// episode in ERROR, as the public notice names it.
+type failedPart int
+
+// The parts that fail.
+const (
+	// failedOracle: the oracle's model endpoint (after its retries), or
+	// its model's context (a record too long for it).
+	failedOracle failedPart = iota + 1
+	// failedSolver: the LLM solver's model endpoint.
+	failedSolver
+	// failedDatabase: the database, where the verifier runs SQL.
+	failedDatabase
+)
+
+// name is how the public notice names the part: no more than which part
+// it was, never the cause (which may quote the reference or the endpoint's
+// answer) — that is in the privileged verifier_reason and the server's log.
+func (p failedPart) name() string {
+	switch p {
+	case failedOracle:
+		return "the oracle endpoint"
+	case failedSolver:
+		return "the solver endpoint"
+	case failedDatabase:
+		return "the database"
+	}
+	return "a part of the environment"
+}
+
+// failureNotice is the public notice of an episode that ended in ERROR
+// because part failed. It says "cannot be scored", which clients read.
+func failureNotice(part failedPart) string {
+	return "The environment failed (" + part.name() + "); this episode cannot be scored. Drop it, or retry the step."
+}
+
+// solve has solver write the SQL, with why it wrote none when sql is ""
+// and the solver says (explainedSolver).
+func solve(ctx context.Context, solver Solver, t *corpus.Task, d []oracle.Turn) (sql, why string, err error) {
+	if es, ok := solver.(explainedSolver); ok {
+		return es.solveExplained(ctx, t, d)
+	}
+	sql, err = solver.Solve(ctx, t, d)
+	return sql, "", err
+}
+
+// noSQL ends the episode with the server's solver's failed solution: it
+// wrote no SQL (why, when known, says why). A feedback turn says so, so
+// that the transcript shows why the episode failed; the verifier reason
+// (privileged) is "the solver wrote no SQL[: why]".
+func (ep *episode) noSQL(why string) {
+	reason, notice := "the solver wrote no SQL", "The solver wrote no SQL"
+	if why != "" {
+		reason += ": " + why
+		notice += " (" + why + ")"
+	}
+	ep.reject("", reason)
+	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_FEEDBACK, notice+"; the episode is scored as a failed solution.")
+}
+
+// fail ends the episode in ERROR: the environment failed (part: an
+// oracle's or a solver's model endpoint, a database), and the episode
+// cannot be scored. reason, the cause, is kept as the privileged verifier
+// reason (which the server logs); the public notice names only the part.
+func (ep *episode) fail(part failedPart, reason string) {
 	ep.st.Phase = pb.Phase_PHASE_DONE
 	ep.st.Status = pb.EpisodeStatus_EPISODE_STATUS_ERROR
 	ep.st.VerifierReason = BoundText(reason, MaxNoticeBytes)
-	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, "The environment failed; this episode cannot be scored. Drop it, or retry the step.")
+	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, failureNotice(part))
 }
 
 // finish fills the observation's counters and, when the episode is done,

@@ -301,7 +301,7 @@ func TestUnparsableModelOutputIsScored(t *testing.T) {
 			clock.take()
 			r := hStep(t, e, tok, hAsk("What are big sales?"))
 			if r.Status != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || lastOracleTurn(r).GetKind() != pb.TurnKind_TURN_KIND_REFUSAL ||
-				r.Privileged.GetOracleAction() != "unanswerable()" || len(r.Privileged.GetCredits()) != 0 || r.Observation.GetQuestionsAsked() != 1 {
+				r.Privileged.GetOracleAction() != "unanswerable()"+oracle.UnreadableNote || len(r.Privileged.GetCredits()) != 0 || r.Observation.GetQuestionsAsked() != 1 {
 				t.Errorf("match %s, %s: status %s turn %v action %q credits %v", name, o, r.Status, lastOracleTurn(r), r.Privileged.GetOracleAction(), r.Privileged.GetCredits())
 			}
 			if calls, waits := m.calls.Load(), clock.take(); calls != 2 || waits != 0 {
@@ -333,8 +333,11 @@ func TestUnparsableModelOutputIsScored(t *testing.T) {
 	if r.Status != pb.EpisodeStatus_EPISODE_STATUS_TERMINATED || r.Reward == nil || r.Reward.GetValue() != 0 || !strings.Contains(r.Privileged.GetVerifierReason(), "no SQL") {
 		t.Errorf("solver prose: status %s reward %v reason %q", r.Status, r.Reward, r.Privileged.GetVerifierReason())
 	}
-	if calls, waits := m.calls.Load(), clock.take(); calls != 1 || waits != 0 {
-		t.Errorf("solver prose: %d calls and %d backoffs, want 1 and none", calls, waits)
+	if r.Privileged.GetVerifierReason() != SolverUnreadableReason {
+		t.Errorf("solver prose: reason %q, want %q", r.Privileged.GetVerifierReason(), SolverUnreadableReason)
+	}
+	if calls, waits := m.calls.Load(), clock.take(); calls != 2 || waits != 0 {
+		t.Errorf("solver prose: %d calls and %d backoffs, want 2 (one corrective) and none", calls, waits)
 	}
 }
 

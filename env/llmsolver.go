@@ -34,7 +34,36 @@ func NewLLMSolver(client *llm.Client) *LLMSolver { return &LLMSolver{client: cli
 //
 // llm-solver/2: AmbiTab's format (reasoning first), the statement rule by
 // engine, the dialogue as quoted data, a cut-off reply asked for again.
-const SolverPromptVersion = "llm-solver/2"
+//
+// llm-solver/3: a reply with no SQL in it is asked for once more with a
+// corrective turn (solverCorrective); a reply cut off in a loop is not
+// asked for again with a larger limit.
+const SolverPromptVersion = "llm-solver/3"
+
+// solverCorrective is the solver's corrective turn after a reply with no
+// SQL that could be read.
+const solverCorrective = "Your answer holds no SQL that could be read. Answer again with one JSON object and nothing else: {\"reasoning\": \"<brief>\", \"sql\": \"<the final SQL>\"}."
+
+// Why the LLM solver wrote no SQL (explainedSolver): the public notice
+// says it, and the privileged verifier reason is "the solver wrote no SQL:
+// " and it (SolverUnreadableReason for unreadable output).
+const (
+	noSQLUnreadable = "its output could not be read"
+	noSQLTooLong    = "the dialogue is too long for its context"
+	noSQLOversize   = "its SQL is longer than the environment accepts"
+)
+
+// SolverUnreadableReason is the privileged verifier reason of an episode
+// whose LLM solver's output could not be read (no SQL in it after one
+// corrective turn, cut off twice, or cut off in a loop): a failed
+// solution, scored, never ERROR. Evaluations count these by it.
+const SolverUnreadableReason = "the solver wrote no SQL: " + noSQLUnreadable
+
+// explainedSolver is a Solver that says why it wrote no SQL (the LLM
+// solver): solveWithLLM names it in the episode.
+type explainedSolver interface {
+	solveExplained(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (sql, why string, err error)
+}
 
 // solverSystem returns the solver's system prompt for a database engine
 // ("sqlite" or "postgres").
@@ -57,7 +86,11 @@ func solverSystem(engine string) string {
 // as "" (a failed solution, not an error): no SQL in it, SQL in a reply cut
 // off, or SQL longer than the environment accepts (maxSQLBytes). A reply
 // cut off at the completion limit (or the client's byte limit) with no
-// complete answer in it is asked for once more with twice the limit.
+// complete answer in it is asked for once more with twice the limit —
+// unless it was cut off in a loop (llm.Response.Degenerate), which a larger
+// limit only lets run longer; a complete reply with no SQL that can be
+// read is asked for once more with a corrective turn. Output that is then
+// still unreadable is counted (llm.Client.CountUnreadable, role "solver").
 // Endpoint failures are errors.
 //
 // A prompt over the model's context: the schema is cut at table boundaries
@@ -69,15 +102,31 @@ func solverSystem(engine string) string {
 // fit) the error names the task. A regeneration with the larger limit that
 // does not fit is a failed solution.
 func (s *LLMSolver) Solve(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (string, error) {
+	sql, _, err := s.solveExplained(ctx, t, dialogue)
+	return sql, err
+}
+
+// solveExplained is Solve, with why it wrote no SQL when sql is "" (a
+// noSQL* text).
+func (s *LLMSolver) solveExplained(ctx context.Context, t *corpus.Task, dialogue []oracle.Turn) (sql, why string, err error) {
 	cfg := s.client.Config()
 	schema := t.DB.Schema
 	maxTokens := cfg.MaxTokens
 	schemaCut, regenerated := false, false
+	var corrective []llm.Message // the draft and the corrective turn, once sent
+	unreadable := func(reason string) (string, string, error) {
+		s.client.CountUnreadable("solver", "solve", reason)
+		return "", noSQLUnreadable, nil
+	}
 	for {
-		resp, err := s.chat(ctx, t, schema, dialogue, "solver", maxTokens)
+		msgs := append(solverMessages(t, schema, dialogue), corrective...)
+		resp, err := s.chat(ctx, t, msgs, "solver", maxTokens)
 		if llm.KindOf(err) == llm.KindContextOverflow {
-			if regenerated {
-				return "", nil // the larger limit does not fit: no answer
+			switch {
+			case corrective != nil:
+				return unreadable("unparsed") // the corrective turn does not fit
+			case regenerated:
+				return unreadable("cut_off") // the larger limit does not fit: no answer
 			}
 			if !schemaCut {
 				schemaCut = true
@@ -87,32 +136,41 @@ func (s *LLMSolver) Solve(ctx context.Context, t *corpus.Task, dialogue []oracle
 				}
 			}
 			if len(dialogue) == 0 {
-				return "", fmt.Errorf("task %s: the solver's prompt does not fit the model's context without any dialogue (see avtgym corpus check --solver-context-tokens): %w", t.ID, err)
+				return "", "", fmt.Errorf("task %s: the solver's prompt does not fit the model's context without any dialogue (see avtgym corpus check --solver-context-tokens): %w", t.ID, err)
 			}
 			if err := s.blame(ctx, t, schema, err); err != nil {
-				return "", err
+				return "", "", err
 			}
-			return "", nil // the dialogue is too long: a failed solution
+			return "", noSQLTooLong, nil // the dialogue is too long: a failed solution
 		}
 		if err != nil {
-			return "", fmt.Errorf("task %s: %w", t.ID, err)
+			return "", "", fmt.Errorf("task %s: %w", t.ID, err)
 		}
 		sql := extractSQL(resp.Content, resp.CutOff(), dialogue)
-		if sql == "" && resp.CutOff() && !regenerated {
+		switch {
+		case sql != "" && len(sql) > maxSQLBytes:
+			return "", noSQLOversize, nil
+		case sql != "":
+			return sql, "", nil
+		case resp.Degenerate():
+			return unreadable("repeating")
+		case resp.CutOff() && !regenerated && corrective == nil:
 			regenerated = true
 			maxTokens *= 2 // the same request, with room to finish
-			continue
+		case resp.CutOff():
+			return unreadable("cut_off")
+		case corrective == nil:
+			// Read nothing: once more, saying what is wanted.
+			corrective = []llm.Message{{Role: "assistant", Content: resp.Content}, {Role: "user", Content: solverCorrective}}
+		default:
+			return unreadable("unparsed")
 		}
-		if len(sql) > maxSQLBytes {
-			return "", nil
-		}
-		return sql, nil
 	}
 }
 
-func (s *LLMSolver) chat(ctx context.Context, t *corpus.Task, schema string, dialogue []oracle.Turn, purpose string, maxTokens int) (*llm.Response, error) {
+func (s *LLMSolver) chat(ctx context.Context, t *corpus.Task, msgs []llm.Message, purpose string, maxTokens int) (*llm.Response, error) {
 	return s.client.Chat(ctx, llm.Request{
-		Messages:  solverMessages(t, schema, dialogue),
+		Messages:  msgs,
 		JSON:      true,
 		MaxTokens: maxTokens,
 		Purpose:   purpose,
@@ -132,7 +190,7 @@ func (s *LLMSolver) blame(ctx context.Context, t *corpus.Task, schema string, ov
 		}
 		return nil
 	}
-	_, err := s.chat(ctx, t, schema, nil, "solver.probe", cfg.MaxTokens)
+	_, err := s.chat(ctx, t, solverMessages(t, schema, nil), "solver.probe", cfg.MaxTokens)
 	switch {
 	case err == nil:
 		return nil

@@ -241,6 +241,12 @@ type Row struct {
 	// (ERROR, ASKER_FAILED, RPC_FAILED), every one of which counts above
 	// as a failure.
 	Counts map[Condition]Counts `json:"counts"`
+	// Unreadable counts, per condition that ran, the model outputs the
+	// server could not read (Episode.UnreadableOracle and
+	// UnreadableSolver, summed over the episodes, all seeds): they are
+	// scored (a refusal, a failed solution) like the model's answers, and
+	// shown here so that they never pass for them.
+	Unreadable map[Condition]UnreadableCounts `json:"unreadable"`
 	// SRNoneCompleted, SRAskerCompleted and SRFullCompleted are the
 	// conditions' SR on the (task, seed) pairs that every oracle that ran
 	// the condition completed (no ERROR under any), beside the headline SR.
@@ -445,7 +451,7 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 			Precision: s[3], Recall: s[4], F1: s[5], Gain: s[6], Gap: s[7],
 			DJResp: s[8], DRecSpec: s[9], DJFull: s[10], DRecNone: s[11],
 			SRNoneCompleted: s[12], SRAskerCompleted: s[13], SRFullCompleted: s[14],
-			Errors: d.errors(o), Counts: d.counts(o),
+			Errors: d.errors(o), Counts: d.counts(o), Unreadable: d.unreadable(o),
 		})
 	}
 	r.Cells = d.cellEntries()
@@ -793,6 +799,33 @@ func (d *dataset) errors(o string) map[Condition]int {
 				}
 			}
 		}
+	}
+	return out
+}
+
+// UnreadableCounts are the model outputs of some episodes that the server
+// could not read: the oracle's (questions) and the LLM solver's
+// (episodes).
+type UnreadableCounts struct {
+	Oracle int `json:"oracle"`
+	Solver int `json:"solver"`
+}
+
+// unreadable sums oracle o's unreadable outputs per condition that ran.
+func (d *dataset) unreadable(o string) map[Condition]UnreadableCounts {
+	out := map[Condition]UnreadableCounts{}
+	for cond, byOracle := range d.cells {
+		if len(byOracle[o]) == 0 {
+			continue
+		}
+		var u UnreadableCounts
+		for _, es := range byOracle[o] {
+			for _, e := range es {
+				u.Oracle += e.UnreadableOracle
+				u.Solver += e.UnreadableSolver
+			}
+		}
+		out[cond] = u
 	}
 	return out
 }

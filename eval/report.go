@@ -257,6 +257,12 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	}
 	b.WriteString("\n### Episodes that did not complete\n\n" + errorsLegend + "\n\n")
 	mdTable(&b, rs, errorsHeader, errorsCells)
+	b.WriteString("\n### Unreadable model output\n\n" + unreadableLegend + "\n\n")
+	for _, r := range rs {
+		for i := range r.Rows {
+			b.WriteString("- " + unreadableLine(r, &r.Rows[i]) + "\n")
+		}
+	}
 	for _, r := range rs {
 		writeGroupSignal(&b, r)
 	}
@@ -290,6 +296,29 @@ const countsLegend = "The denominators: each oracle and condition's episodes (al
 // errorsLegend explains the incomplete-episodes table.
 const errorsLegend = "Episodes that did not complete (ERROR, asker failed, call failed; the Episodes table splits them) count above as failures with zero recall (AmbiTab §C.2). " +
 	"Beside them, each condition's SR on the (task, seed) pairs that every oracle that ran the condition completed (over those pairs, not all episodes)."
+
+// unreadableLegend explains the unreadable-output lines.
+const unreadableLegend = "Model outputs the server could not read, after its own retries (a corrective turn, a larger limit; none for a reply cut off in a loop), per condition: " +
+	"the oracle's (questions answered unanswerable() because stage 1's output could not be read, not because the question was unanswerable) and the LLM solver's (episodes whose solver wrote no SQL that could be read). " +
+	"They are scored above as the model's answers would be (a refusal, a failed solution); many of them mean the model, its limits or its server settings do not suit the role (docs/models.md)."
+
+// unreadableLine is an oracle row's unreadable outputs, per condition
+// that ran: "demo, llm: oracle none 0, asker 3; solver none 0, asker 1".
+func unreadableLine(r *Report, row *Row) string {
+	var oracle, solver []string
+	for _, c := range AllConditions {
+		u, ok := row.Unreadable[c]
+		if !ok {
+			continue
+		}
+		oracle = append(oracle, fmt.Sprintf("%s %d", c, u.Oracle))
+		solver = append(solver, fmt.Sprintf("%s %d", c, u.Solver))
+	}
+	if len(oracle) == 0 {
+		return fmt.Sprintf("%s, %s: no episodes", r.Corpus, row.Oracle)
+	}
+	return fmt.Sprintf("%s, %s: unreadable oracle outputs: %s; unreadable solver outputs: %s", r.Corpus, row.Oracle, strings.Join(oracle, ", "), strings.Join(solver, ", "))
+}
 
 // mdTable writes one Markdown table, its rows from every report, and the
 // notes its cells refer to.

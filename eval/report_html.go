@@ -87,6 +87,11 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	writeHTMLCounts(&b, "counts", countsHeader, countsRows(r))
 	b.WriteString("<h2>Episodes that did not complete</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
 	writeHTMLTable(&b, "errors", errorsHeader, r, errorsCells)
+	b.WriteString("<h2>Unreadable model output</h2>\n<p class=\"meta\">" + esc(unreadableLegend) + "</p>\n<ul id=\"unreadable\">\n")
+	for i := range r.Rows {
+		b.WriteString("<li>" + esc(unreadableLine(r, &r.Rows[i])) + "</li>\n")
+	}
+	b.WriteString("</ul>\n")
 	writeHTMLGroupSignal(&b, r)
 	b.WriteString("</body>\n</html>\n")
 	_, err := io.WriteString(w, b.String())

@@ -233,6 +233,12 @@ type Config struct {
 	Progress ProgressSink
 	// Warn receives warnings; nil discards them.
 	Warn io.Writer
+	// Replay says that the run replays response caches (the server's
+	// --llm-cache, the asker's) with the model endpoints possibly down
+	// (eval --llm-replay). Otherwise the pre-flight makes sure that the
+	// endpoints answer, whatever the caches hold: its question is one no
+	// cache can hold, and the asker's endpoint must answer its Ping.
+	Replay bool
 }
 
 // ProgressSink follows a run. *Progress implements it.
@@ -524,15 +530,27 @@ func (cfg *Config) options(o pb.OracleType) *pb.EpisodeOptions {
 // asker (policy.Preflighter), so that an oracle, solver or asker the run
 // cannot use stops it with one message instead of failing every cell. A
 // failure is tried again like an episode (Retries).
+//
+// The check must reach the endpoints: a response cache that holds the
+// pre-flight's question (an earlier run's) would answer it with the
+// endpoint down and let the run go ahead, every cell the cache lacks then
+// failing. So, unless the run replays (Replay), the question carries a
+// nonce no cache holds (preflightQuestion); with Replay it is the plain
+// generic question, which a recorded run asked, and the asker is not
+// pinged.
 func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskSummary) error {
-	if p, ok := cfg.Asker.(policy.Preflighter); ok {
+	if p, ok := cfg.Asker.(policy.Preflighter); ok && !cfg.Replay {
 		if err := p.Preflight(ctx); err != nil {
-			return fmt.Errorf("eval: pre-flight: the asker %s is unavailable: %w", cfg.Asker.Name(), err)
+			return fmt.Errorf("eval: pre-flight: the asker %s is unavailable (its model endpoint does not answer; --llm-replay replays its cache without it): %w", cfg.Asker.Name(), err)
 		}
 	}
-	var probeQ policy.Player = policy.Replay("preflight", []string{probe.Generic1})
+	q := probe.Generic1
+	if !cfg.Replay {
+		q = preflightQuestion(time.Now())
+	}
+	var probeQ policy.Player = policy.Replay("preflight", []string{q})
 	if driver.IsTide(cfg.Protocol) {
-		probeQ = tidePreflight{}
+		probeQ = tidePreflight{question: q}
 	}
 	if !cfg.ambitab() {
 		if err := policy.CheckOptions(ctx, env, task, cfg.options(cfg.Oracles[0])); err != nil {
@@ -558,11 +576,40 @@ func (cfg *Config) preflight(ctx context.Context, env driver.Env, task *pb.TaskS
 			if !cfg.ambitab() {
 				how = "protocol " + driver.ProtocolName(cfg.Protocol)
 			}
-			return fmt.Errorf("eval: pre-flight: the %s oracle with %s cannot play task %s (%s): %s",
-				OracleName(o), how, task.GetTaskId(), r.Status, r.Error)
+			hint := ""
+			if r.Status == "ERROR" {
+				hint = " — " + failedPart(r) + " failed"
+				if !cfg.Replay {
+					hint += " (the pre-flight bypasses the response cache; eval --llm-replay replays a recorded run without the endpoints)"
+				}
+			}
+			return fmt.Errorf("eval: pre-flight: the %s oracle with %s cannot play task %s (%s%s): %s",
+				OracleName(o), how, task.GetTaskId(), r.Status, hint, r.Error)
 		}
 	}
 	return nil
+}
+
+// preflightQuestion is the pre-flight's question outside a replay: the
+// generic question with a nonce (the time), so that no response cache
+// holds it and the oracle's (and the solver's) endpoint must answer.
+func preflightQuestion(now time.Time) string {
+	return fmt.Sprintf("%s (pre-flight %d)", probe.Generic1, now.UnixNano())
+}
+
+// failedPart names the part of the server whose failure ended an ERROR
+// episode, from its privileged reason (the server's verifier reason,
+// "the oracle failed: …"), as the server's notice names it.
+func failedPart(r *driver.Record) string {
+	switch e := r.Error; {
+	case strings.HasPrefix(e, "the oracle"):
+		return "the oracle endpoint"
+	case strings.HasPrefix(e, "the solver"):
+		return "the solver endpoint"
+	case strings.HasPrefix(e, "the verifier"), strings.HasPrefix(e, "the database"):
+		return "the database"
+	}
+	return "the environment"
 }
 
 // solverName is the lower-case name of a solver, as run.json records it.
@@ -876,7 +923,8 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 	if cl.cond != Asker && cl.cond != AskerSpec {
 		player = policy.Scripted(probe.Name(cl.cond)) // none, full, full_adv, none_adv
 	}
-	ep, err := driver.Start(ctx, env, reset)
+	tally := &unreadableTally{Env: env}
+	ep, err := driver.Start(ctx, tally, reset)
 	if err != nil {
 		out.Record = *policy.Failed(reset, err)
 		return out.label(cl)
@@ -885,6 +933,7 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 		ep.Show(donor.view, donor.terms)
 	}
 	out.Record = *policy.Finish(ep, player.Play(ctx, ep))
+	out.UnreadableOracle, out.UnreadableSolver = tally.oracle, tally.solver
 	return out.label(cl)
 }
 

@@ -71,14 +71,19 @@ func (cfg *Config) tideDefaults() error {
 // tideTurns is TIDE's limit of agent turns (PROTOCOL.md §9), for messages.
 const tideTurns = 20
 
-// tidePreflight is the probe a TIDE run's pre-flight plays: a generic
-// question, then SQL until the episode ends (a TIDE episode ends at its
-// n-th SQL, not at a STOP).
-type tidePreflight struct{}
+// tidePreflight is the probe a TIDE run's pre-flight plays: its question
+// (the generic one, or the pre-flight's with a nonce: Config.preflight),
+// then SQL until the episode ends (a TIDE episode ends at its n-th SQL,
+// not at a STOP).
+type tidePreflight struct{ question string }
 
 func (tidePreflight) Name() string { return "preflight" }
 
-func (tidePreflight) Play(ctx context.Context, ep *driver.Episode) error {
+func (p tidePreflight) Play(ctx context.Context, ep *driver.Episode) error {
+	q := p.question
+	if q == "" {
+		q = probe.Generic1
+	}
 	asked := false
 	for steps := 0; !ep.Done(); steps++ {
 		if steps > 8 {
@@ -87,7 +92,7 @@ func (tidePreflight) Play(ctx context.Context, ep *driver.Episode) error {
 		var err error
 		if !asked && ep.Asking() {
 			asked = true
-			err = ep.Ask(ctx, probe.Generic1)
+			err = ep.Ask(ctx, q)
 		} else {
 			err = ep.SubmitSQL(ctx, "SELECT 1")
 		}

@@ -44,4 +44,12 @@ type Episode struct {
 	Oracle string `json:"oracle"`
 	// Donor is the task whose specification the spec-randomized asker saw.
 	Donor string `json:"donor,omitempty"`
+	// UnreadableOracle counts the episode's questions whose oracle output
+	// (stage 1) the server could not read — answered unanswerable(), but
+	// not because the question was; UnreadableSolver is 1 when the LLM
+	// solver's output could not be read (a failed solution). Both come
+	// from the privileged channel; the report shows them per oracle and
+	// condition, so that nothing unreadable passes for a model's answer.
+	UnreadableOracle int `json:"unreadable_oracle,omitempty"`
+	UnreadableSolver int `json:"unreadable_solver,omitempty"`
 }

@@ -16,6 +16,7 @@ import (
 
 	"avtgym/internal/fakellm"
 	"avtgym/internal/filetree"
+	"avtgym/oracle"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -191,7 +192,7 @@ func TestUnreadableModelEndpoint(t *testing.T) {
 		turns := r.GetObservation().GetTurns()
 		last := turns[len(turns)-1]
 		if r.GetStatus() != pb.EpisodeStatus_EPISODE_STATUS_RUNNING || last.GetKind() != pb.TurnKind_TURN_KIND_REFUSAL ||
-			r.GetPrivileged().GetOracleAction() != "unanswerable()" || r.GetObservation().GetQuestionsAsked() != 1 {
+			r.GetPrivileged().GetOracleAction() != "unanswerable()"+oracle.UnreadableNote || r.GetObservation().GetQuestionsAsked() != 1 {
 			t.Fatalf("want a counted refusal in a running episode; got %v", r)
 		}
 		if n := ep.callsOf("prose"); n != 2 {

@@ -36,7 +36,8 @@ type LLMOptions struct {
 	// MaxTokens is the completion limit of each stage's request (default
 	// DefaultOracleMaxTokens): room for a short reasoning before the
 	// answer. A reply cut off at the limit is asked for once more with
-	// twice the limit (see LLM.Match and LLM.Respond).
+	// twice the limit, unless it was cut off in a loop (see LLM.Match and
+	// LLM.Respond).
 	MaxTokens int
 	// MaxRegenerations bounds the regenerations of one reply (default 2;
 	// negative: none).
@@ -62,6 +63,14 @@ const DefaultOracleMaxTokens = 512
 // completion limit.
 const cutOffFactor = 2
 
+// Why a model's output could not be read: the reason label of the metric
+// avtgym_llm_unreadable_total (llm.Client.CountUnreadable).
+const (
+	unreadableUnparsed  = "unparsed"  // no answer could be read from it
+	unreadableCutOff    = "cut_off"   // cut off, with the larger limit too
+	unreadableRepeating = "repeating" // cut off in a loop (llm.Response.Degenerate)
+)
+
 // DefaultMaxRegenerations is the default of LLMOptions.MaxRegenerations.
 const DefaultMaxRegenerations = 2
 
@@ -86,7 +95,12 @@ const DefaultMaxRegenerations = 2
 // thinking block, and a reply cut off at the completion limit (or at the
 // client's byte limit) is never used — the same request is sent once more
 // with twice the limit, and a second cut-off counts as unreadable (stage 1)
-// or as a rejected draft (stage 2). Both stages ask for JSON (the
+// or as a rejected draft (stage 2); a reply cut off in a loop
+// (llm.Response.Degenerate) is not asked for again: it is unreadable at
+// once (stage 1) or the reply falls back (stage 2). Output stage 1 cannot
+// read is never silent: Match.Unreadable (the privileged channel's
+// "unanswerable() (unreadable)") and the metric
+// avtgym_llm_unreadable_total. Both stages ask for JSON (the
 // endpoint's JSON mode applies where the client enables it); the parser
 // tolerates prose around it and raw newlines inside its strings.
 //
@@ -246,11 +260,14 @@ func (l *LLM) MatchWith(ctx context.Context, rec *corpus.Record, history []Turn,
 	if rec == nil {
 		return Match{}, errNilRecord
 	}
-	act, credits, err := l.match(ctx, rec, history, question, opt.Bird)
+	act, credits, unreadable, err := l.match(ctx, rec, history, question, opt.Bird)
 	if err != nil {
 		return Match{}, err
 	}
-	return Match{Credits: credits, Action: act}, nil
+	if unreadable != "" {
+		l.client.CountUnreadable("oracle", "match", unreadable)
+	}
+	return Match{Credits: credits, Action: act, Unreadable: unreadable != ""}, nil
 }
 
 // Respond runs stage 2 for the match: Refusal (Refused, no model call) for
@@ -305,7 +322,7 @@ func (l *LLM) keyFor(rec *corpus.Record, bird bool) string {
 }
 
 // promptVersion is LLMPromptVersion, with the Version label after it when
-// that differs ("llm-oracle/4+v1").
+// that differs ("llm-oracle/5+v1").
 func (l *LLM) promptVersion() string {
 	if l.opt.Version == "" || l.opt.Version == LLMPromptVersion {
 		return LLMPromptVersion
@@ -348,10 +365,13 @@ func (l *LLM) responderSchema(rec *corpus.Record) string {
 // request with twice the completion limit when the output was cut off, or
 // a corrective request when it could not be read as exactly one action —
 // then validation. Output that is still unreadable (or cut off) is
-// unanswerable().
-func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, bird bool) (Action, []int, error) {
+// unanswerable(), and so at once is output cut off in a loop
+// (llm.Response.Degenerate: a larger limit only lets the model loop
+// longer); unreadable then says why ("unparsed", "cut_off",
+// "repeating"), "" for output that was read.
+func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, question string, bird bool) (act Action, credits []int, unreadable string, err error) {
 	if err := ctx.Err(); err != nil {
-		return Action{}, nil, err
+		return Action{}, nil, "", err
 	}
 	var segs []sqlexec.Segment
 	if !l.opt.Scoped {
@@ -365,6 +385,7 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 	}
 	msgs := prompt(history, question)
 	maxTokens := l.opt.MaxTokens
+	reason := "" // why the last output could not be read
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
 			Messages: msgs, JSON: true, MaxTokens: maxTokens,
@@ -375,25 +396,33 @@ func (l *LLM) match(ctx context.Context, rec *corpus.Record, history []Turn, que
 				// The model's own unreadable output (or the larger limit)
 				// made the next request too long: unreadable twice, as
 				// below.
-				return unanswerable, nil, nil
+				return unanswerable, nil, reason, nil
 			}
 			base := prompt(nil, probeQuestion)
 			if err := l.blame(ctx, rec, err, base, true, l.opt.MaxTokens, "oracle.match"); err != nil {
-				return Action{}, nil, err
+				return Action{}, nil, "", err
 			}
-			return unanswerable, nil, nil // the question or the dialogue is too long
+			return unanswerable, nil, "", nil // the question or the dialogue is too long
 		}
 		if err != nil {
-			return Action{}, nil, err
+			return Action{}, nil, "", err
 		}
 		if !resp.CutOff() {
 			if act, ok := parseAction(resp.Content, question); ok {
 				act, credits := l.validateIn(rec, segs, act, bird, openChained(rec, history))
-				return act, credits, nil
+				return act, credits, "", nil
 			}
 		}
+		switch {
+		case resp.Degenerate():
+			return unanswerable, nil, unreadableRepeating, nil
+		case resp.CutOff():
+			reason = unreadableCutOff
+		default:
+			reason = unreadableUnparsed
+		}
 		if attempt >= 1 {
-			return unanswerable, nil, nil
+			return unanswerable, nil, reason, nil
 		}
 		if resp.CutOff() {
 			maxTokens *= cutOffFactor // the same request, with room to finish
@@ -744,9 +773,11 @@ func grammarAction(m []string) (Action, bool) {
 // else a model reply. A draft is rejected and regenerated when it is cut
 // off (the same request with twice the completion limit), empty or
 // unreadable, or (when the oracle rejects leaks) leaks (a corrective turn
-// each); after MaxRegenerations rejected drafts the reply falls back to the
+// each); after MaxRegenerations rejected drafts — at once for a draft cut
+// off in a loop (llm.Response.Degenerate) — the reply falls back to the
 // deterministic responder's reply for the credits (Refusal, Refused, when
-// there are none: an unlabeled action). errTooLong: the question or the
+// there are none: an unlabeled action). A fallback after an unreadable
+// draft is counted (llm.Client.CountUnreadable). errTooLong: the question or the
 // dialogue is too long for the responder's context.
 func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, question string, act Action, credits []int, bird bool) (Reply, error) {
 	if act.Kind == ActionUnanswerable {
@@ -790,6 +821,15 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		return fb, nil
 	}
 	maxTokens := l.opt.MaxTokens
+	// unreadable says why the last draft could not be read ("": it
+	// could, or it leaked): a fallback after it is counted.
+	unreadable := ""
+	fallBack := func(attempt int) (Reply, error) {
+		if unreadable != "" {
+			l.client.CountUnreadable("oracle", "respond", unreadable)
+		}
+		return fallback(attempt)
+	}
 	for attempt := 0; ; attempt++ {
 		resp, err := l.client.Chat(ctx, llm.Request{
 			Messages: msgs, JSON: true, MaxTokens: maxTokens,
@@ -799,7 +839,7 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 			// A regeneration request (the draft and the corrective
 			// appended, or the larger limit) is too long: every draft
 			// counts as rejected.
-			return fallback(attempt)
+			return fallBack(attempt)
 		}
 		if llm.KindOf(err) == llm.KindContextOverflow {
 			base := prompt(nil, probeQuestion)
@@ -811,6 +851,12 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		if err != nil {
 			return Reply{}, err
 		}
+		if resp.Degenerate() {
+			// Cut off in a loop: a larger limit only lets the model loop
+			// longer, and a corrective turn would quote the loop back.
+			unreadable = unreadableRepeating
+			return fallBack(attempt)
+		}
 		text, cutOff := "", resp.CutOff()
 		if !cutOff {
 			text = replyText(resp.Content)
@@ -821,15 +867,16 @@ func (l *LLM) respond(ctx context.Context, rec *corpus.Record, history []Turn, q
 		corrective := ""
 		switch {
 		case cutOff:
+			unreadable = unreadableCutOff
 		case text == "":
-			corrective = respondEmptyCorrective
+			corrective, unreadable = respondEmptyCorrective, unreadableUnparsed
 		case lc != nil && lc.leaks(text, allowed):
-			corrective = respondCorrective
+			corrective, unreadable = respondCorrective, ""
 		default:
 			return Reply{Text: text, Regenerated: attempt}, nil
 		}
 		if attempt >= l.opt.MaxRegenerations {
-			return fallback(attempt)
+			return fallBack(attempt)
 		}
 		if cutOff {
 			// Never served: the same request, with room to finish.

@@ -56,7 +56,10 @@ import (
 // any change of the Bird prompts.
 //
 // llm-oracle-bird/1: BIRD-Interact's two stages (see above).
-const LLMBirdPromptVersion = "llm-oracle-bird/1"
+//
+// llm-oracle-bird/2: as llm-oracle/5, an output cut off in a loop is not
+// asked for again with a larger limit.
+const LLMBirdPromptVersion = "llm-oracle-bird/2"
 
 // The LLM oracle is a matcher and a responder with options (Oracle.AskWith
 // hands them AskOptions).

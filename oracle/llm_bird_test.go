@@ -431,13 +431,13 @@ func TestBirdAttacks(t *testing.T) {
 // keys are unchanged; a Bird question is never answered from the cache
 // entry of the same question without Bird.
 func TestBirdPromptVersion(t *testing.T) {
-	if LLMBirdPromptVersion != "llm-oracle-bird/1" || LLMPromptVersion != "llm-oracle/4" {
+	if LLMBirdPromptVersion != "llm-oracle-bird/2" || LLMPromptVersion != "llm-oracle/5" {
 		t.Fatalf("versions %q, %q", LLMBirdPromptVersion, LLMPromptVersion)
 	}
 	for version, want := range map[string][2]string{
-		"":               {"shop-1@llm-oracle/4", "shop-1@llm-oracle-bird/1"},
-		LLMPromptVersion: {"shop-1@llm-oracle/4", "shop-1@llm-oracle-bird/1"},
-		"v1":             {"shop-1@llm-oracle/4+v1", "shop-1@llm-oracle-bird/1+v1"},
+		"":               {"shop-1@llm-oracle/5", "shop-1@llm-oracle-bird/2"},
+		LLMPromptVersion: {"shop-1@llm-oracle/5", "shop-1@llm-oracle-bird/2"},
+		"v1":             {"shop-1@llm-oracle/5+v1", "shop-1@llm-oracle-bird/2+v1"},
 	} {
 		l := NewLLM(nil, LLMOptions{Version: version})
 		if got := [2]string{l.keyFor(testRecord(), false), l.keyFor(testRecord(), true)}; got != want {

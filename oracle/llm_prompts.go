@@ -38,7 +38,12 @@ import (
 // llm-oracle/4: the unfiltered matcher routes a question about a chain's
 // second layer asked while the first is open as unlabeled (TIDE's
 // Appendix E: answered as LOC, never credited).
-const LLMPromptVersion = "llm-oracle/4"
+//
+// llm-oracle/5: how output is read (issue 29): an output cut off in a
+// loop is not asked for again with a larger limit (stage 1: unreadable
+// at once; stage 2: the deterministic fallback), so that a replay of an
+// older cache would not ask the same requests.
+const LLMPromptVersion = "llm-oracle/5"
 
 // Section markers of the prompts. Tests (and log readers) find the parts of
 // a prompt by them; keep them stable within a prompt version.

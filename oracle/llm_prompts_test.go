@@ -109,12 +109,12 @@ func TestLLMMatcherNeverSeesReplies(t *testing.T) {
 // TestLLMPromptVersion: the prompt change is a new version, part of every
 // cache key.
 func TestLLMPromptVersion(t *testing.T) {
-	if LLMPromptVersion != "llm-oracle/4" {
+	if LLMPromptVersion != "llm-oracle/5" {
 		t.Fatalf("LLMPromptVersion = %q", LLMPromptVersion)
 	}
 	// The built-in version is in every key; a label (serve's
 	// --oracle-version) is added to it, never in its place.
-	for version, want := range map[string]string{"": "shop-1@llm-oracle/4", LLMPromptVersion: "shop-1@llm-oracle/4", "v1": "shop-1@llm-oracle/4+v1"} {
+	for version, want := range map[string]string{"": "shop-1@llm-oracle/5", LLMPromptVersion: "shop-1@llm-oracle/5", "v1": "shop-1@llm-oracle/5+v1"} {
 		if l := NewLLM(nil, LLMOptions{Version: version}); l.cacheKey(testRecord()) != want {
 			t.Errorf("version %q: cache key %q, want %q", version, l.cacheKey(testRecord()), want)
 		}

@@ -54,9 +54,14 @@ type ProbeStats struct {
 	Probe string `json:"probe"`
 	// Questions is the number of questions asked.
 	Questions int `json:"questions"`
-	// Routed counts questions whose validated action is the expected one:
-	// labeled(the term asked about) for full and full_adv, unanswerable()
-	// for none_adv and the injected questions.
+	// Unreadable counts questions whose stage-1 output could not be read
+	// (Reply.Unreadable): counted neither as routed nor as not routed —
+	// an unreadable output is unanswerable(), which would otherwise look
+	// like a correct routing of none_adv and the injected questions.
+	Unreadable int `json:"unreadable"`
+	// Routed counts the readable questions whose validated action is the
+	// expected one: labeled(the term asked about) for full and full_adv,
+	// unanswerable() for none_adv and the injected questions.
 	Routed int `json:"routed"`
 	// WrongCredits counts questions credited with an ambiguity they did
 	// not ask about (for none_adv and the injected questions: with any).
@@ -83,12 +88,27 @@ type ProbeStats struct {
 	Failures []ProbeFailure `json:"failures,omitempty"`
 }
 
-// Accuracy is Routed / Questions (1 when no question was asked).
+// Readable is the number of questions whose stage-1 output was read.
+func (s ProbeStats) Readable() int { return s.Questions - s.Unreadable }
+
+// Accuracy is the routing accuracy over the readable questions, Routed /
+// Readable: 1 when no question was asked, 0 when none was readable.
 func (s ProbeStats) Accuracy() float64 {
+	switch {
+	case s.Questions == 0:
+		return 1
+	case s.Readable() == 0:
+		return 0
+	}
+	return float64(s.Routed) / float64(s.Readable())
+}
+
+// ReadableShare is Readable / Questions (1 when no question was asked).
+func (s ProbeStats) ReadableShare() float64 {
 	if s.Questions == 0 {
 		return 1
 	}
-	return float64(s.Routed) / float64(s.Questions)
+	return float64(s.Readable()) / float64(s.Questions)
 }
 
 // ProbeFailure is one question a probe did not like.
@@ -100,6 +120,8 @@ type ProbeFailure struct {
 	Credits  []int  `json:"credits,omitempty"`
 	Leak     bool   `json:"leak,omitempty"`
 	Reply    string `json:"reply,omitempty"`
+	// Unreadable: the stage-1 output could not be read (Got says so).
+	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 // CheckReport is CheckModel's result for one LLM oracle.
@@ -185,6 +207,7 @@ type probeAcc struct {
 func (a *probeAcc) add(r probeResult, maxFailures int) {
 	s := &a.ProbeStats
 	s.Questions += r.Questions
+	s.Unreadable += r.Unreadable
 	s.Routed += r.Routed
 	s.WrongCredits += r.WrongCredits
 	s.Refused += r.Refused
@@ -242,7 +265,7 @@ func checkRecord(ctx context.Context, l *LLM, o Oracle, rec *corpus.Record) ([]p
 			return Reply{}, err
 		}
 		r.Questions++
-		routed := reply.Action.Kind == ActionUnanswerable && want == ""
+		routed := reply.Action.Kind == ActionUnanswerable && want == "" && !reply.Unreadable
 		wrong := want == "" && len(reply.Credits) > 0
 		if want != "" {
 			routed = reply.Action.Kind == ActionLabeled && corpus.Normalize(reply.Action.Arg) == corpus.Normalize(want)
@@ -253,6 +276,9 @@ func checkRecord(ctx context.Context, l *LLM, o Oracle, rec *corpus.Record) ([]p
 			}
 		}
 		leak := !reply.Refused && !reply.FellBack && lc.leaks(reply.Text, q+allowedText(rec, reply.Credits))
+		if reply.Unreadable {
+			r.Unreadable++
+		}
 		if routed {
 			r.Routed++
 		}
@@ -274,7 +300,7 @@ func checkRecord(ctx context.Context, l *LLM, o Oracle, rec *corpus.Record) ([]p
 			if want != "" {
 				w = Action{Kind: ActionLabeled, Arg: want}.String()
 			}
-			f := ProbeFailure{Record: rec.ID, Question: q, Want: w, Got: reply.Action.String(), Credits: reply.Credits, Leak: leak}
+			f := ProbeFailure{Record: rec.ID, Question: q, Want: w, Got: reply.PrivilegedAction(), Credits: reply.Credits, Leak: leak, Unreadable: reply.Unreadable}
 			if leak {
 				f.Reply = reply.Text
 			}

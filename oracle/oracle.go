@@ -146,6 +146,11 @@ type Match struct {
 	// Action is the validated stage-1 action the credits come from (the
 	// LLM matcher); the zero Action (none) for a matcher that takes none.
 	Action Action
+	// Unreadable reports that the matcher's model wrote nothing it could
+	// read as an action (after its corrective turn; or cut off, also with
+	// the larger limit, or in a loop): Action is unanswerable() and there
+	// are no credits, but not because the question was unanswerable.
+	Unreadable bool
 }
 
 // Matcher decides which registered ambiguities a question credits. It
@@ -212,6 +217,25 @@ type Reply struct {
 	// FellBack reports that every LLM draft was rejected and Text is the
 	// deterministic responder's text for the credits.
 	FellBack bool
+	// Unreadable is the matcher's Match.Unreadable: its action
+	// unanswerable() stands for output that could not be read.
+	Unreadable bool
+}
+
+// UnreadableNote follows the action in the privileged channel when the
+// matcher's output could not be read (Reply.PrivilegedAction):
+// "unanswerable() (unreadable)".
+const UnreadableNote = " (unreadable)"
+
+// PrivilegedAction is the action as the privileged channel reports it
+// (oracle_action): Action.String(), with UnreadableNote after it when
+// stage 1's output could not be read, so that an unreadable output is
+// never taken for a question the model found unanswerable.
+func (r Reply) PrivilegedAction() string {
+	if r.Unreadable {
+		return r.Action.String() + UnreadableNote
+	}
+	return r.Action.String()
 }
 
 // optionMatcher is a matcher whose verdict depends on the question's
@@ -275,7 +299,7 @@ func (o Oracle) AskWith(ctx context.Context, rec *corpus.Record, history []Turn,
 	if err != nil {
 		return Reply{}, fmt.Errorf("oracle: respond: %w", err)
 	}
-	r.Credits, r.Action = m.Credits, m.Action
+	r.Credits, r.Action, r.Unreadable = m.Credits, m.Action, m.Unreadable
 	if r.Withdrawn {
 		r.Refused, r.Credits = true, nil
 		if m.Action.Kind != ActionNone {
@@ -301,6 +325,8 @@ func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, q
 	if err != nil {
 		return Match{}, fmt.Errorf("oracle: match: %w", err)
 	}
+	// The rules below narrow the verdict; none makes output readable.
+	unreadable := m.Unreadable
 	if opt.StrictCredit && rec != nil {
 		m = StrictMatch(rec, question, m)
 	}
@@ -312,6 +338,7 @@ func (o Oracle) match(ctx context.Context, rec *corpus.Record, history []Turn, q
 	if opt.Bird && rec != nil {
 		m = AtMostOne(rec, m)
 	}
+	m.Unreadable = unreadable
 	return m, nil
 }
 

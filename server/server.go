@@ -700,12 +700,14 @@ func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepRespons
 	return resp, nil
 }
 
-// stepped records a successful step: metrics, and the episode log when it
+// stepped records a successful step: metrics, a warning with the cause
+// when it ended the episode in ERROR, and the episode log when it
 // finished the episode.
 func (s *Server) stepped(ctx context.Context, req *pb.StepRequest, resp *pb.StepResponse) {
 	if s.opt.Metrics != nil {
 		s.opt.Metrics.observeStep(req, resp)
 	}
+	s.logFailed(resp)
 	if s.opt.EpisodeLog != nil && resp.GetDone() {
 		p := PrincipalFrom(ctx)
 		if p == nil {

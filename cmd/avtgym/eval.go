@@ -22,6 +22,9 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 )
 
+// evalCallTimeout is the deadline of each of eval's calls to the server.
+const evalCallTimeout = 20 * time.Minute
+
 // evalFlags are the flags of `avtgym eval`.
 type evalFlags struct {
 	addr, asker, oracles, seeds, conds, solver, out, groups, reference, hybrid string
@@ -58,6 +61,7 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
+	fs.BoolVar(&f.cfg.Replay, "llm-replay", false, "replay recorded model calls (the server's --llm-cache, the asker's --llm-cache): the pre-flight does not need the model endpoints to answer; without it the pre-flight reaches every endpoint, whatever the caches hold")
 	f.llmAsker.register(fs, "--asker llm")
 	f.proto.register(fs)
 }
@@ -302,7 +306,10 @@ func (f *evalFlags) play(ctx context.Context, stderr io.Writer) (*eval.Result, e
 		bar = eval.NewProgress(stderr)
 		f.cfg.Progress = bar
 	}
-	c, err := client.Dial(f.addr, client.Options{CallTimeout: 5 * time.Minute})
+	// A step may wait for several model calls, each queued behind others
+	// at a slow endpoint (one request at a time) and retried: the call
+	// deadline is generous, a backstop for a server that hangs.
+	c, err := client.Dial(f.addr, client.Options{CallTimeout: evalCallTimeout})
 	if err != nil {
 		return nil, err
 	}

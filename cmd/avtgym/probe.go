@@ -50,7 +50,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if fs.Lookup("oracle-disable-thinking") == nil {
 		fs.BoolVar(&f.model.DisableThinking, "oracle-disable-thinking", true, "turn the model's thinking off (chat_template_kwargs enable_thinking=false; Qwen3 on vLLM or SGLang); dropped by itself when the endpoint refuses it")
 	}
-	fs.IntVar(&f.maxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each oracle stage (a cut-off reply is asked for again with twice the limit)")
+	fs.IntVar(&f.maxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each oracle stage (a cut-off reply is asked for again with twice the limit, unless it was cut off in a loop)")
 	fs.Var(&f.corpora, "corpus", "corpus directory to take records from (repeatable; default: the embedded demo corpus)")
 	fs.StringVar(&f.pgURL, "postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
 	fs.StringVar(&f.variants, "variants", "unfiltered,scoped", "LLM oracles to check: unfiltered, scoped or both")
@@ -58,7 +58,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&f.workers, "workers", 4, "records checked at once")
 	fs.BoolVar(&f.allowLeaks, "allow-leaks", false, "serve leaking replies instead of regenerating them (to see the raw model's leaks)")
 	fs.BoolVar(&f.json, "json", false, "print the reports as one JSON object")
-	fs.Float64Var(&f.minAccuracy, "min-accuracy", 0, "exit 1 when a probe's routing accuracy is below this, or a question was wrongly credited or answered with a leak (0: report only)")
+	fs.Float64Var(&f.minAccuracy, "min-accuracy", 0, "exit 1 when a probe's routing accuracy (over the outputs that could be read) or the share of its outputs that could be read is below this, or a question was wrongly credited or answered with a leak (0: report only)")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -131,9 +131,9 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if f.minAccuracy > 0 {
 		for _, rep := range reports {
 			for _, p := range rep.Probes {
-				if p.Accuracy() < f.minAccuracy || p.WrongCredits > 0 || p.Leaks > 0 {
-					fmt.Fprintf(stderr, "probe: %s %s: routing accuracy %.3f (want at least %.3f), %d wrong credits, %d leaks\n",
-						rep.Variant, p.Probe, p.Accuracy(), f.minAccuracy, p.WrongCredits, p.Leaks)
+				if p.Accuracy() < f.minAccuracy || p.ReadableShare() < f.minAccuracy || p.WrongCredits > 0 || p.Leaks > 0 {
+					fmt.Fprintf(stderr, "probe: %s %s: routing accuracy %.3f, %d of %d outputs readable (want at least %.3f of each), %d wrong credits, %d leaks\n",
+						rep.Variant, p.Probe, p.Accuracy(), p.Readable(), p.Questions, f.minAccuracy, p.WrongCredits, p.Leaks)
 					return 1
 				}
 			}
@@ -195,17 +195,25 @@ func printProbeReports(w io.Writer, f probeFlags, reports []*oracle.CheckReport,
 		fmt.Fprintf(w, "model %q at %s, prompts %s, %d records\n\n", reports[0].Model, f.model.BaseURL, reports[0].Prompts, reports[0].Records)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\tprobe\tquestions\trouted\twrong credits\trefused\tleaks\tregenerated\tfell back\trecall\tprecision\t")
+	fmt.Fprintln(tw, "variant\tprobe\tquestions\tunreadable\trouted\twrong credits\trefused\tleaks\tregenerated\tfell back\trecall\tprecision\t")
 	for _, rep := range reports {
 		for _, p := range rep.Probes {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", rep.Variant, p.Probe, p.Questions, 100*p.Accuracy(),
+			// Routed is over the readable outputs: an unreadable one is
+			// unanswerable(), which would pass for a correct routing of
+			// none_adv and the injected questions.
+			routed := "-"
+			if p.Readable() > 0 || p.Questions == 0 {
+				routed = fmt.Sprintf("%.1f%%", 100*p.Accuracy())
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", rep.Variant, p.Probe, p.Questions, p.Unreadable, routed,
 				p.WrongCredits, p.Refused, p.Leaks, p.Regenerated, p.FellBack, fmtRate(p.Recall), fmtRate(p.Precision))
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nmodel replies: %d, cut off at the limit: %d, thinking stripped: %d\n", stats.Replies, stats.CutOff, stats.ThinkingStripped)
-	if stats.CutOff > 0 {
-		fmt.Fprintln(w, "(replies cut off: turn thinking off, or raise --oracle-max-tokens; see docs/models.md)")
+	fmt.Fprintf(w, "\nmodel replies: %d, cut off at the limit: %d (%d of them in a loop), thinking stripped: %d, outputs unreadable: %d\n",
+		stats.Replies, stats.CutOff, stats.CutOffRepeating, stats.ThinkingStripped, stats.Unreadable)
+	if hint := cutOffHint(stats); hint != "" {
+		fmt.Fprintln(w, hint)
 	}
 	for _, rep := range reports {
 		for _, p := range rep.Probes {
@@ -221,6 +229,21 @@ func printProbeReports(w io.Writer, f probeFlags, reports []*oracle.CheckReport,
 			}
 		}
 	}
+}
+
+// cutOffHint says what to do about cut-off replies: a larger limit for
+// replies cut off in ordinary text, never for replies cut off in a loop,
+// which a larger limit only lets run longer.
+func cutOffHint(s llm.Stats) string {
+	switch plain := s.CutOff - s.CutOffRepeating; {
+	case plain > 0 && s.CutOffRepeating > 0:
+		return fmt.Sprintf("(%d replies cut off: turn thinking off, or raise --oracle-max-tokens; %d more were cut off in a loop, which a larger limit does not help: try --oracle-repetition-penalty 1.1 (or --oracle-frequency-penalty), or a larger model; see docs/models.md)", plain, s.CutOffRepeating)
+	case plain > 0:
+		return "(replies cut off: turn thinking off, or raise --oracle-max-tokens; see docs/models.md)"
+	case s.CutOffRepeating > 0:
+		return "(replies cut off in a loop: the model repeats itself until the limit, and a larger limit does not help: try --oracle-repetition-penalty 1.1 (or --oracle-frequency-penalty), or a larger model; see docs/models.md)"
+	}
+	return ""
 }
 
 func fmtRate(v *float64) string {

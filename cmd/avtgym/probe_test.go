@@ -32,15 +32,16 @@ func TestProbeCommand(t *testing.T) {
 	rows := 0
 	for _, line := range strings.Split(stdout, "\n") {
 		f := strings.Fields(line)
-		if len(f) == 11 && (f[0] == "unfiltered" || f[0] == "scoped") {
+		if len(f) == 12 && (f[0] == "unfiltered" || f[0] == "scoped") {
 			rows++
-			if f[3] != "100.0%" || f[4] != "0" || f[6] != "0" {
+			// questions, unreadable, routed, wrong credits, refused, leaks
+			if f[3] != "0" || f[4] != "100.0%" || f[5] != "0" || f[7] != "0" {
 				t.Errorf("row %q", line)
 			}
-			if (f[1] == "full" || f[1] == "full_adv") && (f[9] != "1.000" || f[10] != "1.000") {
+			if (f[1] == "full" || f[1] == "full_adv") && (f[10] != "1.000" || f[11] != "1.000") {
 				t.Errorf("row %q: recall and precision should be 1", line)
 			}
-			if f[1] == "none_adv" && f[9] != "0.000" {
+			if f[1] == "none_adv" && f[10] != "0.000" {
 				t.Errorf("row %q: recall should be 0", line)
 			}
 		}

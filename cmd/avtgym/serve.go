@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,20 +25,48 @@ import (
 )
 
 // llmFlags registers --PREFIX-url, -model, -api-key-env, -timeout,
-// -concurrency, -context-tokens, -max-reply-bytes and -version for one
-// model endpoint.
+// -concurrency, -fixed-concurrency, -context-tokens, -max-reply-bytes,
+// -version, -json-mode, -disable-thinking and the sampling controls
+// (-temperature, -top-p, -frequency-penalty, -presence-penalty,
+// -repetition-penalty, -stop) for one model endpoint.
 func llmFlags(fs *flag.FlagSet, prefix, what string, c *llm.Config) {
 	fs.StringVar(&c.BaseURL, prefix+"-url", "", "OpenAI-compatible base URL of "+what+", e.g. http://127.0.0.1:8000/v1 (empty: unavailable)")
 	fs.StringVar(&c.Model, prefix+"-model", "", "model name of "+what)
 	fs.StringVar(&c.APIKeyEnv, prefix+"-api-key-env", "OPENAI_API_KEY", "environment variable holding the API key of "+what)
-	fs.DurationVar(&c.Timeout, prefix+"-timeout", llm.DefaultTimeout, "per-call deadline of "+what)
-	fs.IntVar(&c.Concurrency, prefix+"-concurrency", llm.DefaultConcurrency, "calls in flight to "+what)
+	fs.DurationVar(&c.Timeout, prefix+"-timeout", llm.DefaultTimeout, "deadline of one call to "+what+", from when it is sent (the wait for a slot in the client is not in it)")
+	fs.IntVar(&c.Concurrency, prefix+"-concurrency", llm.DefaultConcurrency, fmt.Sprintf("most calls in flight to %s; the limit adapts below it (starts at %d, grows while replies come well within the deadline and do not slow down as more are sent, shrinks on timeouts, 429s and replies near the deadline) unless --%s-fixed-concurrency", what, llm.DefaultInitialConcurrency, prefix))
+	fs.BoolVar(&c.FixedConcurrency, prefix+"-fixed-concurrency", false, "keep exactly --"+prefix+"-concurrency calls in flight to "+what+" (a server that batches: vLLM, SGLang)")
 	fs.IntVar(&c.ContextTokens, prefix+"-context-tokens", 0, "context length of "+what+" in tokens (0: unchecked)")
 	fs.IntVar(&c.MaxReplyBytes, prefix+"-max-reply-bytes", llm.DefaultMaxReplyBytes, "longest reply kept from "+what+", in bytes (longer replies are cut; the response body is read up to 6× this plus 64 KiB)")
 	fs.StringVar(&c.Version, prefix+"-version", "v1", "prompt version of "+what+" (part of cache keys)")
 	// Issue 21 (models): JSON mode and the thinking switch, on by default.
 	fs.BoolVar(&c.JSONMode, prefix+"-json-mode", true, "ask "+what+" for a JSON object (response_format json_object) where the prompt wants one; dropped by itself when the endpoint refuses it")
 	fs.BoolVar(&c.DisableThinking, prefix+"-disable-thinking", true, "turn off the thinking step of "+what+" (chat_template_kwargs enable_thinking=false, read by Qwen3's template on vLLM and SGLang); dropped by itself when the endpoint refuses it; thinking that reaches a reply is stripped either way")
+	// Issue 29 (real models): sampling controls, sent only when set, part
+	// of the cache key.
+	fs.Float64Var(&c.Temperature, prefix+"-temperature", 0, "sampling temperature of "+what+" (always sent)")
+	fs.Float64Var(&c.TopP, prefix+"-top-p", 0, "top_p of "+what+", in (0, 1] (0: not sent, the server's default)")
+	fs.Float64Var(&c.FrequencyPenalty, prefix+"-frequency-penalty", 0, "frequency_penalty of "+what+", in [-2, 2] (0: not sent)")
+	fs.Float64Var(&c.PresencePenalty, prefix+"-presence-penalty", 0, "presence_penalty of "+what+", in [-2, 2] (0: not sent)")
+	fs.Float64Var(&c.RepetitionPenalty, prefix+"-repetition-penalty", 0, "repetition penalty of "+what+" (1: neutral; above 1 penalises repeats), sent as vLLM's and SGLang's repetition_penalty and llama.cpp's repeat_penalty; OpenAI's API rejects it (0: not sent)")
+	fs.Var((*stopList)(&c.Stop), prefix+"-stop", fmt.Sprintf("a stop sequence of %s (repeatable, at most %d; Go-quoted escapes such as \\n are read)", what, llm.MaxStop))
+}
+
+// stopList is a repeatable stop-sequence flag; a value in Go's quoted
+// form ("\n\n") is unquoted, so that control characters can be given.
+type stopList []string
+
+func (l *stopList) String() string { return fmt.Sprint([]string(*l)) }
+
+func (l *stopList) Set(s string) error {
+	if u, err := strconv.Unquote(`"` + s + `"`); err == nil {
+		s = u
+	}
+	if s == "" {
+		return errors.New("a stop sequence must not be empty")
+	}
+	*l = append(*l, s)
+	return nil
 }
 
 // stringList is a repeatable string flag.
@@ -107,10 +137,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// Issue 21 (models): leak rejection on by default for the unfiltered oracle; stage limits.
 	fs.BoolVar(&cfg.OracleRejectLeaks, "oracle-reject-leaks", false, "also regenerate the scoped LLM oracle's replies that quote reference SQL or unmentioned schema identifiers (the unfiltered oracle's always are, unless --oracle-allow-leaks)")
 	fs.BoolVar(&cfg.OracleAllowLeaks, "oracle-allow-leaks", false, "serve the LLM oracles' replies without the leak check, the unfiltered oracle's too (to study a raw model's leaks)")
-	fs.IntVar(&cfg.OracleMaxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each LLM-oracle stage (a reply cut off at it is asked for again with twice the limit)")
+	fs.IntVar(&cfg.OracleMaxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each LLM-oracle stage (a reply cut off at it is asked for again with twice the limit, unless it was cut off in a loop)")
 	fs.BoolVar(&cfg.TestOracles, "test-oracles", false, "enable the deliberately leaky test oracles (for testing the leakage diagnostics; never for training)")
 	llmFlags(fs, "solver", "the fixed solver model (SOLVER_LLM)", &cfg.SolverLLM)
-	fs.IntVar(&cfg.SolverLLM.MaxTokens, "solver-max-tokens", llm.DefaultMaxTokens, "completion limit (max_tokens) of the solver model's calls (a reply cut off at it is asked for once more with twice the limit)")
+	fs.IntVar(&cfg.SolverLLM.MaxTokens, "solver-max-tokens", llm.DefaultMaxTokens, "completion limit (max_tokens) of the solver model's calls (a reply cut off at it is asked for once more with twice the limit, unless it was cut off in a loop)")
 	fs.StringVar(&cfg.LLMCacheFile, "llm-cache", "", "persistent response cache of every model call (JSONL); replays a run without the endpoints")
 	fs.BoolVar(&cfg.NoLLMCache, "no-llm-cache", false, "send every model call to its endpoint (no response cache, not even in memory)")
 	gcPercent := fs.Int("gc-percent", defaultGCPercent, "the Go garbage collector's target (GOGC): heap growth between collections, in percent of the live heap; the GOGC environment variable, when set, wins")
