@@ -4,19 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 
 	"avtgym/driver"
 	"avtgym/llm"
-	pb "avtgym/proto/avtgym/v1"
 )
 
 // AgentPromptVersion names the agent prompts below; it is part of every
 // agent cache key, so that a changed prompt never reads an old reply.
 // Change it whenever the wording changes.
-const AgentPromptVersion = "agent-v2"
+const AgentPromptVersion = "agent-v3+" + ChatPromptVersion
 
 // AgentName is the LLM agent's name in summaries and run files.
 const AgentName = "llm-agent"
@@ -31,7 +28,7 @@ var ErrBirdOnly = errors.New("the LLM agent plays the bird-c and bird-a protocol
 // meanings, knowledge) and may ask or submit, within the turn budget;
 // under BIRD_A (a-Interact) it is shown the request alone and explores
 // with the tools, paying coins. Every prompt shows what remains (turns or
-// coins), the sub-task, and when only a submission is accepted. A reply
+// coins) once, in its first message (ChatMessages). A reply
 // that holds no action it may take is reported to the server as unparsed
 // output, so that the protocol's own rule applies (BIRD_C spends a turn;
 // BIRD_A charges 0.2 coins); there is no client-side retry. An endpoint
@@ -94,121 +91,14 @@ func (a *LLMAgent) Play(ctx context.Context, ep *driver.Episode) error {
 }
 
 // AgentMessages is the agent's prompt for the episode's next action: the
-// system message of its mode, the task, then the history (the agent's
-// actions as assistant messages in the grammar; the user's replies, the
-// tools' outputs and the environment's messages as user messages), the
-// last user message ending with what remains and what is accepted now.
+// shared chat prompt (ChatMessages) of its mode, the one the Python
+// trainer adapters render too. The budget's total is stated once, in the
+// task message (what remains is not restated each turn: the prompt is
+// append-only, as a trainer's tokens are); the server's notices say when
+// only a submission is accepted.
 func AgentMessages(ep *driver.Episode) []llm.Message {
-	bird := ep.Protocol() == pb.Protocol_PROTOCOL_BIRD_A
-	sys := agentSystemC
-	if bird {
-		sys = agentSystemA
-	}
-	msgs := []llm.Message{{Role: "system", Content: sys}}
-	var user strings.Builder
-	flush := func() {
-		if user.Len() > 0 {
-			msgs = append(msgs, llm.Message{Role: "user", Content: strings.TrimSpace(user.String())})
-			user.Reset()
-		}
-	}
-	user.WriteString(agentTask(ep, bird))
-	first := true
-	for _, t := range ep.Turns() {
-		if t.GetKind() == pb.TurnKind_TURN_KIND_REQUEST && first {
-			first = false // shown in the task
-			continue
-		}
-		if t.GetRole() == pb.Role_ROLE_POLICY {
-			flush()
-			msgs = append(msgs, llm.Message{Role: "assistant", Content: RenderAgentAction(t)})
-			continue
-		}
-		user.WriteString("\n\n" + agentTurnText(t))
-	}
-	user.WriteString("\n\n" + agentStatus(ep))
-	flush()
-	return msgs
+	return ChatMessages(ChatViewOf(ep))
 }
-
-// agentTurnText is an oracle or environment turn as the agent reads it.
-func agentTurnText(t *pb.Turn) string {
-	switch t.GetKind() {
-	case pb.TurnKind_TURN_KIND_REPLY, pb.TurnKind_TURN_KIND_REFUSAL:
-		return "User: " + t.GetText()
-	case pb.TurnKind_TURN_KIND_TOOL_RESULT:
-		return "Observation:\n" + t.GetText()
-	case pb.TurnKind_TURN_KIND_REQUEST:
-		return "The user's follow-up request (sub-task 2): " + t.GetText()
-	}
-	return "Environment: " + t.GetText()
-}
-
-// agentTask is the first user message: the request, the evidence, and
-// under BIRD_C the database's public context (under BIRD_A the tools
-// give it).
-func agentTask(ep *driver.Episode, coins bool) string {
-	v := ep.Task()
-	db := v.GetDatabase()
-	var b strings.Builder
-	fmt.Fprintf(&b, "Database: %s (%s).\n", db.GetId(), agentDialect(db.GetDialect()))
-	if !coins {
-		b.WriteString("\nSchema:\n" + db.GetSchema() + "\n")
-		if len(db.GetColumnMeanings()) > 0 {
-			keys := make([]string, 0, len(db.GetColumnMeanings()))
-			for k := range db.GetColumnMeanings() {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			b.WriteString("\nColumn meanings:\n")
-			for _, k := range keys {
-				fmt.Fprintf(&b, "- %s: %s\n", k, db.GetColumnMeanings()[k])
-			}
-		}
-		if len(db.GetKnowledge()) > 0 {
-			b.WriteString("\nExternal knowledge:\n")
-			for _, k := range db.GetKnowledge() {
-				fmt.Fprintf(&b, "- %s: %s\n", k.GetName(), k.GetDefinition())
-			}
-		}
-	}
-	if e := strings.TrimSpace(v.GetEvidence()); e != "" {
-		b.WriteString("\nHint: " + e + "\n")
-	}
-	b.WriteString("\nThe user's request (sub-task 1): " + v.GetRequest())
-	return b.String()
-}
-
-func agentDialect(d string) string {
-	if d == "" {
-		return "SQL"
-	}
-	return d
-}
-
-// agentStatus says what remains and what is accepted now.
-func agentStatus(ep *driver.Episode) string {
-	var b strings.Builder
-	b.WriteString("[")
-	if ep.Coins() {
-		total, _ := ep.CoinBudget()
-		fmt.Fprintf(&b, "Coins left: %s of %s.", agentNum(ep.CoinsLeft()), agentNum(total))
-	} else {
-		fmt.Fprintf(&b, "Turns left: %d.", ep.TurnsLeft())
-	}
-	fmt.Fprintf(&b, " Sub-task %d of 2.", max(1, ep.Subtask()))
-	if ep.SQLRequired() {
-		if ep.Coins() {
-			b.WriteString(" The coins cannot pay for anything else: only a final submit(\"…\") is accepted now; it is free.")
-		} else {
-			b.WriteString(" Only submit(\"…\") is accepted now: anything else ends this sub-task unsolved.")
-		}
-	}
-	b.WriteString(" Reply with one action.]")
-	return b.String()
-}
-
-func agentNum(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 
 // The system prompts, written for avtgym in the spirit of BIRD-Interact's
 // (one action per turn, the budget shown every turn).

@@ -209,26 +209,9 @@ func stringArgs(args string) ([]string, bool) {
 }
 
 // RenderAgentAction writes a policy turn of the history in the grammar, as
-// the agent's prompts show its earlier actions: a question as ask("…"), SQL
-// as submit("…"), a stop as stop(), a tool call as the server wrote it;
-// unparsed output as it was.
+// the agent's prompts show its earlier actions (ChatAction under BIRD-Interact's
+// protocols): a question as ask("…"), SQL as submit("…"), a stop as
+// stop(), a tool call as the server wrote it; unparsed output as it was.
 func RenderAgentAction(t *pb.Turn) string {
-	switch t.GetKind() {
-	case pb.TurnKind_TURN_KIND_QUESTION:
-		return "<action>ask(" + quoteArg(t.GetText()) + ")</action>"
-	case pb.TurnKind_TURN_KIND_SQL:
-		return "<action>submit(" + quoteArg(t.GetText()) + ")</action>"
-	case pb.TurnKind_TURN_KIND_STOP:
-		return "<action>stop()</action>"
-	case pb.TurnKind_TURN_KIND_TOOL_CALL:
-		return "<action>" + t.GetText() + "</action>"
-	}
-	return t.GetText()
-}
-
-// quoteArg writes a string argument: double quotes, with \\ \" \n \t
-// escaped (what unescape undoes).
-func quoteArg(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`)
-	return `"` + r.Replace(s) + `"`
+	return ChatAction(pb.Protocol_PROTOCOL_BIRD_C, t)
 }

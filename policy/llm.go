@@ -39,7 +39,7 @@ type LLMAsker struct {
 }
 
 // NewLLMAsker returns an asker that calls c with the prompt style ("" is
-// the default, checklist_ledger).
+// the default, chat: the shared prompt of the trainer adapters).
 func NewLLMAsker(c *llm.Client, style AskerStyle) (*LLMAsker, error) {
 	if c == nil {
 		return nil, errors.New("policy: the LLM asker needs an llm client")
@@ -251,7 +251,7 @@ func (a *LLMAsker) Play(ctx context.Context, ep *driver.Episode) error {
 	if p := ep.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
 		return &AskerError{Err: fmt.Errorf("%w (protocol %s)", ErrAmbiTabOnly, driver.ProtocolName(p))}
 	}
-	ps := &promptState{task: ep.Task(), offerSQL: ep.NeedsSQL()}
+	ps := &promptState{task: ep.Task(), offerSQL: ep.NeedsSQL(), allowance: ep.Allowance()}
 	cacheKey := fmt.Sprintf("%s|%s|%s/%s|seed=%d", AskerPromptVersion, a.style, ps.task.GetCorpus(), ps.task.GetTaskId(), ep.Reset().GetSeed())
 	observe := func() {
 		ps.turns = ep.Turns()

@@ -12,7 +12,7 @@ import (
 // AskerPromptVersion names the asker prompts below; it is part of every
 // asker cache key, so that a changed prompt never reads an old reply.
 // Change it whenever the wording changes.
-const AskerPromptVersion = "asker-v1"
+const AskerPromptVersion = "asker-v2+" + ChatPromptVersion
 
 // AskerStyle selects the asker prompt (after AmbiTab §C.6, our own wording).
 type AskerStyle string
@@ -27,24 +27,33 @@ const (
 	// first; prior turns are chat messages, and it may stop when no
 	// distinct unasked point remains.
 	StyleChecklistChat AskerStyle = "checklist_chat"
-	// StyleChecklistLedger (the default) restates, every turn, an explicit
-	// ledger of answered and unanswered questions beside the checklist
-	// method, and stops only when every point is resolved or unanswerable.
+	// StyleChecklistLedger restates, every turn, an explicit ledger of
+	// answered and unanswered questions beside the checklist method, and
+	// stops only when every point is resolved or unanswerable.
 	StyleChecklistLedger AskerStyle = "checklist_ledger"
+	// StyleChat (the default) is the shared chat prompt (ChatMessages):
+	// the one every Python trainer adapter renders, so that a policy is
+	// evaluated on the prompt it was trained on. It is the checklist
+	// method as chat messages, with the budget stated once (append-only:
+	// nothing is restated as the dialogue grows).
+	StyleChat AskerStyle = "chat"
 )
 
 // AskerStyles lists the prompt styles.
-var AskerStyles = []AskerStyle{StyleDirect, StyleChecklistChat, StyleChecklistLedger}
+var AskerStyles = []AskerStyle{StyleChat, StyleDirect, StyleChecklistChat, StyleChecklistLedger}
+
+// DefaultAskerStyle is the style "" stands for.
+const DefaultAskerStyle = StyleChat
 
 // ParseAskerStyle checks a style name; "" means the default.
 func ParseAskerStyle(s string) (AskerStyle, error) {
 	if s == "" {
-		return StyleChecklistLedger, nil
+		return DefaultAskerStyle, nil
 	}
 	if slices.Contains(AskerStyles, AskerStyle(s)) {
 		return AskerStyle(s), nil
 	}
-	return "", fmt.Errorf("unknown asker style %q (want direct, checklist_chat or checklist_ledger)", s)
+	return "", fmt.Errorf("unknown asker style %q (want chat, direct, checklist_chat or checklist_ledger)", s)
 }
 
 // promptState is everything a prompt may show: the public task, the
@@ -58,6 +67,9 @@ type promptState struct {
 	remaining int
 	solving   bool // asking has ended: only SQL may follow
 	offerSQL  bool // the episode needs client SQL: "sql" is a valid output
+	// allowance is the episode's budget as the observation reports it
+	// (the chat style states its total; nil: not stated).
+	allowance *pb.Budget
 }
 
 // exchange is a question with what followed it.
@@ -209,6 +221,8 @@ func buildMessages(style AskerStyle, s *promptState) []llm.Message {
 		return s.solvingPrompt()
 	}
 	switch style {
+	case StyleChat:
+		return ChatMessages(ChatView{Protocol: pb.Protocol_PROTOCOL_AMBITAB, Task: s.task, Turns: s.turns, Budget: s.allowance})
 	case StyleDirect:
 		return directPrompt(s)
 	case StyleChecklistChat:

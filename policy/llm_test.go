@@ -84,7 +84,7 @@ func joined(msgs []llm.Message) string {
 	return b.String()
 }
 
-var requestRE = regexp.MustCompile(`## Request\n([^\n]*)\n`)
+var requestRE = regexp.MustCompile(`(?m)(?:## Request\n|^Request: )([^\n]*)$`)
 
 // The terms the scripted model knows to look for in a request.
 var knownTerms = []string{"big sales", "recent year", "top region", "strong market"}
@@ -218,7 +218,12 @@ func TestLLMAskerStyles(t *testing.T) {
 			}
 			checkPrompts(t, prompts)
 			first, second := joined(prompts[0]), joined(prompts[1])
-			if !strings.Contains(first, "Questions left: 4 of 4.") || !strings.Contains(second, "Questions left: 3 of 4.") {
+			if style == StyleChat {
+				// The shared prompt states the budget once (it is append-only).
+				if !strings.Contains(first, "Question budget: 4.") || !strings.HasPrefix(second, first) {
+					t.Errorf("the chat prompt does not state the budget, or is not append-only:\n%s\n---\n%s", first, second)
+				}
+			} else if !strings.Contains(first, "Questions left: 4 of 4.") || !strings.Contains(second, "Questions left: 3 of 4.") {
 				t.Errorf("the prompts do not show the budget:\n%s\n---\n%s", first, second)
 			}
 			if !strings.Contains(second, bigRevealed) || !strings.Contains(second, askPrefix+"big sales?") {
@@ -234,6 +239,12 @@ func TestLLMAskerStyles(t *testing.T) {
 			case StyleDirect:
 				if strings.Contains(first, "checklist") || strings.Contains(first, "List every phrase") {
 					t.Errorf("the direct prompt has a checklist")
+				}
+			case StyleChat:
+				// Exactly the shared prompt the trainer adapters render.
+				if p := prompts[1]; len(p) != 4 || p[0].Content != chatAmbiTabSystem || p[2].Role != "assistant" ||
+					p[2].Content != `{"type": "clarification", "question": "`+askPrefix+`big sales?"}` || !strings.HasPrefix(p[3].Content, bigRevealed) {
+					t.Errorf("chat messages = %+v", p)
 				}
 			case StyleChecklistChat:
 				// The question and its reply are chat messages.
@@ -410,7 +421,7 @@ func TestLLMAskerEndpointDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if scored, failed, fallback := count(eps); len(eps) != 5 || failed != 1 || scored != 4 || fallback != 0 || a.Name() != "llm:checklist_ledger" {
+	if scored, failed, fallback := count(eps); len(eps) != 5 || failed != 1 || scored != 4 || fallback != 0 || a.Name() != "llm:chat" {
 		t.Errorf("%d episodes: %d scored, %d failed, %d fallback stops (%s)", len(eps), scored, failed, fallback, a.Name())
 	}
 	for _, e := range eps {
@@ -524,7 +535,7 @@ func TestParseDecision(t *testing.T) {
 	if _, err := ParseAskerStyle("ledger"); err == nil {
 		t.Error("ParseAskerStyle accepted an unknown style")
 	}
-	if s, err := ParseAskerStyle(""); err != nil || s != StyleChecklistLedger {
+	if s, err := ParseAskerStyle(""); err != nil || s != StyleChat {
 		t.Errorf("the default style = %q, %v", s, err)
 	}
 	if _, err := NewLLMAsker(nil, ""); err == nil {

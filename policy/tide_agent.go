@@ -17,7 +17,7 @@ import (
 // of every cache key (and of the llm client's Version in the CLI), so that
 // a changed prompt never reads an old reply. Change it whenever the
 // wording or the rendering of the dialogue changes.
-const TideAgentPromptVersion = "tide-agent-v1"
+const TideAgentPromptVersion = "tide-agent-v2+" + ChatPromptVersion
 
 // TideAgentName is the TIDE LLM agent's name in summaries and run files.
 const TideAgentName = "tide-llm-agent"
@@ -166,57 +166,21 @@ func unfence(s string) string {
 }
 
 // RenderTideAction writes an agent turn (a question or SQL, the policy's
-// or pre-filled) as TIDE's output protocol writes it.
+// or pre-filled) as TIDE's output protocol writes it (ChatAction).
 func RenderTideAction(t *pb.Turn) string {
-	m := tideMessage{Type: "ask", Content: t.GetText()}
-	if t.GetKind() == pb.TurnKind_TURN_KIND_SQL {
-		m.Type = "sql"
-	}
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // SQL's < and > as they are
-	enc.Encode(m)
-	return strings.TrimSuffix(b.String(), "\n")
+	return ChatAction(pb.Protocol_PROTOCOL_TIDE_F, t)
 }
 
 // TideAgentMessages is the TIDE agent's prompt for the episode's next
-// turn: the system message (TIDE's agent prompt with the schema and the
-// evidence), then the dialogue: the user's turns (the request, the
-// replies, the drift turn, and the environment's notices) as user
-// messages, consecutive ones joined, and the agent's turns (questions and
-// SQL, pre-filled ones included, as JSON objects; unparsable output
-// verbatim) as assistant messages.
+// turn: the shared chat prompt (ChatMessages) under TIDE: the system
+// message (TIDE's agent prompt with the schema and the evidence), then the
+// dialogue: the user's turns (the request, the replies, the drift turn,
+// and the environment's notices) as user messages, consecutive ones
+// joined, and the agent's turns (questions and SQL, pre-filled ones
+// included, as JSON objects; unparsable output verbatim) as assistant
+// messages.
 func TideAgentMessages(ep *driver.Episode) []llm.Message {
-	db := ep.Task().GetDatabase()
-	evidence := strings.TrimSpace(ep.Task().GetEvidence())
-	sys := strings.NewReplacer("{schema_ddl}", strings.TrimSpace(db.GetSchema()), "{evidence}", evidence, "{dialect}", tideDialect(db.GetDialect())).Replace(tideAgentSystem)
-	msgs := []llm.Message{{Role: "system", Content: sys}}
-	var user []string
-	flush := func() {
-		if len(user) > 0 {
-			msgs = append(msgs, llm.Message{Role: "user", Content: strings.Join(user, "\n\n")})
-			user = nil
-		}
-	}
-	for _, t := range ep.Turns() {
-		agent := t.GetRole() == pb.Role_ROLE_POLICY || t.GetRole() == pb.Role_ROLE_PREFILLED
-		switch {
-		case agent && (t.GetKind() == pb.TurnKind_TURN_KIND_QUESTION || t.GetKind() == pb.TurnKind_TURN_KIND_SQL):
-			flush()
-			msgs = append(msgs, llm.Message{Role: "assistant", Content: RenderTideAction(t)})
-		case agent:
-			// Unparsable output (or a stop), as the model wrote it.
-			flush()
-			msgs = append(msgs, llm.Message{Role: "assistant", Content: t.GetText()})
-		case strings.TrimSpace(t.GetText()) != "":
-			user = append(user, t.GetText())
-		}
-	}
-	flush()
-	if msgs[len(msgs)-1].Role != "user" {
-		msgs = append(msgs, llm.Message{Role: "user", Content: tideAgentNudge})
-	}
-	return msgs
+	return ChatMessages(ChatViewOf(ep))
 }
 
 // tideDialect names a dialect as TIDE's prompt does ("SQLite").
@@ -229,10 +193,6 @@ func tideDialect(d string) string {
 	}
 	return d
 }
-
-// tideAgentNudge ends a prompt whose dialogue ends with the agent's own
-// turn (a server that answered an unparsed output with nothing).
-const tideAgentNudge = "Respond with a single JSON object and nothing else."
 
 // tideAgentSystem is TIDE-Bench's agent prompt (paper Figure 8), with
 // {schema_ddl}, {evidence} and {dialect} filled in.

@@ -107,7 +107,7 @@ func TestTideAgentJoint(t *testing.T) {
 	if !slices.Equal(roles(last), []string{"system", "user", "assistant", "user", "assistant", "user", "assistant", "user"}) {
 		t.Errorf("last prompt roles %q", roles(last))
 	}
-	if m := last.Messages; m[2].Content != `{"type":"ask","content":"What do you mean by crowds?"}` || m[3].Content != task.answers[1] ||
+	if m := last.Messages; m[2].Content != `{"type": "ask", "content": "What do you mean by crowds?"}` || m[3].Content != task.answers[1] ||
 		m[6].Content != RenderTideAction(&pb.Turn{Kind: pb.TurnKind_TURN_KIND_SQL, Text: ref}) || m[7].Content != task.drift {
 		t.Errorf("last prompt:\n%s", promptText(last))
 	}
@@ -331,7 +331,7 @@ func TestTideAgentE2E(t *testing.T) {
 	r = play(ep, model)
 	first := model.Requests()[0]
 	if r.Status != "TERMINATED" || val(r.Reward) != 0 || val(r.SQL1) != 1 || val(r.DriftRecognized) != 0 || !slices.Equal(r.Routings, []string{"L2"}) ||
-		!slices.Equal(roles(first), []string{"system", "user", "assistant", "user"}) || !strings.HasPrefix(first.Messages[2].Content, `{"type":"ask","content":`) {
+		!slices.Equal(roles(first), []string{"system", "user", "assistant", "user"}) || !strings.HasPrefix(first.Messages[2].Content, `{"type": "ask", "content": `) {
 		t.Errorf("tide-p: %s %s reward %v routings %q; first prompt:\n%s", r.Status, r.Error, val(r.Reward), r.Routings, promptText(first))
 	}
 

@@ -46,7 +46,10 @@ def test_sync_loop(addr):
         obs = result.observation
         assert (result.done, result.reward, obs.done, obs.reward) == (False, None, False, None)
         assert obs.request == obs.reply == "List the names of our top 5 customers."
-        assert obs.messages[0]["role"] == "system" and obs.messages[-1] == {"role": "user", "content": obs.request}
+        # The shared chat prompt: the task message (schema, budget, request) follows the system one.
+        assert obs.messages[0]["role"] == "system" and obs.messages[-1]["role"] == "user"
+        assert obs.messages[-1]["content"].startswith("Database: shop (sqlite)")
+        assert obs.messages[-1]["content"].endswith("\n\nRequest: " + obs.request)
         assert obs.task["task_id"] == "shop-001" and "CREATE TABLE customers" in obs.task["database"]["schema"]
         assert (obs.question_budget, obs.questions_remaining, obs.phase, obs.status) == (3, 3, "asking", "running")
         assert obs.metadata["episode_id"] == "demo/shop-001/3" and obs.metadata["dropped"] is False
@@ -121,7 +124,7 @@ def test_bird_c_episode(addr):
         # BIRD_VARIANT_ORIGINAL (the default): the follow-up is one SQL turn, so SQL is required.
         assert not r.done and r.reward is None and obs.subtask == 2 and obs.sql_required
         assert obs.turns[-1]["role"] == "environment" and obs.turns[-1]["kind"] == "request"
-        assert obs.messages[-1] == {"role": "user", "content": obs.turns[-1]["text"]} == {
+        assert obs.messages[-1] == {"role": "user", "content": "New request: " + obs.turns[-1]["text"]} == {
             "role": "user", "content": obs.reply}
         assert obs.messages[-2]["role"] == "assistant"
         assert env.state().protocol == "bird-c" and env.state().subtask == 2

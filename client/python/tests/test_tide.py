@@ -208,7 +208,8 @@ def test_tide_system_prompt():
     from avtgym.trainers import TIDE_SYSTEM_PROMPT, system_prompt_for
 
     assert system_prompt_for("tide-f") == system_prompt_for("tide-p") == TIDE_SYSTEM_PROMPT
-    assert '"sql"' in TIDE_SYSTEM_PROMPT and "20 turns" in TIDE_SYSTEM_PROMPT
+    # TIDE-Bench's agent prompt (Figure 8), filled in per task by avtgym.chat.prompt_messages.
+    assert '{"type": "sql", "content"' in TIDE_SYSTEM_PROMPT and "{schema_ddl}" in TIDE_SYSTEM_PROMPT
 
 
 # --- TIDE_F ---------------------------------------------------------------------------------------
@@ -376,9 +377,9 @@ def test_openenv_tide_p_reply_and_messages(addr, tide_tasks):
         obs = res.observation
         prefilled = obs.turns[1]
         assert prefilled["role"] == "prefilled"
-        from avtgym.trainers import TIDE_SYSTEM_PROMPT
-
-        assert obs.messages[0] == {"role": "system", "content": TIDE_SYSTEM_PROMPT}
+        sys_msg = obs.messages[0]
+        assert sys_msg["role"] == "system" and "{schema_ddl}" not in sys_msg["content"]
+        assert obs.task["database"]["schema"].strip() in sys_msg["content"]
         assert [m["role"] for m in obs.messages] == ["system", "user", "assistant", "user"]
         assert prefilled["text"] in obs.messages[2]["content"]
         # The pre-filled question is never taken for a reply.

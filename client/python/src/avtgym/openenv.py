@@ -52,10 +52,10 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import Field, model_validator
 
 from avtgym.actions import parse_action
-from avtgym.chat import render_chat
+from avtgym.chat import prompt_messages, user_turn_text
 from avtgym.client import AsyncClient
 from avtgym.errors import AvtgymError
-from avtgym.trainers import PROTOCOL_PROMPT, malformed_policy, resolve_system_prompt
+from avtgym.trainers import PROTOCOL_PROMPT, malformed_policy, training_reset
 from avtgym.types import Action as _Action
 from avtgym.types import AGENT_ROLES, Episode, Turn
 
@@ -74,7 +74,8 @@ _DEFAULT: Any = object()  # system_prompt not given: the episode's protocol's (P
 # reset() keyword arguments (OpenEnv's own `seed` is avtgym's seed; `episode_id` is accepted and
 # ignored: avtgym names its episodes).
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle", "privileged", "protocol", "patience")
+              "zero_ambiguity_budget", "oracle", "privileged", "protocol", "patience",
+              "strict_credit")
 
 # What a malformed message does: "stop" (AmbiTab's fallback) or "unparsed" (reported to the server,
 # whose protocol decides); None: "stop" under AMBITAB, "unparsed" under any other protocol.
@@ -218,12 +219,13 @@ def _grpc_target(base_url: str) -> str:
 class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
     """OpenEnv environment client for avtgym (see the module doc).
 
-    AvtgymEnv(base_url="127.0.0.1:50051", system_prompt=<the protocol's>, action_format="json",
+    AvtgymEnv(base_url="127.0.0.1:50051", system_prompt=<the protocol's>, action_format=None,
     timeout=30.0, retries=5, on_malformed=None, **reset_defaults): base_url is the avtgym server
-    (host:port, or grpc://host:port); system_prompt heads observation.messages (None: no system
-    message; default: avtgym.trainers.system_prompt_for(the episode's protocol), i.e.
-    DEFAULT_SYSTEM_PROMPT under AMBITAB); action_format is how the policy's past turns appear in
-    messages ("json": JSON actions, as the default system prompts ask; "text"); on_malformed is
+    (host:port, or grpc://host:port); observation.messages is the shared chat prompt
+    (avtgym.chat.prompt_messages: the one the Go LLM policies are evaluated with), headed by
+    system_prompt (None: no system message; default: the shared prompt's system message of the
+    episode's protocol); action_format is how the policy's past turns appear in messages (None:
+    the protocol's, as the shared prompt writes them; "json", "agentic", "tide", "text"); on_malformed is
     what a malformed message does ("stop" or "unparsed"; None: "stop" under AMBITAB, "unparsed"
     otherwise); reset_defaults are reset() arguments applied to every episode (e.g.
     reward="question_f1", or protocol="bird-c", patience=3). The OpenEnv constructor arguments
@@ -231,7 +233,7 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
     used (timeout is each call's deadline, retries included)."""
 
     def __init__(self, base_url: str = "127.0.0.1:50051", *, system_prompt: Any = _DEFAULT,
-                 action_format: str = "json", timeout: float = 30.0, retries: int = 5,
+                 action_format: Optional[str] = None, timeout: float = 30.0, retries: int = 5,
                  connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0,
                  max_message_size_mb: float = 100.0, provider: Any = None, mode: Optional[str] = None,
                  client: Optional[AsyncClient] = None, on_malformed: Optional[str] = None,
@@ -298,7 +300,7 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
         if unknown:
             raise TypeError(f"unknown reset arguments {sorted(unknown)}: want {', '.join(RESET_KEYS)}")
         client = await self._avtgym()
-        ep = await client.reset(**{**self.reset_defaults, **kwargs})
+        ep = await client.reset(**training_reset(self.reset_defaults, kwargs))
         self._episode, self._steps = ep, 0
         obs = self._observation(ep, ep.turns, reward=None, malformed=None, task=True)
         return StepResult(observation=obs, reward=None, done=obs.done)
@@ -359,10 +361,11 @@ class AvtgymEnv(EnvClient[AvtgymAction, AvtgymObservation, AvtgymState]):
 
     def _observation(self, ep: Episode, new_turns: tuple[Turn, ...], reward: Optional[float],
                      malformed: Optional[str], task: bool) -> AvtgymObservation:
-        messages, _ = render_chat(ep, resolve_system_prompt(self.system_prompt, ep.protocol),
-                                  action_format=self.action_format, merge_user=True)
+        messages = prompt_messages(ep, self.system_prompt, self.action_format)
         # The user's side only: never the policy's turns nor TIDE_P's pre-filled question.
-        replies = [t.text for t in new_turns if t.role not in AGENT_ROLES and t.text]
+        # On reset (task) the first turn is the episode's own request, shown as it is.
+        replies = [x for i, t in enumerate(new_turns) if t.role not in AGENT_ROLES
+                   for x in [t.text if task and i == 0 and t.kind == "request" else user_turn_text(t)] if x]
         meta: Dict[str, Any] = {
             "episode_id": ep.episode_id, "seed": ep.seed, "group_index": ep.group_index,
             "task_id": ep.task.task_id if ep.task is not None else "", "status": ep.status,

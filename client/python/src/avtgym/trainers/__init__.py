@@ -27,56 +27,19 @@ when it is imported (``avtgym.trainers.verl``) or called (``avtgym.trainers.trl`
 
 from typing import Any
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are helping a user who asked for data from a SQL database. Their request may be "
-    "ambiguous. Before the SQL is written you may ask the user clarifying questions, one per "
-    "turn, within a small budget. Answer with exactly one JSON object per turn: "
-    '{"type": "clarification", "question": "..."} to ask a question, or {"type": "done"} '
-    "when nothing important is left unclear."
+from avtgym.chat import (
+    AMBITAB_SYSTEM_PROMPT,
+    BIRD_A_SYSTEM_PROMPT,
+    BIRD_C_SYSTEM_PROMPT,
+    PROTOCOL_PROMPT,
+    TIDE_SYSTEM_TEMPLATE,
 )
 
-# BIRD_C (BIRD-Interact's c-Interact): ask within a turn budget, then SQL; a follow-up request may
-# come once the SQL is accepted.
-BIRD_C_SYSTEM_PROMPT = (
-    "You are helping a user who asked for data from a SQL database. Their request may be "
-    "ambiguous. You may ask the user clarifying questions, one per turn, within a small number of "
-    "turns, and then write the SQL. Answer with exactly one JSON object per turn: "
-    '{"type": "clarification", "question": "..."} to ask a question, or '
-    '{"type": "sql", "sql": "..."} to submit the SQL. The last turn must be SQL (anything else '
-    "there counts as SQL that did not run). If the SQL fails you get one more chance, which must be "
-    "SQL. Once it is accepted the user may send a follow-up request: submit its SQL at once (with "
-    "one more chance if it fails)."
-)
-
-# BIRD_A (BIRD-Interact's a-Interact): one action per turn in BIRD-Interact's agentic grammar
-# (avtgym.parse_action reads it), each paid from a coin budget.
-BIRD_A_SYSTEM_PROMPT = (
-    "You are a data assistant working on a SQL database for a user whose request may be "
-    "ambiguous. Each turn, reply with exactly one action inside <action></action> tags; every "
-    "action costs coins from a limited budget: ask(\"question\") asks the user one clarifying "
-    "question (2 coins); execute(\"SQL\") runs a read-only query and shows its result (1); "
-    "get_schema() (1); get_all_column_meanings() (1); get_column_meaning(\"table\", \"column\") "
-    "(0.5); get_all_external_knowledge_names() (0.5); get_knowledge_definition(\"name\") (0.5); "
-    "get_all_knowledge_definitions() (1); submit(\"SQL\") submits your solution (3). An action the "
-    "coins left cannot pay for still runs, and then only a final submit is accepted: it is free and "
-    "ends the task (so is a submit the coins cannot pay for); a paid submit that leaves no coins "
-    "ends the task too. Once a submission is accepted the user may send a follow-up request: solve "
-    "it the same way. "
-    'Example: <action>ask("Which date range do you mean?")</action>'
-)
-
-# TIDE_F and TIDE_P (TIDE-Bench): one question or one SQL per turn, no query results, at most 20
-# turns; the user may change the request after an SQL (the same text on every task: it tells no
-# task whether a drift will come); stopping without SQL is an abstention.
-TIDE_SYSTEM_PROMPT = (
-    "You are helping a user who asked for data from a SQL database. Their request may be "
-    "ambiguous. Each turn, either ask the user one clarifying question or submit the SQL that "
-    "answers the request; query results are not shown, and you have at most 20 turns. Answer "
-    "with exactly one JSON object per turn: "
-    '{"type": "clarification", "question": "..."} to ask a question, or '
-    '{"type": "sql", "sql": "..."} to submit the SQL. If the user changes the request after your '
-    "SQL, submit the SQL for the changed request. Stopping without SQL counts as giving up."
-)
+# The protocols' system prompts: the shared chat prompt's (avtgym.chat, the Go policies' word for
+# word). TIDE_SYSTEM_PROMPT is TIDE-Bench's template; prompt_messages fills in each task's schema,
+# evidence and dialect.
+DEFAULT_SYSTEM_PROMPT = AMBITAB_SYSTEM_PROMPT
+TIDE_SYSTEM_PROMPT = TIDE_SYSTEM_TEMPLATE
 
 _SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PROMPT,
                    "bird-a": BIRD_A_SYSTEM_PROMPT, "tide-f": TIDE_SYSTEM_PROMPT,
@@ -89,27 +52,37 @@ _SYSTEM_PROMPTS = {"ambitab": DEFAULT_SYSTEM_PROMPT, "bird-c": BIRD_C_SYSTEM_PRO
 ON_MALFORMED = ("stop", "retry", "unparsed")
 
 
+# Reset arguments every trainer adapter applies unless the caller (reset defaults, the prompt's
+# spec or a dataset row) sets them. strict_credit (docs/models.md#strict-credit): a question that
+# reproduces the request earns nothing and any other question at most one ambiguity. AmbiTab's
+# own rule (strict_credit=False: the server's default, kept for evaluation) credits every
+# ambiguity a question names, so echoing the request as a question earns question-F1; a real
+# 135M model trained with GRPO on it learned exactly that within about twenty steps (issue 29:
+# held-out question-F1 0.22 -> 0.50 under AmbiTab's rule, 0.22 -> 0.22 under strict_credit).
+TRAINING_RESET_DEFAULTS: dict[str, Any] = {"strict_credit": True}
+
+
+def training_reset(*layers: "dict[str, Any] | None") -> dict[str, Any]:
+    """TRAINING_RESET_DEFAULTS overlaid by each layer in turn (later layers win; None values in a
+    layer do not override)."""
+    out: dict[str, Any] = dict(TRAINING_RESET_DEFAULTS)
+    for layer in layers:
+        for k, v in (layer or {}).items():
+            if v is not None:
+                out[k] = v
+    return out
+
+
 def system_prompt_for(protocol: "str | int | None" = None) -> str:
-    """The default system prompt of a protocol: DEFAULT_SYSTEM_PROMPT (AmbiTab's JSON actions:
-    clarification or done) for AMBITAB (and None), BIRD_C_SYSTEM_PROMPT (clarification or sql)
-    for BIRD_C, BIRD_A_SYSTEM_PROMPT (BIRD-Interact's agentic grammar: ask, tools, submit) for
-    BIRD_A, TIDE_SYSTEM_PROMPT (clarification or sql, at most 20 turns) for TIDE_F and TIDE_P."""
+    """The default system prompt of a protocol, the shared chat prompt's: DEFAULT_SYSTEM_PROMPT
+    (AmbiTab's JSON actions: clarification or done) for AMBITAB (and None), BIRD_C_SYSTEM_PROMPT
+    and BIRD_A_SYSTEM_PROMPT (BIRD-Interact's agentic grammar: ask and submit; under BIRD_A the
+    tools, in coins) for BIRD_C and BIRD_A, TIDE_SYSTEM_PROMPT (TIDE-Bench's template: ask or
+    sql; avtgym.chat.prompt_messages fills in the task) for TIDE_F and TIDE_P."""
     from avtgym.types import protocol_name
 
     name = protocol_name(protocol)
     return _SYSTEM_PROMPTS.get(name, DEFAULT_SYSTEM_PROMPT)
-
-
-class _ProtocolPrompt:
-    """The sentinel default of the adapters' system_prompt: the episode's protocol's prompt."""
-
-    def __repr__(self) -> str:
-        return "PROTOCOL_PROMPT"
-
-
-# The adapters' default system_prompt: system_prompt_for(the episode's protocol), i.e.
-# DEFAULT_SYSTEM_PROMPT under AMBITAB (as before) and BIRD_C_SYSTEM_PROMPT under BIRD_C.
-PROTOCOL_PROMPT: Any = _ProtocolPrompt()
 
 
 def resolve_system_prompt(system_prompt: Any, protocol: "str | int | None") -> "str | None":
@@ -137,4 +110,5 @@ def malformed_policy(on_malformed: str | None, protocol: str | None) -> str:
 
 
 __all__ = ["BIRD_A_SYSTEM_PROMPT", "BIRD_C_SYSTEM_PROMPT", "DEFAULT_SYSTEM_PROMPT", "ON_MALFORMED", "PROTOCOL_PROMPT",
-           "TIDE_SYSTEM_PROMPT", "malformed_policy", "resolve_system_prompt", "system_prompt_for"]
+           "TIDE_SYSTEM_PROMPT", "TRAINING_RESET_DEFAULTS", "malformed_policy", "resolve_system_prompt",
+           "system_prompt_for", "training_reset"]

@@ -50,13 +50,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from avtgym import AGENT_ROLES, Action, AvtgymError, Client, Episode, parse_action, render_chat
+from avtgym import AGENT_ROLES, Action, AvtgymError, Client, Episode, parse_action
+from avtgym.chat import no_reply_text, prompt_messages, user_turn_text
 from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
     DEFAULT_SYSTEM_PROMPT,
     PROTOCOL_PROMPT,
     check_on_malformed,
     malformed_policy,
     resolve_system_prompt,
+    training_reset,
 )
 
 __all__ = [
@@ -75,7 +77,7 @@ __all__ = [
 
 # Reset arguments a prompt spec (or a dataset row, for AvtgymToolEnv) may carry.
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle", "protocol", "patience")
+              "zero_ambiguity_budget", "oracle", "protocol", "patience", "strict_credit")
 
 # generate_fn(prompt_ids, max_new_tokens) -> (completion_ids, per-token logprobs or None): one
 # completion per prompt, each at most max_new_tokens long (longer ones are cut).
@@ -181,10 +183,11 @@ class AvtgymRollout:
 
     target / client: the avtgym server (a Client is created lazily from target).
     system_prompt: the system message of every episode (None: none; default PROTOCOL_PROMPT: the
-        episode's protocol's prompt, DEFAULT_SYSTEM_PROMPT under AMBITAB, BIRD_C_SYSTEM_PROMPT
-        under BIRD_C).
-    action_format: how render_chat writes policy turns in prompts ("json" matches the default
-        system prompt).
+        shared prompt's, avtgym.chat.chat_system_prompt of the episode's protocol and task).
+        Episodes start from the shared chat prompt (avtgym.chat.prompt_messages): the one the Go
+        LLM policies are evaluated with.
+    action_format: how the prompt writes the agent's past turns (None: the protocol's, as the
+        shared prompt does: AmbiTab's JSON, BIRD-Interact's agentic grammar, TIDE's JSON).
     reset_kwargs: defaults for every reset (e.g. {"reward": "question_f1"}, {"protocol": "bird-c",
         "patience": 3}); the prompt's spec overrides them.
     on_malformed: what a malformed turn does: "stop" (AmbiTab's fallback: it ends asking with
@@ -201,7 +204,7 @@ class AvtgymRollout:
     """
 
     def __init__(self, target: str = "127.0.0.1:50051", *, client: Client | None = None,
-                 system_prompt: Any = PROTOCOL_PROMPT, action_format: str = "json",
+                 system_prompt: Any = PROTOCOL_PROMPT, action_format: str | None = None,
                  reset_kwargs: Mapping[str, Any] | None = None, on_malformed: str | None = None,
                  max_decisions: int = 32, max_completion_length: int | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
@@ -311,8 +314,9 @@ class AvtgymRollout:
                 # environment notices and feedback, a BIRD_C follow-up's request) is one user
                 # message, never trainable; agent turns (the policy's, a pre-filled question)
                 # never are.
-                replies = [x.text for x in r.new_turns if x.role not in AGENT_ROLES and x.text]
-                self._append_env(t, chat, replies or [NO_REPLY], max_completion_length)
+                # Each turn's text as the shared prompt shows it (a follow-up as "New request: ...").
+                replies = [x for x in (user_turn_text(y) for y in r.new_turns if y.role not in AGENT_ROLES) if x]
+                self._append_env(t, chat, replies or [no_reply_text(t.episode.protocol)], max_completion_length)
         return self._output(trajs, chat, max_completion_length)
 
     # helpers ---------------------------------------------------------------------------------
@@ -324,7 +328,7 @@ class AvtgymRollout:
             j = i
             while j < len(prompts) and prompts[j] == prompts[i]:
                 j += 1
-            kwargs = {**self.reset_kwargs, **reset_spec(prompts[i])}
+            kwargs = training_reset(self.reset_kwargs, reset_spec(prompts[i]))
             if kwargs.get("seed") is None and seed_salt is not None:
                 kwargs["seed"] = zlib.crc32(f"{_prompt_text(prompts[i])}\x00{seed_salt}".encode()) & 0x7FFFFFFF
             try:
@@ -341,8 +345,7 @@ class AvtgymRollout:
         if isinstance(ep, AvtgymError):
             t = _Traj(None, [], error=str(ep), active=False)
             return t
-        messages, _ = render_chat(ep, resolve_system_prompt(self.system_prompt, ep.protocol),
-                                  action_format=self.action_format, merge_user=True)
+        messages = prompt_messages(ep, self.system_prompt, self.action_format)
         t = _Traj(ep, messages, prompt_ids=chat.encode(chat.render(messages, True)))
         if ep.done:
             t.active = False
@@ -616,7 +619,7 @@ class _ToolEnvBase:
         self._error: str | None = None
 
     def reset(self, **row: Any) -> str:
-        kwargs = {**self._defaults, **{k: row[k] for k in RESET_KEYS if row.get(k) is not None}}
+        kwargs = training_reset(self._defaults, {k: row[k] for k in RESET_KEYS if row.get(k) is not None})
         self._episode, self._error = None, None
         try:
             self._episode = self._client.reset(**kwargs)

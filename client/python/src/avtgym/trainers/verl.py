@@ -70,13 +70,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from uuid import uuid4
 
-from avtgym import AGENT_ROLES, Action, AsyncClient, AvtgymError, Episode, parse_action, render_chat
+from avtgym import AGENT_ROLES, Action, AsyncClient, AvtgymError, Episode, parse_action
+from avtgym.chat import no_reply_text, prompt_messages, user_turn_text
 from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
     DEFAULT_SYSTEM_PROMPT,
     PROTOCOL_PROMPT,
     check_on_malformed,
     malformed_policy,
     resolve_system_prompt,
+    training_reset,
 )
 
 try:
@@ -110,7 +112,7 @@ ADV_ESTIMATOR = "avtgym_grpo"
 # verl/__init__.py imports the modules this environment variable lists (comma-separated).
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 RESET_KEYS = ("task_id", "corpus", "split", "seed", "reward", "solver", "extra_questions",
-              "zero_ambiguity_budget", "oracle", "protocol", "patience")
+              "zero_ambiguity_budget", "oracle", "protocol", "patience", "strict_credit")
 MALFORMED_NOTICE = ("Your last message was not a valid action ({error}). Answer with exactly one "
                     'JSON object: {{"type": "clarification", "question": "..."}} or {{"type": "done"}}.')
 DONE_TEXT = "The episode is over."
@@ -260,7 +262,7 @@ class AvtgymInteraction(BaseInteraction):
     async def start_interaction(self, instance_id: str | None = None, **kwargs: Any) -> str:
         if instance_id is None:
             instance_id = str(uuid4())
-        reset = {**self.reset_defaults, **{k: kwargs[k] for k in RESET_KEYS if kwargs.get(k) is not None}}
+        reset = training_reset(self.reset_defaults, {k: kwargs[k] for k in RESET_KEYS if kwargs.get(k) is not None})
         slot = _TRAJECTORY.get()
         if slot is not None:
             slot.update(interaction=self, instance_id=instance_id)
@@ -300,11 +302,12 @@ class AvtgymInteraction(BaseInteraction):
         # The oracle's reply, TIDE's drift and every environment turn (a notice, feedback, a
         # released follow-up's request): verl appends it as a user message, never trained on.
         # Agent turns (the policy's own, a pre-filled question) are never part of it.
-        reply = "\n\n".join(t.text for t in res.new_turns if t.role not in AGENT_ROLES and t.text)
+        # Each turn's text as the shared prompt (avtgym.chat.prompt_messages) shows it.
+        reply = "\n\n".join(x for x in (user_turn_text(t) for t in res.new_turns if t.role not in AGENT_ROLES) if x)
         if res.done:
             return True, reply or DONE_TEXT, self._finish(inst, ep), dict(inst.meta)
         inst.meta = self._summary(ep, inst)
-        return False, reply or NO_REPLY, None, dict(inst.meta)
+        return False, reply or no_reply_text(ep.protocol), None, dict(inst.meta)
 
     async def calculate_score(self, instance_id: str | None = None, **kwargs: Any) -> float:
         """The final score: the episode's reward, or NaN while it runs and when it was dropped
@@ -463,11 +466,11 @@ def verl_row(episode: Episode, *, system_prompt: Any = PROTOCOL_PROMPT, name: st
     rendered prompt, interaction_kwargs that make AvtgymInteraction start the same episode
     (resets are deterministic for a given task and seed), the agent loop (agent_name; None leaves
     verl's default) and, as ground_truth, the episode id (the score itself comes from the server).
-    system_prompt: default PROTOCOL_PROMPT, the episode's protocol's (DEFAULT_SYSTEM_PROMPT under
-    AMBITAB, BIRD_C_SYSTEM_PROMPT under BIRD_C); None for none. Pass protocol (and patience) in
+    The prompt is the shared chat prompt (avtgym.chat.prompt_messages), the one the Go LLM
+    policies are evaluated with. system_prompt: default PROTOCOL_PROMPT, the shared prompt's
+    system message for the episode's protocol; None for none. Pass protocol (and patience) in
     reset_kwargs as given to reset, so that the interaction resets the same episode."""
-    messages, _ = render_chat(episode, resolve_system_prompt(system_prompt, episode.protocol),
-                              action_format="json", merge_user=True)
+    messages = prompt_messages(episode, system_prompt)
     kwargs = {"name": name, **{k: v for k, v in reset_kwargs.items() if v is not None}}
     if "protocol" not in kwargs and episode.protocol not in ("", "ambitab"):
         kwargs["protocol"] = episode.protocol
