@@ -44,7 +44,7 @@ def char_tokenizer():
     chars = ["\n", "\t"] + [chr(i) for i in range(32, 127)] + [chr(i) for i in range(160, 256)] + ["’", "“", "”", "–", "—"]
     vocab = {t: i for i, t in enumerate(specials + chars)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # newlines too
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
                                    eos_token="<|im_end|>", bos_token=None,

@@ -169,7 +169,7 @@ def tide_joint_task(addr):
     from avtgym import Client
 
     with Client(addr) as c:
-        task = next(t.task_id for t in c.list_tasks() if t.sample_type == "joint")
+        task = next(t.task_id for t in c.list_tasks(privileged=True) if t.sample_type == "joint")
         ep = c.reset(task_id=task, protocol="tide-p", privileged=True)
     assert ep.turns[1].role == "prefilled"
     return (task, ep.turns[1].text, ";\n".join(ep.privileged["reference_sql"]), ep.tide.drift_utterance,
@@ -188,8 +188,9 @@ def test_tide_p_rollout(trainer_addr, tokenizer):
     assert out["avtgym_reward"] == [1.0] and out["avtgym_status"] == ["terminated"]
     assert out["avtgym_subtask"] == [2] and out["avtgym_questions"] == [0]
     prompt = tokenizer.decode(out["prompt_ids"][0], skip_special_tokens=False)
-    assert TIDE_SYSTEM_PROMPT in prompt
-    assert "<|im_start|>assistant\n" + json.dumps({"type": "clarification", "question": prefilled}) in prompt
+    # TIDE-Bench's prompt, filled in; the pre-filled question in TIDE's output protocol.
+    assert TIDE_SYSTEM_PROMPT.split("{schema_ddl}")[0] in prompt and "{schema_ddl}" not in prompt
+    assert "<|im_start|>assistant\n" + json.dumps({"type": "ask", "content": prefilled}) in prompt
     ids, mask = out["completion_ids"][0], out["env_mask"][0]
     policy = tokenizer.decode(spans(ids, mask, 1), skip_special_tokens=False)
     env = tokenizer.decode(spans(ids, mask, 0), skip_special_tokens=False)

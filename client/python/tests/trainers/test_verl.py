@@ -252,7 +252,7 @@ def test_agent_loop_tide_p_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
     from avtgym.trainers import TIDE_SYSTEM_PROMPT
 
     with Client(trainer_addr) as c:
-        task = next(t.task_id for t in c.list_tasks() if t.sample_type == "joint")
+        task = next(t.task_id for t in c.list_tasks(privileged=True) if t.sample_type == "joint")
         ep = c.reset(task_id=task, protocol="tide-p", privileged=True)
     prefilled, drift = ep.turns[1].text, ep.tide.drift_utterance
     turns = [json.dumps({"type": "sql", "sql": ";\n".join(ep.privileged["reference_sql"])}),
