@@ -22,12 +22,12 @@ import (
 
 // rolloutFlags are the flags of `avtgym rollout`.
 type rolloutFlags struct {
-	addr, policy, reward, solver, episodesOut string
-	json                                      bool
-	timeout                                   time.Duration
-	asker                                     askerFlags
-	proto                                     protocolFlags
-	cfg                                       policy.RolloutConfig
+	addr, policy, reward, solver, oracle, episodesOut string
+	json                                              bool
+	timeout                                           time.Duration
+	asker                                             askerFlags
+	proto                                             protocolFlags
+	cfg                                               policy.RolloutConfig
 }
 
 // protocolFlags choose the episodes' protocol (rollout and eval):
@@ -84,16 +84,17 @@ func (p *protocolFlags) wrongReading() (*policy.WrongReading, error) {
 // askerFlags configure the LLM asker (--policy llm, eval --asker llm).
 type askerFlags struct {
 	url, model, style, cache string
-	concurrency              int
+	concurrency, maxTokens   int
 	timeout                  time.Duration
 }
 
 func (a *askerFlags) register(fs *flag.FlagSet, when string) {
 	fs.StringVar(&a.url, "asker-url", "", when+": the asker's OpenAI-compatible API root, e.g. http://localhost:8000/v1 (API key from $"+llm.DefaultAPIKeyEnv+")")
 	fs.StringVar(&a.model, "asker-model", "", when+": the asker's model name")
-	fs.StringVar(&a.style, "asker-style", string(policy.StyleChecklistLedger), when+": prompt style: direct, checklist_chat or checklist_ledger")
+	fs.StringVar(&a.style, "asker-style", string(policy.DefaultAskerStyle), when+": prompt style: chat (the trainer adapters' prompt), direct, checklist_chat or checklist_ledger")
 	fs.IntVar(&a.concurrency, "asker-concurrency", llm.DefaultConcurrency, when+": model calls in flight")
 	fs.DurationVar(&a.timeout, "asker-timeout", llm.DefaultTimeout, when+": deadline of one model call")
+	fs.IntVar(&a.maxTokens, "asker-max-tokens", llm.DefaultMaxTokens, when+": completion limit (max_tokens) of each model call (a reply cut off at it is asked for again with twice the limit; part of the cache key)")
 	fs.StringVar(&a.cache, "llm-cache", "", when+": persistent response cache file (replays recorded calls without the endpoint)")
 }
 
@@ -154,10 +155,10 @@ func (a *askerFlags) client(when string, prompt llmPrompt) (*llm.Client, func(),
 	if a.url == "" || a.model == "" {
 		return nil, nil, fmt.Errorf("%s needs --asker-url and --asker-model", when)
 	}
-	if a.concurrency <= 0 || a.timeout <= 0 {
-		return nil, nil, fmt.Errorf("--asker-concurrency and --asker-timeout must be positive")
+	if a.concurrency <= 0 || a.timeout <= 0 || a.maxTokens <= 0 {
+		return nil, nil, fmt.Errorf("--asker-concurrency, --asker-timeout and --asker-max-tokens must be positive")
 	}
-	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, JSONMode: prompt.jsonMode, Version: prompt.version}
+	cfg := llm.Config{BaseURL: a.url, Model: a.model, Concurrency: a.concurrency, Timeout: a.timeout, MaxTokens: a.maxTokens, JSONMode: prompt.jsonMode, Version: prompt.version}
 	closeCache := func() {}
 	if a.cache != "" {
 		cache, err := llm.OpenFileCache(a.cache)
@@ -188,7 +189,8 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.Uint64Var(&f.cfg.Seed, "seed", 0, "seed of the first task; task i gets seed+i")
 	fs.IntVar(&f.cfg.Concurrency, "concurrency", 16, "episodes in flight")
 	fs.StringVar(&f.reward, "reward", "question_f1", "reward: question_f1 or outcome (ambitab; wrong-reading: outcome), bird_interact (bird-c's own, its default)")
-	fs.StringVar(&f.solver, "solver", "", "who writes the SQL: lookup (the server's fixed solver; default for the outcome reward) or client (the policy: full and full_adv submit the reference, wrong-reading its wrong SQL; its default)")
+	fs.StringVar(&f.solver, "solver", "", "who writes the SQL: lookup (the server's fixed solver; default for the outcome reward), llm (the server's LLM solver: serve --solver-url; it writes the SQL from the dialogue when asking ends, under any reward) or client (the policy: full and full_adv submit the reference, wrong-reading its wrong SQL; its default)")
+	fs.StringVar(&f.oracle, "oracle", "", "the episodes' oracle: deterministic (the server's default), llm, llm-scoped, hybrid or hybrid-scoped (the LLM oracles need serve --oracle-url; llm_scoped and hybrid_scoped are the same names), or a test oracle (serve --test-oracles)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON summary object")
 	fs.StringVar(&f.episodesOut, "episodes-out", "", "write one JSON line per episode to this file")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -221,6 +223,10 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
+	if err := checkOracleServed(ctx, c.Env, opts.GetOracle()); err != nil {
+		fmt.Fprintln(stderr, "rollout:", err)
+		return 1
+	}
 	records, err := policy.Rollout(ctx, c.Env, f.cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "rollout:", err)
@@ -239,7 +245,7 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		printRollout(stdout, sum, f.json)
 	}
 	if sum.Errors > 0 {
-		fmt.Fprintf(stderr, "rollout: %d episode(s) failed or ended in ERROR; see the episodes file for their errors\n", sum.Errors)
+		fmt.Fprintf(stderr, "rollout: %d episode(s) failed or ended in ERROR%s\n", sum.Errors, firstFailure(records, f.episodesOut))
 		return 1
 	}
 	return 0
@@ -255,6 +261,13 @@ func (f *rolloutFlags) options() (*pb.EpisodeOptions, error) {
 	opts := &pb.EpisodeOptions{}
 	if err := f.proto.options(opts); err != nil {
 		return nil, err
+	}
+	if f.oracle != "" {
+		o, err := parseOracleFlag(f.oracle)
+		if err != nil {
+			return nil, err
+		}
+		opts.Oracle = o
 	}
 	ambitab := opts.GetProtocol() == pb.Protocol_PROTOCOL_UNSPECIFIED
 	reward, solver := f.reward, f.solver
@@ -287,12 +300,64 @@ func (f *rolloutFlags) options() (*pb.EpisodeOptions, error) {
 	case "":
 	case "lookup":
 		opts.Solver = pb.Solver_SOLVER_LOOKUP
+	case "llm":
+		opts.Solver = pb.Solver_SOLVER_LLM
 	case "client":
 		opts.Solver = pb.Solver_SOLVER_CLIENT
 	default:
-		return nil, fmt.Errorf("unknown solver %q (want lookup or client)", solver)
+		return nil, fmt.Errorf("unknown solver %q (want lookup, llm or client)", solver)
 	}
 	return opts, nil
+}
+
+// firstFailure says where to read the failed episodes' errors: the
+// episodes file when there is one, and the first failure's error.
+func firstFailure(records []*driver.Record, episodesOut string) string {
+	var b strings.Builder
+	for _, r := range records {
+		if !r.Scored() && r.Error != "" {
+			fmt.Fprintf(&b, "; the first (task %s, %s): %s", r.TaskID, r.Status, r.Error)
+			break
+		}
+	}
+	if episodesOut != "" {
+		fmt.Fprintf(&b, "; every episode's error is in %s", episodesOut)
+	} else {
+		b.WriteString("; --episodes-out FILE records every episode's error")
+	}
+	return b.String()
+}
+
+// parseOracleFlag reads --oracle: an oracle's name as eval's --oracles
+// writes it (llm_scoped) or with dashes (llm-scoped).
+func parseOracleFlag(name string) (pb.OracleType, error) {
+	o, err := eval.ParseOracle(strings.ReplaceAll(name, "-", "_"))
+	if err != nil {
+		return 0, fmt.Errorf("--oracle: %w", err)
+	}
+	return o, nil
+}
+
+// checkOracleServed fails, before any episode, when the server does not
+// serve the oracle --oracle asked for (an LLM oracle without serve
+// --oracle-url, a test oracle without --test-oracles); the deterministic
+// oracle is always served.
+func checkOracleServed(ctx context.Context, c pb.EnvServiceClient, o pb.OracleType) error {
+	if o == pb.OracleType_ORACLE_TYPE_UNSPECIFIED || o == pb.OracleType_ORACLE_TYPE_DETERMINISTIC {
+		return nil
+	}
+	resp, err := c.ListOracles(ctx, &pb.ListOraclesRequest{})
+	if err != nil {
+		return fmt.Errorf("listing the server's oracles: %w", err)
+	}
+	var served []string
+	for _, info := range resp.GetOracles() {
+		if info.GetType() == o {
+			return nil
+		}
+		served = append(served, eval.OracleName(info.GetType()))
+	}
+	return fmt.Errorf("the server does not serve the %s oracle (it serves %s; the LLM oracles need serve --oracle-url and --oracle-model, the test oracles serve --test-oracles)", eval.OracleName(o), strings.Join(served, ", "))
 }
 
 // rolloutPlayer is the policy --policy names; the function releases what
