@@ -22,9 +22,9 @@ import (
 	pb "avtgym/proto/avtgym/v1"
 )
 
-// requestMarker precedes the task's request in the LLM agent's prompt
-// (policy.agentTask).
-const requestMarker = "The user's request (sub-task 1): "
+// requestMarker precedes the task's request in the LLM agent's prompt: the
+// last line of the shared prompt's task message (policy.ChatMessages).
+const requestMarker = "\nRequest: "
 
 // agentModel is an OpenAI-compatible endpoint for the BIRD-Interact LLM
 // agent: it answers the pre-flight, then, per task (found by the request in
