@@ -305,6 +305,7 @@ func TestBirdCConfig(t *testing.T) {
 	}{
 		{Config{Protocol: bird, Conditions: []Condition{None}}, "does not run under bird-c"},
 		{Config{Protocol: bird, Conditions: []Condition{AskerSpec}}, "does not run under bird-c"},
+		{Config{Protocol: bird, Conditions: []Condition{Asker, AskerStrict}}, "the asker_strict condition does not run under bird-c"},
 		{Config{Protocol: bird, Solver: pb.Solver_SOLVER_LOOKUP}, "no solver"},
 		{Config{Patience: &three}, "bird-c and bird-a protocols only"},
 		{Config{Protocol: bird, Patience: &[]int32{99}[0]}, "refused"},

@@ -226,12 +226,22 @@ type Row struct {
 	Precision Summary `json:"precision"`
 	Recall    Summary `json:"recall"`
 	F1        Summary `json:"f1"`
-	Gain      Summary `json:"gain"`
-	Gap       Summary `json:"gap"`
-	DJResp    Summary `json:"dj_resp"`
-	DRecSpec  Summary `json:"drec_spec_q"`
-	DJFull    Summary `json:"dj_full"`
-	DRecNone  Summary `json:"drec_none"`
+
+	// PrecisionStrict, RecallStrict and F1Strict are the asker_strict
+	// condition's precision, recall and F1 (the same asker, its episodes
+	// reset with strict credit), with Precision's, Recall's and F1's
+	// eligibility rules; Precision, Recall and F1 credit by AmbiTab's rule.
+	// A gap between the two is credit earned by echoing the request.
+	PrecisionStrict Summary `json:"precision_strict"`
+	RecallStrict    Summary `json:"recall_strict"`
+	F1Strict        Summary `json:"f1_strict"`
+
+	Gain     Summary `json:"gain"`
+	Gap      Summary `json:"gap"`
+	DJResp   Summary `json:"dj_resp"`
+	DRecSpec Summary `json:"drec_spec_q"`
+	DJFull   Summary `json:"dj_full"`
+	DRecNone Summary `json:"drec_none"`
 	// Errors counts, per condition, the episodes that ended in ERROR (the
 	// environment could not complete them, after the run's retries):
 	// they count above as failures with zero recall.
@@ -448,9 +458,10 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 		s := summaries[i*metricsPerRow : (i+1)*metricsPerRow]
 		r.Rows = append(r.Rows, Row{
 			Oracle: o, Hybrid: opt.hybridOf(o), SRNone: s[0], SRAsker: s[1], SRFull: s[2],
-			Precision: s[3], Recall: s[4], F1: s[5], Gain: s[6], Gap: s[7],
-			DJResp: s[8], DRecSpec: s[9], DJFull: s[10], DRecNone: s[11],
-			SRNoneCompleted: s[12], SRAskerCompleted: s[13], SRFullCompleted: s[14],
+			Precision: s[3], Recall: s[4], F1: s[5],
+			PrecisionStrict: s[6], RecallStrict: s[7], F1Strict: s[8], Gain: s[9], Gap: s[10],
+			DJResp: s[11], DRecSpec: s[12], DJFull: s[13], DRecNone: s[14],
+			SRNoneCompleted: s[15], SRAskerCompleted: s[16], SRFullCompleted: s[17],
 			Errors: d.errors(o), Counts: d.counts(o), Unreadable: d.unreadable(o),
 		})
 	}
@@ -733,7 +744,7 @@ type metric struct {
 }
 
 // metricsPerRow is the number of metrics in a Row.
-const metricsPerRow = 15
+const metricsPerRow = 18
 
 // episodeValue extracts an eligible value from an episode.
 type episodeValue func(*Episode) (float64, bool)
@@ -873,8 +884,11 @@ func (d *dataset) rowMetrics(o string, opt *AnalyzeOptions) []*metric {
 		for _, r := range runs {
 			if !d.ran(r.cond, r.o) {
 				m.missing = fmt.Sprintf("the %s condition did not run under the %s oracle", r.cond, r.o)
-				if r.o != o {
+				switch {
+				case r.o != o:
 					m.missing += fmt.Sprintf(" (add %s to --oracles)", r.o)
+				case r.cond == AskerStrict:
+					m.missing += " (add asker_strict to --conditions)"
 				}
 				break
 			}
@@ -892,13 +906,17 @@ func (d *dataset) rowMetrics(o string, opt *AnalyzeOptions) []*metric {
 		return needs(&metric{terms: []term{{a, 1}, {b, -1}}, empty: empty}, runs...)
 	}
 	noSR := "no episode with a verified outcome"
+	noAmb := "on a task with counted ambiguities (fallback stops are left out)"
 	return []*metric{
 		one(srNone, noSR, run{None, o}),
 		one(srAsk, noSR, run{Asker, o}),
 		one(srFull, noSR, run{Full, o}),
 		one(d.cellStat(Asker, o, precisionOf, false), "no asker episode asked a question", run{Asker, o}),
-		one(d.cellStat(Asker, o, recallOf, false), "no asker episode on a task with counted ambiguities (fallback stops are left out)", run{Asker, o}),
-		one(d.cellStat(Asker, o, f1Of, false), "no asker episode on a task with counted ambiguities (fallback stops are left out)", run{Asker, o}),
+		one(d.cellStat(Asker, o, recallOf, false), "no asker episode "+noAmb, run{Asker, o}),
+		one(d.cellStat(Asker, o, f1Of, false), "no asker episode "+noAmb, run{Asker, o}),
+		one(d.cellStat(AskerStrict, o, precisionOf, false), "no asker_strict episode asked a question", run{AskerStrict, o}),
+		one(d.cellStat(AskerStrict, o, recallOf, false), "no asker_strict episode "+noAmb, run{AskerStrict, o}),
+		one(d.cellStat(AskerStrict, o, f1Of, false), "no asker_strict episode "+noAmb, run{AskerStrict, o}),
 		diff(srAsk, srNone, noSR, run{Asker, o}, run{None, o}),
 		diff(srFull, srAsk, noSR, run{Full, o}, run{Asker, o}),
 		diff(srAsk, d.cellStat(Asker, h, successOf, false), noSR, run{Asker, o}, run{Asker, h}),

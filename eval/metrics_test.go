@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"avtgym/driver"
@@ -174,6 +175,19 @@ func TestAnalyzeGolden(t *testing.T) {
 	nearPtr(t, "Precision", det.Precision.Mean, 23.0/36)
 	nearPtr(t, "Recall", det.Recall.Mean, 7.0/16)
 	nearPtr(t, "F1", det.F1.Mean, 3.0/8)
+	// asker_strict, the same asker's questions with strict credit
+	// (precision, recall, F1): seed 1 t1 (0, 0, 0), t2 without questions
+	// (–, 0, 0), t4 a fallback stop (left out), t6 (1/3, 1, 1/2); seed 2
+	// t1 (1/2, 1/2, 1/2), t2 (–, 0, 0). Precision 1/6 and 1/2: 1/3; recall
+	// 1/3 and 1/4: 7/24; F1 1/6 and 1/4: 5/24 — each below the asker's.
+	nearPtr(t, "PrecisionStrict", det.PrecisionStrict.Mean, 1.0/3)
+	nearPtr(t, "RecallStrict", det.RecallStrict.Mean, 7.0/24)
+	nearPtr(t, "RecallStrict SD", det.RecallStrict.SD, (1.0/3-0.25)/sqrt2)
+	nearPtr(t, "F1Strict", det.F1Strict.Mean, 5.0/24)
+	if det.RecallStrict.Seeds != 2 || det.RecallStrict.Clusters != 2 || det.Counts[AskerStrict].Episodes != 6 {
+		t.Errorf("RecallStrict seeds %d, clusters %d, asker_strict episodes %d; want 2, 2, 6",
+			det.RecallStrict.Seeds, det.RecallStrict.Clusters, det.Counts[AskerStrict].Episodes)
+	}
 	// Gain: 2/5−1/4 and 2/3−2/3: 3/40. Gap: 1−2/5 and 1−2/3: 7/15.
 	nearPtr(t, "Gain", det.Gain.Mean, 3.0/40)
 	nearPtr(t, "Gap", det.Gap.Mean, 7.0/15)
@@ -216,6 +230,13 @@ func TestAnalyzeGolden(t *testing.T) {
 	nilPtr(t, "hybrid DJFull", hyb.DJFull.Mean)
 	nilPtr(t, "hybrid DRecNone", hyb.DRecNone.Mean)
 	nilPtr(t, "hybrid DRecSpec", hyb.DRecSpec.Mean)
+	// asker_strict did not run under the hybrid: its metrics are absent
+	// (not 0) and say why.
+	for name, s := range map[string]Summary{"PrecisionStrict": hyb.PrecisionStrict, "RecallStrict": hyb.RecallStrict, "F1Strict": hyb.F1Strict} {
+		if s.Mean != nil || !strings.Contains(s.Reason, "the asker_strict condition did not run under the hybrid oracle (add asker_strict to --conditions)") {
+			t.Errorf("hybrid %s = %+v, want undefined with the reason", name, s)
+		}
+	}
 	eqPtr(t, "hybrid DJResp", hyb.DJResp.Mean, 0)
 	// Intervals bracket the mean.
 	for _, s := range []Summary{det.SRNone, det.SRAsker, det.Precision, det.F1, det.Gap} {

@@ -23,9 +23,9 @@ var rcSeeds = []uint64{3, 17, 0xFFFFFFFF00000001}
 // rcRuns lists the conditions each oracle ran: some (condition, oracle)
 // cells are missing, so that some metrics are undefined.
 var rcRuns = map[string][]Condition{
-	"deterministic": {None, Asker, Full, FullAdv, NoneAdv, AskerSpec},
+	"deterministic": {None, Asker, AskerStrict, Full, FullAdv, NoneAdv, AskerSpec},
 	"hybrid":        {None, Asker, Full, AskerSpec},
-	"llm":           {None, Asker, Full, FullAdv, NoneAdv},
+	"llm":           {None, Asker, AskerStrict, Full, FullAdv, NoneAdv},
 	"llm_scoped":    {None, Asker, Full},
 	"hybrid_scoped": {Asker, AskerSpec},
 	"test_echo":     {Asker, FullAdv, NoneAdv},
@@ -135,8 +135,12 @@ func rcEpisodes() []Episode {
 						if o == "test_echo" {
 							n = 0 // never asks: precision undefined
 						}
+						p := q[1]
+						if cond == AskerStrict {
+							p -= 30 // the strict rule credits less
+						}
 						for range n {
-							if prod < tk.counted && rng.IntN(100) < q[1] {
+							if prod < tk.counted && rng.IntN(100) < p {
 								prod++
 							}
 						}
@@ -159,7 +163,7 @@ func rcEpisodes() []Episode {
 						}
 						e.F1 = rcFloat(f1)
 					}
-					if (cond == Asker || cond == AskerSpec) && rng.IntN(100) < 10 {
+					if (cond == Asker || cond == AskerStrict || cond == AskerSpec) && rng.IntN(100) < 10 {
 						e.FallbackStop = true // its recall and F1 must be left out
 					}
 					p := q[0] + 5*prod
@@ -337,6 +341,10 @@ func TestIndependentRecompute(t *testing.T) {
 	}
 
 	var numbers, summaries, undefined, oneSeed, intervals int
+	// The strict-credit metrics, defined under some oracles (asker_strict
+	// ran) and undefined under the others.
+	strictDefined, strictUndefined := map[string]int{}, map[string]int{}
+	strictFields := []string{"precision_strict", "recall_strict", "f1_strict"}
 	for i, gr := range g.Rows {
 		pr, o := p.Rows[i], gOrder[i]
 		if !bytes.Equal(gr["hybrid"], pr["hybrid"]) {
@@ -385,6 +393,13 @@ func TestIndependentRecompute(t *testing.T) {
 			case gs.SD == nil:
 				oneSeed++
 			}
+			if slices.Contains(strictFields, field) {
+				if gs.Mean == nil {
+					strictUndefined[field]++
+				} else {
+					strictDefined[field]++
+				}
+			}
 			if gs.Lo != nil && *gs.Lo != *gs.Hi {
 				intervals++
 			}
@@ -398,7 +413,7 @@ func TestIndependentRecompute(t *testing.T) {
 		if err := json.Unmarshal(pr["errors"], &pe); err != nil {
 			t.Fatal(err)
 		}
-		for _, cond := range []Condition{None, Asker, Full, FullAdv, NoneAdv, AskerSpec} {
+		for _, cond := range []Condition{None, Asker, AskerStrict, Full, FullAdv, NoneAdv, AskerSpec} {
 			numbers++
 			if ge[string(cond)] != pe[string(cond)] {
 				t.Errorf("oracle %s, errors[%s]: Go %d, Python %d", o, cond, ge[string(cond)], pe[string(cond)])
@@ -408,6 +423,11 @@ func TestIndependentRecompute(t *testing.T) {
 			if _, err := ParseCondition(cond); err != nil {
 				t.Errorf("oracle %s: Python counts errors of an unknown condition %q", o, cond)
 			}
+		}
+	}
+	for _, f := range strictFields {
+		if strictDefined[f] == 0 || strictUndefined[f] == 0 {
+			t.Errorf("%s: compared %d defined and %d undefined, want some of each", f, strictDefined[f], strictUndefined[f])
 		}
 	}
 	if summaries != len(g.Rows)*metricsPerRow {

@@ -142,6 +142,23 @@ func table8Cells(r *Report, row *Row, n *notes) []string {
 		n.cell(row.DJResp), n.cell(row.DRecSpec), n.cell(row.DJFull), n.cell(row.DRecNone)}
 }
 
+// creditHeader is the layout of the credit-rules table: the asker's
+// precision, recall and F1 under AmbiTab's rule (Table 8's) beside the
+// asker_strict condition's, credited by the strict rule. It is a table of
+// its own so that Table 8 keeps AmbiTab's layout and its width.
+var creditHeader = []string{"Corpus", "Oracle", "Precision", "Recall", "F1", "Prec (strict)", "Rec (strict)", "F1 (strict)"}
+
+func creditCells(r *Report, row *Row, n *notes) []string {
+	return []string{r.Corpus, row.Oracle,
+		n.cell(row.Precision), n.cell(row.Recall), n.cell(row.F1),
+		n.cell(row.PrecisionStrict), n.cell(row.RecallStrict), n.cell(row.F1Strict)}
+}
+
+// creditLegend is the sentence under the credit-rules table.
+const creditLegend = "Precision, recall and F1 credit by AmbiTab's rule (as in the table above); " +
+	"strict: the same asker with strict_credit — a question earns only the ambiguities it names; " +
+	"a gap between the two rules means credit earned by echoing the request."
+
 var gainHeader = []string{"Corpus", "Oracle", "Asking gain J(asker) − J(none)", "Gap J(full) − J(asker)"}
 
 func gainCells(r *Report, row *Row, n *notes) []string {
@@ -200,8 +217,10 @@ func mdSep(n int) string {
 // WriteMarkdown writes the report as Markdown: the Table 8 layout of
 // AmbiTab (rows = corpus × oracle; SR none / asker / full, precision,
 // recall, F1 and the four leakage diagnostics; cells "mean ± SD [lo, hi]"
-// in percent or percentage points, Dash where undefined), then asking gain
-// and gap, then the GRPO group signal when set.
+// in percent or percentage points, Dash where undefined), then the asker's
+// precision, recall and F1 under both credit rules (AmbiTab's and
+// asker_strict's), asking gain and gap, then the GRPO group signal when
+// set.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	return WriteMarkdownReports(w, []*Report{r})
 }
@@ -245,6 +264,8 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	}
 	b.WriteString("\n" + cellsLegend + "\n\n")
 	mdTable(&b, rs, table8Header, table8Cells)
+	b.WriteString("\n### Credit rules\n\n")
+	mdTableFoot(&b, rs, creditHeader, creditCells, creditLegend)
 	b.WriteString("\n### Asking gain and gap to full\n\n")
 	mdTable(&b, rs, gainHeader, gainCells)
 	b.WriteString("\n### Episodes\n\n" + countsLegend + "\n\n")
@@ -323,6 +344,12 @@ func unreadableLine(r *Report, row *Row) string {
 // mdTable writes one Markdown table, its rows from every report, and the
 // notes its cells refer to.
 func mdTable(b *strings.Builder, rs []*Report, header []string, cells func(*Report, *Row, *notes) []string) {
+	mdTableFoot(b, rs, header, cells, "")
+}
+
+// mdTableFoot is mdTable with a paragraph (foot, unless empty) between the
+// table and its notes.
+func mdTableFoot(b *strings.Builder, rs []*Report, header []string, cells func(*Report, *Row, *notes) []string, foot string) {
 	var n notes
 	b.WriteString(mdRow(header))
 	b.WriteString(mdSep(len(header)))
@@ -330,6 +357,9 @@ func mdTable(b *strings.Builder, rs []*Report, header []string, cells func(*Repo
 		for i := range r.Rows {
 			b.WriteString(mdRow(cells(r, &r.Rows[i], &n)))
 		}
+	}
+	if foot != "" {
+		b.WriteString("\n" + foot + "\n")
 	}
 	n.markdown(b)
 }

@@ -33,8 +33,10 @@ var seriesColors = []string{"#9aa5b1", "#2f6fb0", "#3b9a57", "#c27c2c"}
 // SVG, no external assets): grouped bars of SR under the none, asker and
 // full conditions per oracle with the gap to full marked; precision,
 // recall and F1 bars; the four leakage diagnostics as bars with their
-// bootstrap whiskers; then the Table 8 and gain tables. The output is also
-// well-formed XML.
+// bootstrap whiskers; then the Table 8, credit-rules (the asker's
+// precision, recall and F1 under AmbiTab's and the strict rule, a small
+// table of its own so that Table 8 keeps its width) and gain tables. The
+// output is also well-formed XML.
 func (r *Report) WriteHTML(w io.Writer) error {
 	var b strings.Builder
 	esc := html.EscapeString
@@ -72,7 +74,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<h2>Charts</h2>\n<div class=\"charts\">\n")
 	writeChart(&b, "sr", "Success rate (%) without disambiguation, with the evaluated asker and with full disambiguation; the bracket marks the signed gap J(full) − J(asker).",
 		groups, []string{"SR none", "SR asker", "SR full"}, sr, notes, true)
-	writeChart(&b, "pr", "Asking precision, recall and F1 of the evaluated asker (%).",
+	writeChart(&b, "pr", "Asking precision, recall and F1 of the evaluated asker (%), credited by AmbiTab's rule; the Credit rules table gives them under strict credit too.",
 		groups, []string{"Precision", "Recall", "F1"}, pr, nil, false)
 	writeChart(&b, "diag", "Leakage diagnostics (percentage points; ΔRec_spec^Q is a raw recall).",
 		groups, []string{"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}, dg, nil, false)
@@ -81,6 +83,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString("<h2>Inference and leakage across oracles</h2>\n")
 	b.WriteString("<p class=\"meta\">" + esc(cellsLegend) + "</p>\n")
 	writeHTMLTable(&b, "table8", table8Header, r, table8Cells)
+	b.WriteString("<h2>Credit rules</h2>\n")
+	writeHTMLTableFoot(&b, "credit", creditHeader, r, creditCells, creditLegend)
 	b.WriteString("<h2>Asking gain and gap to full</h2>\n")
 	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
 	b.WriteString("<h2>Episodes</h2>\n<p class=\"meta\">" + esc(countsLegend) + "</p>\n")
@@ -146,6 +150,12 @@ func writeHTMLGroupSignal(b *strings.Builder, r *Report) {
 }
 
 func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row, *notes) []string) {
+	writeHTMLTableFoot(b, id, header, r, cells, "")
+}
+
+// writeHTMLTableFoot is writeHTMLTable with a paragraph (foot, unless
+// empty) between the table and its notes.
+func writeHTMLTableFoot(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row, *notes) []string, foot string) {
 	var n notes
 	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
 	for i, h := range header {
@@ -171,6 +181,9 @@ func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, c
 		b.WriteString("</tr>\n")
 	}
 	b.WriteString("</table>\n</div>\n")
+	if foot != "" {
+		fmt.Fprintf(b, "<p class=\"meta\" id=\"%s-legend\">%s</p>\n", id, html.EscapeString(foot))
+	}
 	if len(n.texts) > 0 {
 		fmt.Fprintf(b, "<ul class=\"notes\" id=\"%s-notes\">\n", id)
 		for i, t := range n.texts {

@@ -83,10 +83,10 @@ func TestWriteHTML(t *testing.T) {
 	if strings.Contains(s, "http://") || strings.Contains(s, "https://") || strings.Contains(s, "<link") || strings.Contains(s, "<script") {
 		t.Error("report refers to an external resource")
 	}
-	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 5 {
-		t.Errorf("svg %d, style %d, table %d; want 3, 1, 5", count["svg"], count["style"], count["table"])
+	if count["svg"] != 3 || count["style"] != 1 || count["table"] != 6 {
+		t.Errorf("svg %d, style %d, table %d; want 3, 1, 6", count["svg"], count["style"], count["table"])
 	}
-	for _, id := range []string{"chart-sr", "chart-pr", "chart-diag", "table8", "gain", "counts", "errors", "group-signal"} {
+	for _, id := range []string{"chart-sr", "chart-pr", "chart-diag", "table8", "credit", "credit-legend", "gain", "counts", "errors", "group-signal"} {
 		if !ids[id] {
 			t.Errorf("no element with id %q", id)
 		}
@@ -97,7 +97,8 @@ func TestWriteHTML(t *testing.T) {
 	if count["svgrect"] < 10 || count["whisker"] < 10 || count["gap"] != 1 {
 		t.Errorf("rects %d, whiskers %d, gap brackets %d", count["svgrect"], count["whisker"], count["gap"])
 	}
-	for _, want := range []string{"SR asker", "ΔRec_spec^Q", "45.8 ± 29.5"} {
+	for _, want := range []string{"SR asker", "ΔRec_spec^Q", "45.8 ± 29.5", "<th>Prec (strict)</th><th>Rec (strict)</th><th>F1 (strict)</th>",
+		"strict: the same asker with strict_credit — a question earns only the ambiguities it names; a gap between the two rules means credit earned by echoing the request"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -166,7 +167,7 @@ func TestWriteHTMLTableFits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := buf.String()
-	for _, id := range []string{"table8", "gain"} {
+	for _, id := range []string{"table8", "credit", "gain"} {
 		if !strings.Contains(s, "<div class=\"scroll\">\n<table id=\""+id+"\">") {
 			t.Errorf("table %s is not in a scroll container", id)
 		}
@@ -180,5 +181,21 @@ func TestWriteHTMLTableFits(t *testing.T) {
 	}
 	if regexp.MustCompile(`<td>[^<]*\[`).MatchString(s) {
 		t.Error("a cell has its interval on the same line as its mean")
+	}
+	// The strict-credit columns are a table of their own: Table 8 keeps
+	// AmbiTab's twelve columns (its width), and the credit table has eight.
+	for id, want := range map[string]int{"table8": len(table8Header), "credit": 8} {
+		i := strings.Index(s, `<table id="`+id+`">`)
+		if i < 0 {
+			t.Fatalf("no table %s", id)
+		}
+		head := s[i:]
+		head = head[:strings.Index(head, "</tr>")]
+		if n := strings.Count(head, "<th"); n != want {
+			t.Errorf("table %s has %d columns, want %d", id, n, want)
+		}
+	}
+	if len(table8Header) != 12 {
+		t.Errorf("Table 8 has %d columns, want AmbiTab's 12", len(table8Header))
 	}
 }

@@ -40,7 +40,7 @@ const (
 )
 
 // AllConditions lists every condition in report order.
-var AllConditions = []Condition{None, Asker, Full, FullAdv, NoneAdv, AskerSpec}
+var AllConditions = []Condition{None, Asker, AskerStrict, Full, FullAdv, NoneAdv, AskerSpec}
 
 // ParseCondition checks a condition name.
 func ParseCondition(s string) (Condition, error) {
@@ -49,7 +49,7 @@ func ParseCondition(s string) (Condition, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("unknown condition %q (want none, asker, full, full_adv, none_adv or asker_spec)", s)
+	return "", fmt.Errorf("unknown condition %q (want none, asker, asker_strict, full, full_adv, none_adv or asker_spec)", s)
 }
 
 // ParseOracle maps an oracle name (deterministic, llm, llm_scoped, hybrid,
@@ -87,7 +87,8 @@ func OracleName(o pb.OracleType) string {
 // trajectories:FILE`): the questions an external policy asked on one task
 // and seed, replayed in order before STOP. Condition is "asker" (the
 // default when empty) or "asker_spec" (the policy was shown the donor's
-// specification, see DonorsFile).
+// specification, see DonorsFile). The asker_strict condition replays the
+// asker trajectories: the same questions, credited by the strict rule.
 type Trajectory struct {
 	// TaskID is the task the questions were asked on.
 	TaskID string `json:"task_id"`
@@ -118,7 +119,8 @@ func (tr *Trajectories) Name() string { return tr.name }
 
 // Play implements policy.Player: it asks the questions recorded for the
 // episode's task and seed, under asker_spec when the episode shows a
-// donor's specification, then stops.
+// donor's specification (else asker's, which asker_strict replays too),
+// then stops.
 func (tr *Trajectories) Play(ctx context.Context, ep *driver.Episode) error {
 	cond := Asker
 	if ep.Shown() {
@@ -156,7 +158,7 @@ func LoadTrajectories(path string) (*Trajectories, error) {
 			t.Condition = Asker
 		}
 		if t.TaskID == "" || (t.Condition != Asker && t.Condition != AskerSpec) {
-			return nil, fmt.Errorf("%s:%d: a trajectory needs a task_id and a condition of asker or asker_spec", path, line)
+			return nil, fmt.Errorf("%s:%d: a trajectory needs a task_id and a condition of asker or asker_spec (asker_strict replays the asker trajectories)", path, line)
 		}
 		a.m[trajKey{t.TaskID, t.Seed, t.Condition}] = append([]string(nil), t.Questions...)
 	}
@@ -174,9 +176,10 @@ type Config struct {
 	Split string
 	// Limit keeps the first Limit tasks (corpus order); 0 means all.
 	Limit int
-	// Asker plays the asker and asker_spec conditions (a scripted policy,
-	// the LLM asker, or Trajectories); nil means policy.Partial, an asker of
-	// mixed quality under which a leaky responder shows in ΔJ_resp.
+	// Asker plays the asker, asker_strict and asker_spec conditions (a
+	// scripted policy, the LLM asker, or Trajectories); nil means
+	// policy.Partial, an asker of mixed quality under which a leaky
+	// responder shows in ΔJ_resp.
 	Asker policy.Player
 	// Oracles are the oracle types to run; none means deterministic.
 	Oracles []pb.OracleType
@@ -369,7 +372,7 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	if cfg.Limit > 0 && len(tasks) > cfg.Limit {
 		tasks = tasks[:cfg.Limit]
 	}
-	if tc, ok := cfg.Asker.(policy.TaskChecker); ok && slices.Contains(cfg.Conditions, Asker) {
+	if tc, ok := cfg.Asker.(policy.TaskChecker); ok && (slices.Contains(cfg.Conditions, Asker) || slices.Contains(cfg.Conditions, AskerStrict)) {
 		if err := tc.CheckTasks(tasks); err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
 		}
@@ -508,7 +511,7 @@ func (cfg *Config) protocolDefaults() error {
 	}
 	for _, c := range cfg.Conditions {
 		if !slices.Contains(BirdCConditions, c) {
-			return fmt.Errorf("eval: the %s condition does not run under %s (want asker or full: the others measure AMBITAB's leakage)", c, driver.ProtocolName(cfg.Protocol))
+			return fmt.Errorf("eval: the %s condition does not run under %s (want asker or full: the others measure AMBITAB's leakage and credit rules)", c, driver.ProtocolName(cfg.Protocol))
 		}
 	}
 	if cfg.Asker == nil {
@@ -517,12 +520,22 @@ func (cfg *Config) protocolDefaults() error {
 	return nil
 }
 
-// options are the episode options of a cell under oracle o.
+// options are the episode options of a cell under oracle o (for the
+// asker_strict condition, cellOptions adds strict credit).
 func (cfg *Config) options(o pb.OracleType) *pb.EpisodeOptions {
 	if cfg.ambitab() {
 		return &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: cfg.Solver, Oracle: o, Comparison: cfg.Comparison}
 	}
 	return &pb.EpisodeOptions{Protocol: cfg.Protocol, Patience: cfg.Patience, Oracle: o, Comparison: cfg.Comparison}
+}
+
+// cellOptions are the episode options of cell cl: its oracle's, with
+// strict credit under the asker_strict condition (the only difference
+// between the asker and asker_strict cells of a task and seed).
+func (cfg *Config) cellOptions(cl cell) *pb.EpisodeOptions {
+	opts := cfg.options(cl.oracle)
+	opts.StrictCredit = cl.cond == AskerStrict
+	return opts
 }
 
 // preflight plays one short episode per requested oracle on task (a
@@ -905,7 +918,7 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 	seed := cl.seed
 	reset := &pb.ResetRequest{
 		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
-		Options: cfg.options(cl.oracle),
+		Options: cfg.cellOptions(cl),
 	}
 	out := &Episode{Condition: cl.cond, Oracle: OracleName(cl.oracle)}
 	// Every record says the comparison it asked for, a failed reset's
@@ -919,8 +932,8 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 		}
 		out.Donor = donor.id
 	}
-	player := cfg.Asker
-	if cl.cond != Asker && cl.cond != AskerSpec {
+	player := cfg.Asker // asker, asker_strict (the same player), asker_spec
+	if cl.cond != Asker && cl.cond != AskerStrict && cl.cond != AskerSpec {
 		player = policy.Scripted(probe.Name(cl.cond)) // none, full, full_adv, none_adv
 	}
 	tally := &unreadableTally{Env: env}

@@ -78,8 +78,9 @@ func TestDeterministicRunsAgreeAndFullRecall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a) != len(tasks)*2*6 || len(a) != len(b) {
-		t.Fatalf("%d and %d cells, want %d", len(a), len(b), len(tasks)*2*6)
+	// Seven conditions: AllConditions, asker_strict included.
+	if len(a) != len(tasks)*2*7 || len(a) != len(b) {
+		t.Fatalf("%d and %d cells, want %d", len(a), len(b), len(tasks)*2*7)
 	}
 	ambiguous := 0
 	for k, ea := range a {
@@ -411,7 +412,8 @@ func TestSingleDatabaseSkipsSpec(t *testing.T) {
 	var warn strings.Builder
 	dir := t.TempDir()
 	res := runOK(t, s, Config{Asker: policy.Scripted(probe.Full), Oracles: det, Dir: dir, Warn: &warn})
-	if res.Cells != 5*5 || !strings.Contains(warn.String(), "asker_spec condition is skipped") {
+	// Five tasks × the six conditions left (AllConditions but asker_spec).
+	if res.Cells != 5*6 || !strings.Contains(warn.String(), "asker_spec condition is skipped") {
 		t.Errorf("cells %d, warning %q", res.Cells, warn.String())
 	}
 }

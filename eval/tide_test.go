@@ -511,6 +511,7 @@ func TestTideConfig(t *testing.T) {
 	}{
 		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_F, Conditions: []Condition{Asker, Full}}, "the full condition does not run under tide-f"},
 		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_P, Conditions: []Condition{None}}, "the none condition does not run under tide-p"},
+		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_F, Conditions: []Condition{AskerStrict}}, "the asker_strict condition does not run under tide-f"},
 		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_F, Patience: &three}, "patience applies to the bird-c and bird-a protocols only"},
 		{Config{Protocol: pb.Protocol_PROTOCOL_TIDE_F, Solver: pb.Solver_SOLVER_LOOKUP}, "no solver"},
 	} {

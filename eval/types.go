@@ -1,11 +1,12 @@
 // Package eval runs evaluation conditions over a corpus through the gRPC
 // client, aggregates success, asking precision, recall and F1 with the
-// eligibility rules of PROTOCOL.md §6, computes the leakage diagnostics
-// with AVT-cluster bootstrap intervals (§7), and writes JSON, Markdown and
-// HTML reports. Under BIRD-Interact's protocols it reports phase-1 and
-// phase-2 success and the normalised reward (birdc.go), under TIDE's the
-// metrics of TIDE-Bench (tide.go); a training run's GRPO groups add the
-// fraction of groups with differing rewards (groups.go). Runs are
+// eligibility rules of PROTOCOL.md §6 (credited by AmbiTab's rule, and by
+// the strict rule in the asker_strict condition), computes the leakage
+// diagnostics with AVT-cluster bootstrap intervals (§7), and writes JSON,
+// Markdown and HTML reports. Under BIRD-Interact's protocols it reports
+// phase-1 and phase-2 success and the normalised reward (birdc.go), under
+// TIDE's the metrics of TIDE-Bench (tide.go); a training run's GRPO groups
+// add the fraction of groups with differing rewards (groups.go). Runs are
 // resumable: finished episodes are appended to a results file and skipped
 // when the same command runs again.
 package eval
@@ -22,6 +23,13 @@ const (
 	// Asker is the evaluated asker (a scripted policy, the LLM asker, or
 	// an external policy replayed from a trajectory file).
 	Asker Condition = "asker"
+	// AskerStrict is the evaluated asker (the same player as Asker, a
+	// trajectory file's asker trajectories) in episodes reset with
+	// EpisodeOptions.strict_credit: a question earns only the ambiguities
+	// it names, one that echoes the request nothing. The report gives its
+	// precision, recall and F1 beside the asker's (AmbiTab's rule, the
+	// headline), so that credit earned by echoing shows as the gap.
+	AskerStrict Condition = "asker_strict"
 	// Full asks about every counted term (π_full).
 	Full Condition = "full"
 	// FullAdv is π_full^adv, the adversarial full probe.

@@ -25,6 +25,15 @@ import (
 // evalCallTimeout is the deadline of each of eval's calls to the server.
 const evalCallTimeout = 20 * time.Minute
 
+// ambitabConditions are eval's default conditions under --protocol ambitab
+// (the other protocols' default is asker alone): every condition, the
+// asker_strict one after asker, so that the report gives the asker's
+// precision, recall and F1 under both credit rules.
+var ambitabConditions = []string{
+	string(eval.None), string(eval.Asker), string(eval.AskerStrict), string(eval.Full),
+	string(eval.FullAdv), string(eval.NoneAdv), string(eval.AskerSpec),
+}
+
 // evalFlags are the flags of `avtgym eval`.
 type evalFlags struct {
 	addr, asker, oracles, seeds, conds, solver, out, groups, reference, hybrid string
@@ -43,11 +52,11 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cfg.Corpus, "corpus", "", "corpus name (default: the server's first)")
 	fs.StringVar(&f.cfg.Split, "split", "", "only tasks of this split")
 	fs.IntVar(&f.cfg.Limit, "limit", 0, "at most this many tasks, in corpus order (0: all)")
-	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c or bird-a), scripted:explorer (bird-a: each tool once, then as full), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}); under --protocol bird-c and bird-a the default is scripted:full; under tide-f and tide-p the TIDE baselines scripted:chain-aware (the default), chain-blind, none-aware, none-blind, or llm (the TIDE LLM agent)")
+	fs.StringVar(&f.asker, "asker", "scripted:partial", "the evaluated asker: scripted:partial (a generic question, then each counted term with probability 1/2, seeded; under it the leakage diagnostics can move), scripted:none|full|full_adv|none_adv, scripted:wrong-reading (asks like full, submits another reading's SQL: --wrong-readings; outcome reward with the client's SQL under ambitab needs --protocol bird-c or bird-a), scripted:explorer (bird-a: each tool once, then as full), llm, or trajectories:FILE (JSON lines of {task_id, seed, [condition,] questions}; asker_strict replays the asker trajectories); under --protocol bird-c and bird-a the default is scripted:full; under tide-f and tide-p the TIDE baselines scripted:chain-aware (the default), chain-blind, none-aware, none-blind, or llm (the TIDE LLM agent)")
 	fs.StringVar(&f.oracles, "oracles", "deterministic", "comma-separated oracles: deterministic, llm, llm_scoped, hybrid, hybrid_scoped, or a test oracle; each one's hybrid and the reference are added (the diagnostics compare with them)")
 	fs.StringVar(&f.seeds, "seeds", "0", "comma-separated evaluation seeds")
 	fs.Uint64Var(&f.cfg.DonorSeed, "donor-seed", 0, "seed of the spec-randomization donor draw (independent of --seeds)")
-	fs.StringVar(&f.conds, "conditions", "none,asker,full,full_adv,none_adv,asker_spec", "comma-separated conditions (--protocol bird-c or bird-a: asker, full; default asker; tide-f and tide-p: asker only)")
+	fs.StringVar(&f.conds, "conditions", strings.Join(ambitabConditions, ","), "comma-separated conditions (asker_strict: the asker with strict_credit, reported beside its AmbiTab credit; --protocol bird-c or bird-a: asker, full; default asker; tide-f and tide-p: asker only)")
 	fs.StringVar(&f.comparison, "comparison", "harness", "how a submission is compared with the reference on records imported from BIRD-Interact (their comparison's harness is bird-interact; other records ignore it): harness (BIRD-Interact's ex_base exactly, quirks included: numbers comparable with the paper's) or sound (avtgym's sound variant, the server's default, which rollouts and training use)")
 	fs.StringVar(&f.solver, "solver", "lookup", "who writes the SQL at STOP: lookup or llm (the server's --solver-url); not under --protocol bird-c or bird-a, where the policy writes it")
 	fs.StringVar(&f.out, "out", "", "run directory: episodes.jsonl, report.json, report.md, report.html (required)")
@@ -249,6 +258,8 @@ func (f *evalFlags) player() (policy.Player, func(), error) {
 // seed) cell against a server, appending episodes to DIR/episodes.jsonl
 // (resumable), then analyzes the run directory and writes DIR/report.json,
 // DIR/report.md and DIR/report.html, printing the Markdown to stdout.
+// Under AMBITAB the default conditions include asker_strict, whose
+// precision, recall and F1 the reports give beside the asker's.
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f evalFlags
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"avtgym/app"
 	"avtgym/eval"
 	"avtgym/internal/testutil"
+	"avtgym/policy"
+	pb "avtgym/proto/avtgym/v1"
 )
 
 func TestEvalCommand(t *testing.T) {
@@ -34,9 +38,23 @@ func TestEvalCommand(t *testing.T) {
 	if !strings.Contains(stderr, "episodes") {
 		t.Errorf("no progress on stderr: %q", stderr)
 	}
+	// The default conditions under ambitab: all seven, asker_strict
+	// (the asker with strict credit) included.
 	eps, err := eval.ReadEpisodes(dir)
-	if err != nil || len(eps) != 12*2*6 {
-		t.Fatalf("%d episodes, %v; want %d", len(eps), err, 12*2*6)
+	if err != nil || len(eps) != 12*2*7 {
+		t.Fatalf("%d episodes, %v; want %d", len(eps), err, 12*2*7)
+	}
+	perCond := map[eval.Condition]int{}
+	for _, e := range eps {
+		perCond[e.Condition]++
+	}
+	for _, c := range eval.AllConditions {
+		if perCond[c] != 12*2 {
+			t.Errorf("%d %s episodes, want %d", perCond[c], c, 12*2)
+		}
+	}
+	if !strings.Contains(string(md), "### Credit rules") || !strings.Contains(string(md), "| Prec (strict) | Rec (strict) | F1 (strict) |") {
+		t.Errorf("report.md has no credit-rules table:\n%s", md)
 	}
 	// Rerunning plays nothing new and rewrites the reports.
 	code, _, stderr = runCmd(t, append(args[:len(args)-1], "--quiet")...)
@@ -49,6 +67,8 @@ func TestEvalCommand(t *testing.T) {
 	for _, bad := range [][]string{
 		{"eval", "--out", dir, "--oracles", "nosuch"},
 		{"eval", "--out", dir, "--conditions", "maybe"},
+		{"eval", "--out", dir, "--protocol", "bird-c", "--conditions", "asker,asker_strict"},
+		{"eval", "--out", dir, "--protocol", "tide-f", "--conditions", "asker_strict"},
 		{"eval", "--out", dir, "--asker", "magic"},
 		{"eval", "--out", dir, "--seeds", "x"},
 		{"eval", "--asker", "scripted:full"},
@@ -82,16 +102,9 @@ func TestEvalBirdC(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep eval.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if rep.Protocol != "bird-c" || rep.BirdC == nil || len(rep.BirdC.Rows) != 2 {
-		t.Fatalf("report.json: %s", b)
+		t.Fatalf("report.json: %+v", rep)
 	}
 	for _, row := range rep.BirdC.Rows {
 		want := 0.0
@@ -182,4 +195,143 @@ func TestEvalComparison(t *testing.T) {
 	if code, _, stderr := runCmd(t, "eval", "--out", t.TempDir(), "--comparison", "exact"); code != 2 || !strings.Contains(stderr, "want sound or harness") {
 		t.Errorf("--comparison exact: exit %d: %s", code, stderr)
 	}
+}
+
+// TestEvalStrictCredit: an asker that echoes each task's request (a
+// trajectory file whose one question repeats the request verbatim) earns
+// recall under AmbiTab's rule, the asker condition, and less under strict
+// credit, the asker_strict condition, which replays the same trajectories
+// in episodes reset with strict_credit; report.json and report.md carry
+// both.
+func TestEvalStrictCredit(t *testing.T) {
+	s := testutil.StartServer(t, app.Config{})
+	ctx := context.Background()
+	const n = 12
+	tasks, err := policy.ListTasks(ctx, s.Client.Env, "demo", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traj strings.Builder
+	for _, tk := range tasks[:n] {
+		gt, err := s.Client.Env.GetTask(ctx, &pb.GetTaskRequest{Corpus: "demo", TaskId: tk.GetTaskId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, _ := json.Marshal(eval.Trajectory{TaskID: tk.GetTaskId(), Seed: 0,
+			Questions: []string{"What do you mean by: " + gt.GetTask().GetRequest() + "?"}})
+		traj.Write(append(line, '\n'))
+	}
+	file := filepath.Join(t.TempDir(), "echo.jsonl")
+	if err := os.WriteFile(file, []byte(traj.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	args := []string{"eval", "--server", s.Addr, "--corpus", "demo", "--limit", strconv.Itoa(n), "--asker", "trajectories:" + file,
+		"--conditions", "asker,asker_strict", "--oracles", "deterministic", "--out", dir, "--resamples", "100", "--quiet"}
+	code, stdout, stderr := runCmd(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+
+	// Per task: the same echo under both rules; AmbiTab's credits it, the
+	// strict rule less (nothing: it reproduces the request).
+	eps, err := eval.ReadEpisodes(dir)
+	if err != nil || len(eps) != 2*n {
+		t.Fatalf("%d episodes, %v; want %d", len(eps), err, 2*n)
+	}
+	recall := map[eval.Condition]map[string]float64{eval.Asker: {}, eval.AskerStrict: {}}
+	questions := map[eval.Condition]map[string]string{eval.Asker: {}, eval.AskerStrict: {}}
+	for _, e := range eps {
+		if e.Recall != nil {
+			recall[e.Condition][e.TaskID] = *e.Recall
+		}
+		questions[e.Condition][e.TaskID] = strings.Join(e.Questions, "\n")
+	}
+	echoed := 0
+	for _, tk := range tasks[:n] {
+		id := tk.GetTaskId()
+		if questions[eval.Asker][id] == "" || questions[eval.Asker][id] != questions[eval.AskerStrict][id] {
+			t.Errorf("%s: asker asked %q, asker_strict %q; want the same echo", id, questions[eval.Asker][id], questions[eval.AskerStrict][id])
+		}
+		if a, ok := recall[eval.Asker][id]; ok && a > 0 {
+			echoed++
+			if st := recall[eval.AskerStrict][id]; st >= a {
+				t.Errorf("%s: the echo's strict recall %v, AmbiTab's %v; want less", id, st, a)
+			}
+		}
+	}
+	if echoed == 0 {
+		t.Fatalf("the echo earned recall on no task under AmbiTab's rule: %v", recall[eval.Asker])
+	}
+
+	rep := readReport(t, dir)
+	if len(rep.Rows) != 1 {
+		t.Fatalf("report.json rows: %+v", rep.Rows)
+	}
+	row := rep.Rows[0]
+	for _, m := range []struct {
+		name            string
+		ambitab, strict eval.Summary
+	}{{"precision", row.Precision, row.PrecisionStrict}, {"recall", row.Recall, row.RecallStrict}, {"F1", row.F1, row.F1Strict}} {
+		if m.ambitab.Mean == nil || m.strict.Mean == nil || *m.ambitab.Mean <= 0 || *m.strict.Mean >= *m.ambitab.Mean {
+			t.Errorf("report.json %s: AmbiTab %v, strict %v; want the strict one below a positive AmbiTab one", m.name, m.ambitab.Mean, m.strict.Mean)
+		}
+	}
+	if !strings.Contains(readFile(t, filepath.Join(dir, "report.json")), `"recall_strict": {`) || row.Counts[eval.AskerStrict].Episodes != n {
+		t.Errorf("report.json: no recall_strict or %d asker_strict episodes", row.Counts[eval.AskerStrict].Episodes)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"### Credit rules\n\n| Corpus | Oracle | Precision | Recall | F1 | Prec (strict) | Rec (strict) | F1 (strict) |",
+		"strict: the same asker with strict_credit — a question earns only the ambiguities it names; a gap between the two rules means credit earned by echoing the request",
+		"| demo | deterministic | asker_strict | 12 |",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	// The credit-rules row: AmbiTab's three, then the strict three.
+	_, credit, _ := strings.Cut(string(md), "### Credit rules")
+	_, line, _ := strings.Cut(credit, "\n| demo | deterministic | ")
+	line, _, _ = strings.Cut(line, "\n")
+	cells := strings.Split(strings.TrimSuffix(line, " |"), " | ")
+	if len(cells) != 6 {
+		t.Fatalf("credit-rules row %q: %d metric cells, want 6", line, len(cells))
+	}
+	for i, s := range []eval.Summary{row.Precision, row.Recall, row.F1, row.PrecisionStrict, row.RecallStrict, row.F1Strict} {
+		if !strings.HasPrefix(cells[i], eval.FormatSummary(s)) {
+			t.Errorf("credit-rules cell %d = %q, want %q", i, cells[i], eval.FormatSummary(s))
+		}
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil || !strings.Contains(string(html), `<table id="credit">`) || !strings.Contains(string(html), "Rec (strict)") {
+		t.Errorf("report.html has no credit-rules table: %v", err)
+	}
+}
+
+// readReport reads a run directory's report.json.
+func readReport(t *testing.T, dir string) eval.Report {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// readFile reads a file the test needs.
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

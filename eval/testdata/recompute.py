@@ -21,6 +21,9 @@ Definitions (PROTOCOL.md §6, AmbiTab §C.2-C.3):
     those that ended by a fallback stop (§C.3); an episode that did not
     complete, of a task with counted ambiguities, counts with recall and F1 0
     (§C.2: "count as failures with zero recall credit").
+  * Strict precision, recall and F1: the same three, with the same
+    eligibility, over the asker_strict condition's episodes (the evaluated
+    asker, its episodes reset with strict_credit).
   * Within a seed, splits are pooled: a metric is the macro mean of its
     eligible episodes; a difference (gain, gap, ΔJ_resp, ΔJ_full, ΔRec_none)
     is the difference of the two runs' means, each over its own eligible
@@ -309,7 +312,8 @@ def quantile7(xs: list[float], q: float) -> float:
 
 
 ROW_FIELDS = [
-    "sr_none", "sr_asker", "sr_full", "precision", "recall", "f1", "gain", "gap",
+    "sr_none", "sr_asker", "sr_full", "precision", "recall", "f1",
+    "precision_strict", "recall_strict", "f1_strict", "gain", "gap",
     "dj_resp", "drec_spec_q", "dj_full", "drec_none",
     "sr_none_completed", "sr_asker_completed", "sr_full_completed",
 ]
@@ -414,6 +418,10 @@ def analyze(eps: list[dict], resamples: int, boot_seed: int, reference: str,
             "precision": Metric([(sums("asker", o, precision_value), 1)]),
             "recall": Metric([(sums("asker", o, recall_value), 1)]),
             "f1": Metric([(sums("asker", o, f1_value), 1)]),
+            # The same asker with strict credit: the same eligibility.
+            "precision_strict": Metric([(sums("asker_strict", o, precision_value), 1)]),
+            "recall_strict": Metric([(sums("asker_strict", o, recall_value), 1)]),
+            "f1_strict": Metric([(sums("asker_strict", o, f1_value), 1)]),
             "gain": Metric([(sr["asker"], 1), (sr["none"], -1)]),
             "gap": Metric([(sr["full"], 1), (sr["asker"], -1)]),
             "dj_resp": Metric([(sr["asker"], 1), (sums("asker", h, sr_value), -1)]),
