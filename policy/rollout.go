@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -34,7 +35,9 @@ type RolloutConfig struct {
 // Rollout plays cfg.Player once on each task of a corpus (in corpus order,
 // up to Limit), task i with seed Seed+i, and returns the episodes'
 // records in task order. An episode that could not be played is a record
-// with status RPC_FAILED or ASKER_FAILED and its error.
+// with status RPC_FAILED or ASKER_FAILED and its error. When ctx ends
+// first, the records of the episodes started so far come back with the
+// context's error.
 func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*driver.Record, error) {
 	if cfg.Player == nil {
 		return nil, errors.New("policy: no player to roll out")
@@ -89,7 +92,11 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		// Out of time (or cancelled): the episodes played so far, and those
+		// cut short (RPC_FAILED with the deadline), are kept for the caller
+		// to write; tasks never started have no record.
+		played := slices.DeleteFunc(records, func(r *driver.Record) bool { return r == nil })
+		return played, err
 	}
 	return records, nil
 }

@@ -229,6 +229,15 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	records, err := policy.Rollout(ctx, c.Env, f.cfg)
 	if err != nil {
+		// Out of --timeout: what was played is written all the same (no
+		// silent loss of the episodes finished), then the error.
+		if f.episodesOut != "" && len(records) > 0 {
+			if werr := writeRecords(f.episodesOut, records); werr != nil {
+				fmt.Fprintln(stderr, "rollout:", werr)
+			} else {
+				fmt.Fprintf(stderr, "rollout: %d episode record(s) written to %s before the error\n", len(records), f.episodesOut)
+			}
+		}
 		fmt.Fprintln(stderr, "rollout:", err)
 		return 1
 	}

@@ -257,3 +257,28 @@ func TestRolloutOracleFlagErrors(t *testing.T) {
 		t.Errorf("--asker-max-tokens 0: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestRolloutTimeoutKeepsRecords: a rollout that runs out of --timeout
+// writes the records of the episodes it started (here cut short: the
+// asker's calls outlast the deadline) before it fails, instead of losing
+// them.
+func TestRolloutTimeoutKeepsRecords(t *testing.T) {
+	srv := testutil.StartServer(t, app.Config{Corpora: []string{testutil.WriteTiny(t)}})
+	asker := fakellm.New(fakellm.Options{Delay: 5 * time.Second})
+	defer asker.Close()
+	out := filepath.Join(t.TempDir(), "episodes.jsonl")
+	code, _, stderr := runCmd(t, "rollout", "--server", srv.Addr, "--policy", "llm", "--episodes-out", out, "--timeout", "1s",
+		"--asker-url", asker.URL+"/v1", "--asker-model", "fake", "--asker-concurrency", "2", "--concurrency", "2")
+	if code != 1 || !strings.Contains(stderr, "deadline") {
+		t.Fatalf("exit %d, want 1 with the deadline\n%s", code, stderr)
+	}
+	recs := readRecords(t, out)
+	if len(recs) == 0 {
+		t.Fatalf("no records written:\n%s", stderr)
+	}
+	for _, r := range recs {
+		if r.Scored() || r.Error == "" {
+			t.Errorf("%s: status %s error %q; want an unscored record that says why", r.TaskID, r.Status, r.Error)
+		}
+	}
+}
