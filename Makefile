@@ -56,6 +56,10 @@ test-python: ## run the Python client's tests on this checkout's client (install
 test-trainers: ## opt-in: install the pinned TRL, verl and PyTorch (several GB) and test the trainer adapters
 	bash client/python/scripts/test_trainers.sh
 
+.PHONY: test-real-model
+test-real-model: ## opt-in: serve SmolLM2-135M with llama.cpp on CPU and run every model path against it (~15 min)
+	bash scripts/test_real_model.sh
+
 .PHONY: test-short
 test-short: ## run the tests without the race detector
 	bash scripts/with-postgres.sh $(GO) test -count=1 ./...
