@@ -249,6 +249,7 @@ def test_agent_loop_tide_p_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
     (never in the response, never trainable); the drift turn after the first SQL is a user turn
     (response_mask 0); the final score is TIDE's DEA, 1."""
     from avtgym import Client
+    from avtgym.chat import chat_system_prompt
     from avtgym.trainers import TIDE_SYSTEM_PROMPT
 
     with Client(trainer_addr) as c:
@@ -262,7 +263,9 @@ def test_agent_loop_tide_p_episode(trainer_addr, tokenizer, tmp_path, verl_mod):
                                    "actor_rollout_ref.rollout.response_length=8192"])
     row = row_for(trainer_addr, verl_mod, task_id=task, seed=3, protocol="tide-p")
     assert row["extra_info"]["interaction_kwargs"]["protocol"] == "tide-p"
-    assert row["prompt"][0] == {"role": "system", "content": TIDE_SYSTEM_PROMPT}
+    # TIDE-Bench's Figure 8 prompt with the task's schema filled in: the shared prompt's
+    assert row["prompt"][0] == {"role": "system", "content": chat_system_prompt("tide-p", ep.task)}
+    assert row["prompt"][0]["content"] != TIDE_SYSTEM_PROMPT
     assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "user"]
     assert prefilled in row["prompt"][2]["content"]
 
