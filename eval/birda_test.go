@@ -168,6 +168,7 @@ func TestBirdAMixedMarkdown(t *testing.T) {
 		e.Reward, e.Phase1, e.Phase2 = f(1), f(0.7), f(0.3)
 		if protocol == BirdA {
 			e.CoinsUsed, e.CoinBudget, e.CoinsSpent = f(8), f(12), map[string]float64{"submit_sql": 6, "ask": 2}
+			e.UnreadableOracle, e.UnreadableSolver = 2, 1
 		}
 		r, err := Analyze([]Episode{e}, AnalyzeOptions{Resamples: 10})
 		if err != nil {
@@ -183,5 +184,11 @@ func TestBirdAMixedMarkdown(t *testing.T) {
 	ic, ia := strings.Index(s, "c-Interact"), strings.Index(s, "## BIRD-Interact a-Interact")
 	if ic < 0 || ia < ic || !strings.Contains(s, "| c-bird-a | deterministic | asker | 8.00 [") {
 		t.Errorf("markdown:\n%s", s)
+	}
+	// Each protocol's section has its own unreadable-output lines.
+	uc := strings.Index(s, "- c-bird-c, deterministic, asker: unreadable oracle outputs: 0; unreadable solver outputs: 0\n")
+	ua := strings.Index(s, "- c-bird-a, deterministic, asker: unreadable oracle outputs: 2; unreadable solver outputs: 1\n")
+	if uc < ic || uc > ia || ua < ia || strings.Count(s, "### Unreadable model output\n\n"+unreadableLegend) != 2 {
+		t.Errorf("unreadable lines misplaced (c at %d, a at %d):\n%s", uc, ua, s)
 	}
 }

@@ -183,6 +183,11 @@ type BirdCRow struct {
 	// (ERROR episodes, which hold no budget, are left out).
 	Coins         *Summary           `json:"coins_used,omitempty"`
 	CoinsByAction map[string]Summary `json:"coins_by_action,omitempty"`
+	// Unreadable counts the model outputs of the row's episodes (all
+	// seeds) the server could not read (Episode.UnreadableOracle and
+	// UnreadableSolver, summed), as the AMBITAB rows' Unreadable does per
+	// condition.
+	Unreadable UnreadableCounts `json:"unreadable"`
 }
 
 // BirdCCell is one (oracle, condition, seed) cell of a bird-c report.
@@ -310,11 +315,13 @@ func newBirdCRow(r rowKey, x []Summary, coins bool, actions []string) BirdCRow {
 	return row
 }
 
-// countEpisodes counts the row's episodes, by status, and phase-2 releases.
+// countEpisodes counts the row's episodes, by status, phase-2 releases
+// and unreadable model outputs.
 func (row *BirdCRow) countEpisodes(cell map[uint64][]*Episode) {
 	for _, es := range cell {
 		for _, e := range es {
 			row.Counts.add(e)
+			row.Unreadable.add(e)
 			if e.Phase2 != nil {
 				row.Released++
 			}
@@ -547,6 +554,11 @@ func writeBirdCMarkdown(b *strings.Builder, all []*Report) {
 		}
 		b.WriteString("\n### Episodes that did not complete\n\n" + birdCErrorsLegend + "\n\n")
 		birdCTable(b, rs, birdCErrorsHeader, birdCErrorsCells)
+		var lines []string
+		for _, r := range rs {
+			lines = append(lines, birdCUnreadableLines(r)...)
+		}
+		writeUnreadableMarkdown(b, lines)
 		for _, r := range rs {
 			writeGroupSignal(b, r)
 		}
@@ -598,6 +610,18 @@ func writeBirdCHTML(b *strings.Builder, r *Report) {
 	}
 	b.WriteString("<h2>Episodes that did not complete</h2>\n<p class=\"meta\">" + esc(birdCErrorsLegend) + "</p>\n")
 	writeBirdCHTMLTable(b, "birdc-errors", birdCErrorsHeader, r, birdCErrorsCells)
+	writeUnreadableHTML(b, birdCUnreadableLines(r))
+}
+
+// birdCUnreadableLines are the unreadable-output lines of a bird-c or
+// bird-a report, one per row: "demo, llm, asker: unreadable oracle
+// outputs: 3; unreadable solver outputs: 0".
+func birdCUnreadableLines(r *Report) []string {
+	var lines []string
+	for _, row := range r.bird().Rows {
+		lines = append(lines, unreadableRowLine([]string{r.Corpus, row.Oracle, r.bird().conditionLabel(row.Condition)}, row.Unreadable))
+	}
+	return lines
 }
 
 func writeBirdCHTMLTable(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *BirdCRow, *notes) []string) {

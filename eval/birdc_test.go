@@ -3,7 +3,9 @@ package eval
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/xml"
+	"html"
 	"io"
 	"math"
 	"os"
@@ -249,6 +251,8 @@ func TestBirdCAnalyze(t *testing.T) {
 		ep("d", "D", 0, "ERROR", nil, nil),            // 0
 		ep("e", "E", 0, "TRUNCATED", f(0.7), f(0.2)),  // 0.9
 	}
+	// An LLM user simulator's unreadable outputs: 3 oracle, 1 solver.
+	eps[0].UnreadableOracle, eps[1].UnreadableSolver, eps[4].UnreadableOracle = 2, 1, 1
 	r, err := Analyze(eps, AnalyzeOptions{Resamples: 100, BootstrapSeed: 2, Run: &RunInfo{Protocol: BirdC, Skipped: 7}})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +269,8 @@ func TestBirdCAnalyze(t *testing.T) {
 	near("normalised reward", mean(t, "normalised", row.NormalizedReward), 48)
 	near("phase-1 SR completed", mean(t, "p1c", row.Phase1Completed), 3.0/4)
 	near("reward completed", mean(t, "rc", row.RewardCompleted), 2.4/4)
-	if row.Errors != 1 || row.Episodes != 5 || row.Completed != 4 || row.Released != 3 || row.Phase1SR.Clusters != 5 {
+	if row.Errors != 1 || row.Episodes != 5 || row.Completed != 4 || row.Released != 3 || row.Phase1SR.Clusters != 5 ||
+		row.Unreadable != (UnreadableCounts{Oracle: 3, Solver: 1}) {
 		t.Errorf("row %+v", row)
 	}
 	if lo, hi := *row.NormalizedReward.Lo, *row.NormalizedReward.Hi; math.Abs(lo-100**row.Reward.Lo) > 1e-9 || math.Abs(hi-100**row.Reward.Hi) > 1e-9 {
@@ -278,11 +283,37 @@ func TestBirdCAnalyze(t *testing.T) {
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
+	unreadable := "demo, deterministic, asker: unreadable oracle outputs: 3; unreadable solver outputs: 1"
 	for _, want := range []string{"| demo | deterministic | asker | 5 | 60.0 [", " | 0.480 [", " | 48.0 [", "7 task(s) without a follow-up skipped",
-		"| demo | deterministic | asker | 5 | 4 | 1 | 0 | 0 | 75.0 ["} {
+		"| demo | deterministic | asker | 5 | 4 | 1 | 0 | 0 | 75.0 [",
+		"\n### Unreadable model output\n\n" + unreadableLegend + "\n\n- " + unreadable + "\n"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		BirdC struct {
+			Rows []struct {
+				Unreadable *UnreadableCounts `json:"unreadable"`
+			} `json:"rows"`
+		} `json:"bird_c"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.BirdC.Rows) != 1 || back.BirdC.Rows[0].Unreadable == nil || *back.BirdC.Rows[0].Unreadable != (UnreadableCounts{Oracle: 3, Solver: 1}) {
+		t.Errorf("JSON rows' unreadable: %s", js.Bytes())
+	}
+	var h bytes.Buffer
+	if err := r.WriteHTML(&h); err != nil {
+		t.Fatal(err)
+	}
+	if _, ids := parseHTML(t, h.Bytes()); !ids["unreadable"] || !strings.Contains(h.String(), "<li>"+html.EscapeString(unreadable)+"</li>") {
+		t.Errorf("HTML lacks the unreadable line %q", unreadable)
 	}
 	// Episodes of two protocols are not analyzed together.
 	amb := eps[0]

@@ -822,6 +822,12 @@ type UnreadableCounts struct {
 	Solver int `json:"solver"`
 }
 
+// add counts episode e's unreadable outputs.
+func (u *UnreadableCounts) add(e *Episode) {
+	u.Oracle += e.UnreadableOracle
+	u.Solver += e.UnreadableSolver
+}
+
 // unreadable sums oracle o's unreadable outputs per condition that ran.
 func (d *dataset) unreadable(o string) map[Condition]UnreadableCounts {
 	out := map[Condition]UnreadableCounts{}
@@ -832,8 +838,7 @@ func (d *dataset) unreadable(o string) map[Condition]UnreadableCounts {
 		var u UnreadableCounts
 		for _, es := range byOracle[o] {
 			for _, e := range es {
-				u.Oracle += e.UnreadableOracle
-				u.Solver += e.UnreadableSolver
+				u.add(e)
 			}
 		}
 		out[cond] = u

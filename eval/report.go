@@ -341,6 +341,23 @@ func unreadableLine(r *Report, row *Row) string {
 	return fmt.Sprintf("%s, %s: unreadable oracle outputs: %s; unreadable solver outputs: %s", r.Corpus, row.Oracle, strings.Join(oracle, ", "), strings.Join(solver, ", "))
 }
 
+// unreadableRowLine is the unreadable outputs of a row of a BIRD-Interact
+// or TIDE report (one condition), the row named by its name cells:
+// "demo, llm, asker: unreadable oracle outputs: 3; unreadable solver
+// outputs: 0".
+func unreadableRowLine(names []string, u UnreadableCounts) string {
+	return fmt.Sprintf("%s: unreadable oracle outputs: %d; unreadable solver outputs: %d", strings.Join(names, ", "), u.Oracle, u.Solver)
+}
+
+// writeUnreadableMarkdown writes the unreadable-output section of a
+// BIRD-Interact or TIDE report: the legend, then a line per row.
+func writeUnreadableMarkdown(b *strings.Builder, lines []string) {
+	b.WriteString("\n### Unreadable model output\n\n" + unreadableLegend + "\n\n")
+	for _, l := range lines {
+		b.WriteString("- " + l + "\n")
+	}
+}
+
 // mdTable writes one Markdown table, its rows from every report, and the
 // notes its cells refer to.
 func mdTable(b *strings.Builder, rs []*Report, header []string, cells func(*Report, *Row, *notes) []string) {

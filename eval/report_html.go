@@ -102,6 +102,15 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	return err
 }
 
+// writeUnreadableHTML is writeUnreadableMarkdown's HTML.
+func writeUnreadableHTML(b *strings.Builder, lines []string) {
+	b.WriteString("<h2>Unreadable model output</h2>\n<p class=\"meta\">" + html.EscapeString(unreadableLegend) + "</p>\n<ul id=\"unreadable\">\n")
+	for _, l := range lines {
+		b.WriteString("<li>" + html.EscapeString(l) + "</li>\n")
+	}
+	b.WriteString("</ul>\n")
+}
+
 // writeHTMLCounts writes a table of plain cells, the first three names.
 func writeHTMLCounts(b *strings.Builder, id string, header []string, rows [][]string) {
 	esc := html.EscapeString

@@ -140,6 +140,11 @@ type TideRow struct {
 	// (ASKER_FAILED, RPC_FAILED and any other status but ERROR).
 	Counts
 	Unplayed int `json:"unplayed"`
+	// Unreadable counts the model outputs of the row's episodes (all
+	// seeds) the server could not read (Episode.UnreadableOracle and
+	// UnreadableSolver, summed), as the AMBITAB rows' Unreadable does per
+	// condition.
+	Unreadable UnreadableCounts `json:"unreadable"`
 	// Overall pools the sample types each metric is defined on: all for
 	// DEA and AR, chain-only and joint for the identification rates,
 	// drift-only and joint for DRR and DRA. The paper reports every metric
@@ -493,11 +498,13 @@ func (row *TideRow) fillSummaries(t *summaryTaker, subtypes []string) {
 }
 
 // countEpisodes counts the row's episodes, errors and unplayed episodes,
-// overall and by sample type (fillSummaries has set the groups' types).
+// overall and by sample type (fillSummaries has set the groups' types),
+// and its unreadable model outputs.
 func (row *TideRow) countEpisodes(cell map[uint64][]*Episode) {
 	for _, es := range cell {
 		for _, e := range es {
 			row.Counts.add(e)
+			row.Unreadable.add(e)
 			if incomplete(e) && !errored(e) {
 				row.Unplayed++
 			}
@@ -940,6 +947,23 @@ func writeTideProtocol(b *strings.Builder, rs []*Report, protocol string) {
 		}
 		n.markdown(b)
 	}
+	var lines []string
+	for _, r := range rs {
+		lines = append(lines, tideUnreadableLines(r)...)
+	}
+	writeUnreadableMarkdown(b, lines)
+}
+
+// tideUnreadableLines are the unreadable-output lines of a TIDE report,
+// one per row: "tide, tide-f, llm, asker: unreadable oracle outputs: 3;
+// unreadable solver outputs: 0".
+func tideUnreadableLines(r *Report) []string {
+	var lines []string
+	for i := range r.Tide.Rows {
+		row := &r.Tide.Rows[i]
+		lines = append(lines, unreadableRowLine(tideNameCells(r, row), row.Unreadable))
+	}
+	return lines
 }
 
 // writeTideHTML writes the body of a TIDE report: a chart of the headline
@@ -976,6 +1000,7 @@ func writeTideHTML(b *strings.Builder, r *Report) {
 		b.WriteString("<h2>" + esc(tb.title) + "</h2>\n<p class=\"meta\">" + esc(tb.legend) + "</p>\n")
 		writeTideHTMLTable(b, &tb, r)
 	}
+	writeUnreadableHTML(b, tideUnreadableLines(r))
 }
 
 func writeTideHTMLTable(b *strings.Builder, t *tideTable, r *Report) {

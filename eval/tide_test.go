@@ -309,8 +309,15 @@ func TestTideMixedProtocols(t *testing.T) {
 // HTML is well-formed with grouped headers and the chart; the JSON leaves
 // undefined cells null.
 func TestTideReports(t *testing.T) {
-	f := analyzeTideOK(t, tideEpisodes(TideF, twoAnchors...), 200)
+	feps := tideEpisodes(TideF, twoAnchors...)
+	// An LLM user simulator's unreadable outputs under tide-f: 3 oracle,
+	// 1 solver (none under tide-p).
+	feps[0].UnreadableOracle, feps[2].UnreadableOracle, feps[2].UnreadableSolver = 1, 2, 1
+	f := analyzeTideOK(t, feps, 200)
 	f.Tide.Asker = "chain-aware"
+	if u := f.Tide.Rows[0].Unreadable; u != (UnreadableCounts{Oracle: 3, Solver: 1}) {
+		t.Errorf("tide-f row's unreadable %+v", u)
+	}
 	var xs []tideEp
 	for _, x := range twoAnchors {
 		if x.st != DriftOnly {
@@ -365,6 +372,8 @@ func TestTideReports(t *testing.T) {
 		"| Corpus | Protocol | Oracle | Condition | Episodes | DEA (p) | AR (p) | L1-IR (p) | L2-IRp | JIR (p) | DRR (p) | DRA (p) |",
 		"counts in every table above as a failure (0)",
 		"is measured under tide-p (L1 pre-filled): run eval --protocol tide-p",
+		"\n### Unreadable model output\n\n" + unreadableLegend + "\n\n- " + tideFUnreadable + "\n",
+		"\n### Unreadable model output\n\n" + unreadableLegend + "\n\n- " + tidePUnreadable + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Markdown lacks %q", want)
@@ -372,6 +381,9 @@ func TestTideReports(t *testing.T) {
 	}
 	if strings.Index(out, "| tide | tide-f |") > strings.Index(out, "| tide | tide-p |") {
 		t.Error("tide-f rows should come before tide-p rows")
+	}
+	if caveat := strings.Index(out, tidePCaveat); strings.Index(out, tideFUnreadable) > caveat || strings.Index(out, tidePUnreadable) < caveat {
+		t.Error("each protocol's unreadable line should be in its own tables")
 	}
 	checkTideProtocolSplit(t, out)
 	if t.Failed() {
@@ -383,7 +395,7 @@ func TestTideReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids, colspans := htmlAttrs(t, h.Bytes())
-	for _, id := range []string{"chart-tide", "tide-overall", "tide-dea", "tide-chain", "tide-drift", "tide-drr", "tide-l2f", "tide-episodes", "tide-chain-notes"} {
+	for _, id := range []string{"chart-tide", "tide-overall", "tide-dea", "tide-chain", "tide-drift", "tide-drr", "tide-l2f", "tide-episodes", "tide-chain-notes", "unreadable"} {
 		if !ids[id] {
 			t.Errorf("HTML has no #%s", id)
 		}
@@ -391,7 +403,8 @@ func TestTideReports(t *testing.T) {
 	hs := h.String()
 	for _, want := range []string{"Chain-layer identification and ask rates (TIDE Table 13)", "Drift-only DRA", "<th colspan=\"4\" style=\"text-align: center\">Chain-only</th>",
 		"<th colspan=\"4\" style=\"text-align: center\">Joint</th>",
-		"(n = 6)", "L2-IR (f, extra)", "Episodes and those that did not complete"} {
+		"(n = 6)", "L2-IR (f, extra)", "Episodes and those that did not complete",
+		"<h2>Unreadable model output</h2>", "<li>" + html.EscapeString(tideFUnreadable) + "</li>"} {
 		if !strings.Contains(hs, want) {
 			t.Errorf("HTML lacks %q", want)
 		}
@@ -412,8 +425,9 @@ func TestTideReports(t *testing.T) {
 		Protocol string `json:"protocol"`
 		Tide     struct {
 			Rows []struct {
-				Overall   map[string]any `json:"overall"`
-				ChainOnly map[string]any `json:"chain_only"`
+				Overall    map[string]any    `json:"overall"`
+				ChainOnly  map[string]any    `json:"chain_only"`
+				Unreadable *UnreadableCounts `json:"unreadable"`
 			} `json:"rows"`
 		} `json:"tide"`
 	}
@@ -429,7 +443,16 @@ func TestTideReports(t *testing.T) {
 		cell(ch, "drr")["reason"] == nil || ov["sample_type"] != "all" || ch["episodes"] != 2.0 {
 		t.Errorf("JSON cells: dea %v, l2_ir_p %v, chain-only drr %v", ov["dea"], ov["l2_ir_p"], ch["drr"])
 	}
+	if u := back.Tide.Rows[0].Unreadable; u == nil || *u != (UnreadableCounts{Oracle: 3, Solver: 1}) {
+		t.Errorf("JSON row's unreadable: %v", u)
+	}
 }
+
+// The unreadable-output lines of TestTideReports' rows.
+const (
+	tideFUnreadable = "tide, tide-f, deterministic, asker (chain-aware): unreadable oracle outputs: 3; unreadable solver outputs: 1"
+	tidePUnreadable = "tide, tide-p, deterministic, asker: unreadable oracle outputs: 0; unreadable solver outputs: 0"
+)
 
 // htmlAttrs checks that b is well-formed and returns its elements' ids and
 // the number of colspan attributes.
