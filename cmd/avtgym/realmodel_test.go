@@ -138,7 +138,9 @@ func (p *modelProxy) checkAccepted(t *testing.T) {
 // model on CPU answers one request at a time and loops under greedy
 // decoding (docs/models.md, Settings for llama.cpp and ollama).
 func realEndpoint(p *modelProxy, name string) llm.Config {
-	return llm.Config{BaseURL: p.URL, Model: name, ContextTokens: 8192, RepetitionPenalty: 1.1, MaxTokens: 256}
+	// A CPU that is busy with other work answers slowly: the deadline
+	// covers one generation on a loaded machine.
+	return llm.Config{BaseURL: p.URL, Model: name, ContextTokens: 8192, RepetitionPenalty: 1.1, MaxTokens: 256, Timeout: 10 * time.Minute}
 }
 
 // referenceChecker finds a reference query of the demo corpus quoted in a
@@ -241,7 +243,7 @@ func TestRealModelProbe(t *testing.T) {
 	p, name := realModel(t)
 	start := time.Now()
 	code, stdout, stderr := runCmd(t, "probe", "--oracle-url", p.URL, "--oracle-model", name, "--oracle-context-tokens", "8192",
-		"--oracle-repetition-penalty", "1.1", "--limit", "1", "--variants", "scoped", "--json")
+		"--oracle-repetition-penalty", "1.1", "--oracle-timeout", "10m", "--limit", "1", "--variants", "scoped", "--json")
 	if code != 0 {
 		t.Fatalf("probe: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
