@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,16 +67,9 @@ func TestEvalBirdA(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep eval.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if rep.Protocol != "bird-a" || rep.BirdA == nil || len(rep.BirdA.Rows) != 2 {
-		t.Fatalf("report.json: %.400s", b)
+		t.Fatalf("report.json: %+v", rep)
 	}
 	for _, row := range rep.BirdA.Rows {
 		want := 1.0

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,16 +61,9 @@ func TestEvalTide(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep eval.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readReport(t, dir)
 	if rep.Protocol != eval.TideF || rep.Tide == nil || len(rep.Tide.Rows) != 1 || rep.Tide.Tasks != n {
-		t.Fatalf("report.json: %s", b)
+		t.Fatalf("report.json: %+v", rep)
 	}
 	if row := rep.Tide.Rows[0]; row.ChainOnly.JIR.Mean == nil || *row.ChainOnly.JIR.Mean != 1 || row.Overall.DRA.Mean == nil || *row.Overall.DRA.Mean != 1 {
 		t.Errorf("chain-aware: JIR %+v, DRA %+v", row.ChainOnly.JIR, row.Overall.DRA)
