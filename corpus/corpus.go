@@ -9,8 +9,10 @@ package corpus
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -486,4 +488,26 @@ func followUpRecord(t *Task) *Record {
 	r.Ambiguities = nil
 	r.FollowUp, r.FollowUps = nil, nil
 	return &r
+}
+
+// ContentHash is a hash of everything the corpus serves: 64 hex digits of
+// SHA-256 over every task's id and content hash (Task.Hash), in id order
+// (CorpusInfo.content_hash). It changes when any task, reference or
+// default changes.
+func (c *Corpus) ContentHash() string {
+	ids := make([]int, len(c.Tasks))
+	for i := range ids {
+		ids[i] = i
+	}
+	slices.SortFunc(ids, func(a, b int) int { return strings.Compare(c.Tasks[a].ID, c.Tasks[b].ID) })
+	h := sha256.New()
+	var n [8]byte
+	for _, i := range ids {
+		t := c.Tasks[i]
+		binary.BigEndian.PutUint64(n[:], uint64(len(t.ID)))
+		h.Write(n[:])
+		h.Write([]byte(t.ID))
+		h.Write(t.Hash[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,9 +77,13 @@ type Config struct {
 // Env runs episodes. It holds no per-episode state and is safe for
 // concurrent use.
 type Env struct {
-	cfg     Config
-	corpora map[string]*corpus.Corpus
-	views   map[*corpus.Task]*pb.TaskView
+	// corpusHashes caches each corpus's content hash, by name
+	// (corpus.Corpus.ContentHash): the corpora are fixed for the Env's
+	// life.
+	corpusHashes sync.Map
+	cfg          Config
+	corpora      map[string]*corpus.Corpus
+	views        map[*corpus.Task]*pb.TaskView
 	// public and byPublic map tasks to their public ids and back
 	// (publicid.go).
 	public   map[*corpus.Task]string
@@ -278,10 +283,15 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	if n < 0 || n > MaxGroupSize {
 		return nil, errorf(InvalidArgument, ReasonInvalidOption, "group_size", "%d is outside 0..%d", n, MaxGroupSize)
 	}
+	tags, err := checkTags(req.GetTags())
+	if err != nil {
+		return nil, err
+	}
 	base, err := e.newState(task, req.GetOptions())
 	if err != nil {
 		return nil, err
 	}
+	base.Tags = tags
 	p := &ResetPlan{Episodes: n, task: task, base: base, seed: seed}
 	p.obs = &pb.Observation{Task: e.views[task], Turns: openingTurns(task, base)}
 	observe(p.obs, base, rulesOf(base.Protocol), new(pb.Budget))
@@ -291,11 +301,13 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	// The template: the widest seed and group index there are (BuildReset
 	// sets each episode's own).
 	base.Seed, base.GroupIndex = math.MaxUint64, int32(n-1)
+	base.UidHi, base.UidLo = math.MaxUint64, math.MaxUint64 // fixed64: any value is as wide
 	tok := e.cfg.Sealer.TokenSize(base.SizeVT())
 	tmpl := &pb.Episode{
 		Seed:        math.MaxUint64,
 		GroupIndex:  int32(n - 1),
 		EpisodeId:   e.episodeID(task, math.MaxUint64),
+		EpisodeUid:  uidString(base.UidHi, base.UidLo),
 		Observation: p.obs,
 		Privileged:  p.priv,
 	}
@@ -326,6 +338,7 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 	for i := range p.Episodes {
 		st.Seed = p.seed + uint64(i)
 		st.GroupIndex = int32(i)
+		st.UidHi, st.UidLo = newUID()
 		tok, err := e.seal(st)
 		if err != nil {
 			return nil, err
@@ -335,6 +348,7 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 			Seed:        st.Seed,
 			GroupIndex:  int32(i),
 			EpisodeId:   e.episodeID(p.task, st.Seed),
+			EpisodeUid:  uidString(st.UidHi, st.UidLo),
 			Observation: p.obs,
 			Privileged:  p.priv,
 		}
@@ -470,7 +484,18 @@ func (e *Env) episodeID(t *corpus.Task, seed uint64) string {
 // EpisodeID is the Episode.episode_id of the episode of t with this seed.
 func (e *Env) EpisodeID(t *corpus.Task, seed uint64) string { return e.episodeID(t, seed) }
 
-// episodeID is the server-side id of an episode, by record id (transcripts).
-func episodeID(t *corpus.Task, seed uint64) string {
-	return t.Corpus.Name + "/" + t.ID + "/" + strconv.FormatUint(seed, 10)
+// CorpusHash is the content hash of the served corpus named name
+// (corpus.Corpus.ContentHash, CorpusInfo.content_hash), computed once; ""
+// for a corpus not served.
+func (e *Env) CorpusHash(name string) string {
+	if h, ok := e.corpusHashes.Load(name); ok {
+		return h.(string)
+	}
+	c, ok := e.corpora[name]
+	if !ok {
+		return ""
+	}
+	h := c.ContentHash()
+	e.corpusHashes.Store(name, h)
+	return h
 }

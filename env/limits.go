@@ -172,7 +172,9 @@ func sharedStateBound(corpusBytes, idBytes int) int {
 		varintField(21) + // protocol
 		varintField(41) + // pre-filled questions
 		fixed64Field(42) + fixed64Field(43) + // record hash
-		varintField(47) // comparison
+		varintField(47) + // comparison
+		fixed64Field(48) + fixed64Field(49) + // uid
+		tagsBound() // tags (tags.go)
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound

@@ -2,6 +2,7 @@ package env
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strconv"
@@ -45,6 +46,12 @@ func worstState(corpusBytes, idBytes, answered int, rulesState func(*statepb.Epi
 		Protocol:       pb.Protocol(-1),
 		Prefilled:      -1,
 		Comparison:     pb.Comparison(-1),
+		UidHi:          math.MaxUint64,
+		UidLo:          1,
+	}
+	for i := range MaxTags {
+		key := fmt.Sprintf("%02d", i) + strings.Repeat("k", MaxTagKeyBytes-2)
+		st.Tags = append(st.Tags, &statepb.Tag{Key: key, Value: strings.Repeat("v", MaxTagValueBytes)})
 	}
 	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {

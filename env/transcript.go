@@ -12,9 +12,20 @@ import (
 // the state does not keep (a stop, an over-budget question, feedback) are
 // in the step response that produced them.
 type Transcript struct {
-	EpisodeID  string
-	Corpus     string
-	TaskID     string
+	EpisodeID string
+	// UID is the episode's random id (Episode.episode_uid); Tags the
+	// trainer's tags of its reset (nil when none).
+	UID    string
+	Tags   map[string]string
+	Corpus string
+	// TaskID is the record id; PublicTaskID the id the policy is shown
+	// (TaskView.task_id, what episode_id names); DB and Split the task
+	// view's database id and split.
+	TaskID       string
+	PublicTaskID string
+	DB, Split    string
+	// CorpusHash is the corpus's content hash (Env.CorpusHash).
+	CorpusHash string
 	Seed       uint64
 	GroupIndex int32
 	// Options are the episode's resolved options (reward, solver, oracle,
@@ -59,13 +70,19 @@ func (e *Env) Transcript(token []byte) (*Transcript, error) {
 	}
 	ep := &episode{env: e, st: st, task: t}
 	tr := &Transcript{
-		EpisodeID:  episodeID(t, st.Seed),
-		Corpus:     st.Corpus,
-		TaskID:     st.RecordId,
-		Seed:       st.Seed,
-		GroupIndex: st.GroupIndex,
+		EpisodeID:    e.episodeID(t, st.Seed),
+		UID:          uidString(st.UidHi, st.UidLo),
+		Tags:         tagMap(st.Tags),
+		Corpus:       st.Corpus,
+		TaskID:       st.RecordId,
+		PublicTaskID: e.views[t].GetTaskId(),
+		DB:           e.views[t].GetDatabase().GetId(),
+		Split:        e.views[t].GetSplit(),
+		CorpusHash:   e.CorpusHash(st.Corpus),
+		Seed:         st.Seed,
+		GroupIndex:   st.GroupIndex,
 		Options: &pb.EpisodeOptions{Reward: st.Reward, Solver: st.Solver, Oracle: st.Oracle,
-			StrictCredit: st.StrictCredit, Protocol: st.Protocol},
+			StrictCredit: st.StrictCredit, Protocol: st.Protocol, Comparison: st.Comparison},
 		Budget:      st.Budget,
 		Phase:       st.Phase,
 		Status:      st.Status,

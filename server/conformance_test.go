@@ -641,6 +641,9 @@ func TestListingAndHealth(t *testing.T) {
 	if err != nil || len(cs.Corpora) != 1 || cs.Corpora[0].Name != "tiny" || cs.Corpora[0].AvtCount != 4 || cs.Corpora[0].TaskCount != 5 {
 		t.Fatalf("corpora = %v, %v", cs, err)
 	}
+	if h := cs.Corpora[0].ContentHash; len(h) != 64 || h != s.App.Env.CorpusHash("tiny") || cs.ServerVersion == "" {
+		t.Fatalf("content hash %q (env says %q), server version %q", h, s.App.Env.CorpusHash("tiny"), cs.ServerVersion)
+	}
 	for _, svc := range []string{"", "avtgym.v1.EnvService"} {
 		h, err := s.Client.Health.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {

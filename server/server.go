@@ -42,6 +42,7 @@ import (
 
 	"avtgym/corpus"
 	"avtgym/env"
+	"avtgym/internal/buildinfo"
 	"avtgym/internal/grpcpool"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -795,7 +796,7 @@ func (s *Server) ListOracles(ctx context.Context, req *pb.ListOraclesRequest) (*
 
 // ListCorpora implements EnvService.ListCorpora.
 func (s *Server) ListCorpora(ctx context.Context, req *pb.ListCorporaRequest) (*pb.ListCorporaResponse, error) {
-	out := &pb.ListCorporaResponse{}
+	out := &pb.ListCorporaResponse{ServerVersion: buildinfo.Version()}
 	for _, c := range s.env.Corpora() {
 		out.Corpora = append(out.Corpora, &pb.CorpusInfo{
 			Name:        c.Name,
@@ -804,6 +805,7 @@ func (s *Server) ListCorpora(ctx context.Context, req *pb.ListCorporaRequest) (*
 			AvtCount:    int32(c.AVTCount()),
 			Splits:      c.Splits(),
 			Databases:   c.DBs(),
+			ContentHash: s.env.CorpusHash(c.Name),
 		})
 	}
 	return out, nil

@@ -83,8 +83,9 @@ func tideSamples(t *testing.T, trainer *client.Client) map[string]map[string]tid
 	return out
 }
 
-// scrub is a response as text with its tokens cleared and the given ids
-// replaced by "<id>": what two episodes on different tasks may differ in.
+// scrub is a response as text with its tokens and episode uids cleared and
+// the given ids replaced by "<id>": what two episodes on different tasks
+// may differ in (a uid is random, and differs between any two resets).
 func scrub(m proto.Message, ids ...string) string {
 	m = proto.Clone(m)
 	clearTokens(m.ProtoReflect())
@@ -98,7 +99,7 @@ func scrub(m proto.Message, ids ...string) string {
 func clearTokens(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case fd.Name() == "token" && fd.Kind() == protoreflect.BytesKind:
+		case fd.Name() == "token" && fd.Kind() == protoreflect.BytesKind, fd.Name() == "episode_uid":
 			m.Clear(fd)
 		case fd.Message() != nil && fd.IsList():
 			for i := range v.List().Len() {

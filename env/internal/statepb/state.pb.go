@@ -148,6 +148,13 @@ type EpisodeState struct {
 	// How submissions are compared on a BIRD-Interact-style record (never
 	// UNSPECIFIED once resolved).
 	Comparison v1.Comparison `protobuf:"varint,47,opt,name=comparison,proto3,enum=avtgym.v1.Comparison" json:"comparison,omitempty"`
+	// The episode's random id drawn at reset (Episode.episode_uid), as two
+	// big-endian words.
+	UidHi uint64 `protobuf:"fixed64,48,opt,name=uid_hi,json=uidHi,proto3" json:"uid_hi,omitempty"`
+	// The id's second word.
+	UidLo uint64 `protobuf:"fixed64,49,opt,name=uid_lo,json=uidLo,proto3" json:"uid_lo,omitempty"`
+	// The trainer's tags (ResetRequest.tags), sorted by key.
+	Tags []*Tag `protobuf:"bytes,50,rep,name=tags,proto3" json:"tags,omitempty"`
 	// What the episode's protocol alone keeps.
 	//
 	// Types that are valid to be assigned to Rules:
@@ -358,6 +365,27 @@ func (x *EpisodeState) GetComparison() v1.Comparison {
 	return v1.Comparison(0)
 }
 
+func (x *EpisodeState) GetUidHi() uint64 {
+	if x != nil {
+		return x.UidHi
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetUidLo() uint64 {
+	if x != nil {
+		return x.UidLo
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetTags() []*Tag {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 func (x *EpisodeState) GetRules() isEpisodeState_Rules {
 	if x != nil {
 		return x.Rules
@@ -417,6 +445,61 @@ func (*EpisodeState_Bird) isEpisodeState_Rules() {}
 
 func (*EpisodeState_Tide) isEpisodeState_Rules() {}
 
+// Tag is one of the trainer's labels of an episode.
+type Tag struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key (ASCII, at most 64 bytes).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The value (UTF-8, at most 256 bytes).
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tag) Reset() {
+	*x = Tag{}
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tag) ProtoMessage() {}
+
+func (x *Tag) ProtoReflect() protoreflect.Message {
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tag.ProtoReflect.Descriptor instead.
+func (*Tag) Descriptor() ([]byte, []int) {
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Tag) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Tag) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // AmbiTabState is what AMBITAB's ask-then-solve protocol keeps.
 type AmbiTabState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -429,7 +512,7 @@ type AmbiTabState struct {
 
 func (x *AmbiTabState) Reset() {
 	*x = AmbiTabState{}
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +524,7 @@ func (x *AmbiTabState) String() string {
 func (*AmbiTabState) ProtoMessage() {}
 
 func (x *AmbiTabState) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[1]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +537,7 @@ func (x *AmbiTabState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AmbiTabState.ProtoReflect.Descriptor instead.
 func (*AmbiTabState) Descriptor() ([]byte, []int) {
-	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AmbiTabState) GetUnparsedInRow() int32 {
@@ -507,7 +590,7 @@ type BirdState struct {
 
 func (x *BirdState) Reset() {
 	*x = BirdState{}
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +602,7 @@ func (x *BirdState) String() string {
 func (*BirdState) ProtoMessage() {}
 
 func (x *BirdState) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[2]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +615,7 @@ func (x *BirdState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BirdState.ProtoReflect.Descriptor instead.
 func (*BirdState) Descriptor() ([]byte, []int) {
-	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BirdState) GetSubtask() int32 {
@@ -660,7 +743,7 @@ type TideState struct {
 
 func (x *TideState) Reset() {
 	*x = TideState{}
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +755,7 @@ func (x *TideState) String() string {
 func (*TideState) ProtoMessage() {}
 
 func (x *TideState) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[3]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +768,7 @@ func (x *TideState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TideState.ProtoReflect.Descriptor instead.
 func (*TideState) Descriptor() ([]byte, []int) {
-	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TideState) GetTurnsUsed() int32 {
@@ -768,7 +851,7 @@ type AnsweredQuestion struct {
 
 func (x *AnsweredQuestion) Reset() {
 	*x = AnsweredQuestion{}
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +863,7 @@ func (x *AnsweredQuestion) String() string {
 func (*AnsweredQuestion) ProtoMessage() {}
 
 func (x *AnsweredQuestion) ProtoReflect() protoreflect.Message {
-	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[4]
+	mi := &file_avtgym_internal_state_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +876,7 @@ func (x *AnsweredQuestion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredQuestion.ProtoReflect.Descriptor instead.
 func (*AnsweredQuestion) Descriptor() ([]byte, []int) {
-	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_avtgym_internal_state_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AnsweredQuestion) GetQuestion() string {
@@ -821,7 +904,7 @@ var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xde\b\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xbf\t\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -851,11 +934,17 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x0erecord_hash_lo\x18+ \x01(\x06R\frecordHashLo\x125\n" +
 	"\n" +
 	"comparison\x18/ \x01(\x0e2\x15.avtgym.v1.ComparisonR\n" +
-	"comparison\x12B\n" +
+	"comparison\x12\x15\n" +
+	"\x06uid_hi\x180 \x01(\x06R\x05uidHi\x12\x15\n" +
+	"\x06uid_lo\x181 \x01(\x06R\x05uidLo\x121\n" +
+	"\x04tags\x182 \x03(\v2\x1d.avtgym.internal.state.v1.TagR\x04tags\x12B\n" +
 	"\aambitab\x18, \x01(\v2&.avtgym.internal.state.v1.AmbiTabStateH\x00R\aambitab\x129\n" +
 	"\x04bird\x18- \x01(\v2#.avtgym.internal.state.v1.BirdStateH\x00R\x04bird\x129\n" +
 	"\x04tide\x18. \x01(\v2#.avtgym.internal.state.v1.TideStateH\x00R\x04tideB\a\n" +
-	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\x16\x10)\"6\n" +
+	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\x16\x10)\"-\n" +
+	"\x03Tag\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"6\n" +
 	"\fAmbiTabState\x12&\n" +
 	"\x0funparsed_in_row\x18\x01 \x01(\x05R\runparsedInRow\"\xd4\x04\n" +
 	"\tBirdState\x12\x18\n" +
@@ -912,45 +1001,47 @@ func file_avtgym_internal_state_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_avtgym_internal_state_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_avtgym_internal_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_avtgym_internal_state_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_avtgym_internal_state_v1_state_proto_goTypes = []any{
 	(SubtaskResult)(0),       // 0: avtgym.internal.state.v1.SubtaskResult
 	(*EpisodeState)(nil),     // 1: avtgym.internal.state.v1.EpisodeState
-	(*AmbiTabState)(nil),     // 2: avtgym.internal.state.v1.AmbiTabState
-	(*BirdState)(nil),        // 3: avtgym.internal.state.v1.BirdState
-	(*TideState)(nil),        // 4: avtgym.internal.state.v1.TideState
-	(*AnsweredQuestion)(nil), // 5: avtgym.internal.state.v1.AnsweredQuestion
-	(v1.RewardType)(0),       // 6: avtgym.v1.RewardType
-	(v1.Solver)(0),           // 7: avtgym.v1.Solver
-	(v1.OracleType)(0),       // 8: avtgym.v1.OracleType
-	(v1.Phase)(0),            // 9: avtgym.v1.Phase
-	(v1.EpisodeStatus)(0),    // 10: avtgym.v1.EpisodeStatus
-	(v1.Protocol)(0),         // 11: avtgym.v1.Protocol
-	(v1.Comparison)(0),       // 12: avtgym.v1.Comparison
-	(v1.FollowUpState)(0),    // 13: avtgym.v1.FollowUpState
-	(v1.BirdVariant)(0),      // 14: avtgym.v1.BirdVariant
+	(*Tag)(nil),              // 2: avtgym.internal.state.v1.Tag
+	(*AmbiTabState)(nil),     // 3: avtgym.internal.state.v1.AmbiTabState
+	(*BirdState)(nil),        // 4: avtgym.internal.state.v1.BirdState
+	(*TideState)(nil),        // 5: avtgym.internal.state.v1.TideState
+	(*AnsweredQuestion)(nil), // 6: avtgym.internal.state.v1.AnsweredQuestion
+	(v1.RewardType)(0),       // 7: avtgym.v1.RewardType
+	(v1.Solver)(0),           // 8: avtgym.v1.Solver
+	(v1.OracleType)(0),       // 9: avtgym.v1.OracleType
+	(v1.Phase)(0),            // 10: avtgym.v1.Phase
+	(v1.EpisodeStatus)(0),    // 11: avtgym.v1.EpisodeStatus
+	(v1.Protocol)(0),         // 12: avtgym.v1.Protocol
+	(v1.Comparison)(0),       // 13: avtgym.v1.Comparison
+	(v1.FollowUpState)(0),    // 14: avtgym.v1.FollowUpState
+	(v1.BirdVariant)(0),      // 15: avtgym.v1.BirdVariant
 }
 var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
-	6,  // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
-	7,  // 1: avtgym.internal.state.v1.EpisodeState.solver:type_name -> avtgym.v1.Solver
-	8,  // 2: avtgym.internal.state.v1.EpisodeState.oracle:type_name -> avtgym.v1.OracleType
-	9,  // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
-	10, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
-	5,  // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
-	11, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
-	12, // 7: avtgym.internal.state.v1.EpisodeState.comparison:type_name -> avtgym.v1.Comparison
-	2,  // 8: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
-	3,  // 9: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
-	4,  // 10: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
-	0,  // 11: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
-	0,  // 12: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
-	13, // 13: avtgym.internal.state.v1.BirdState.follow_up_state:type_name -> avtgym.v1.FollowUpState
-	14, // 14: avtgym.internal.state.v1.BirdState.variant:type_name -> avtgym.v1.BirdVariant
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 0: avtgym.internal.state.v1.EpisodeState.reward:type_name -> avtgym.v1.RewardType
+	8,  // 1: avtgym.internal.state.v1.EpisodeState.solver:type_name -> avtgym.v1.Solver
+	9,  // 2: avtgym.internal.state.v1.EpisodeState.oracle:type_name -> avtgym.v1.OracleType
+	10, // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
+	11, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
+	6,  // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
+	12, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
+	13, // 7: avtgym.internal.state.v1.EpisodeState.comparison:type_name -> avtgym.v1.Comparison
+	2,  // 8: avtgym.internal.state.v1.EpisodeState.tags:type_name -> avtgym.internal.state.v1.Tag
+	3,  // 9: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
+	4,  // 10: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
+	5,  // 11: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
+	0,  // 12: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
+	0,  // 13: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
+	14, // 14: avtgym.internal.state.v1.BirdState.follow_up_state:type_name -> avtgym.v1.FollowUpState
+	15, // 15: avtgym.internal.state.v1.BirdState.variant:type_name -> avtgym.v1.BirdVariant
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_internal_state_v1_state_proto_init() }
@@ -963,14 +1054,14 @@ func file_avtgym_internal_state_v1_state_proto_init() {
 		(*EpisodeState_Bird)(nil),
 		(*EpisodeState_Tide)(nil),
 	}
-	file_avtgym_internal_state_v1_state_proto_msgTypes[4].OneofWrappers = []any{}
+	file_avtgym_internal_state_v1_state_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_internal_state_v1_state_proto_rawDesc), len(file_avtgym_internal_state_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

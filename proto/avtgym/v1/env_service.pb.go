@@ -49,7 +49,15 @@ type ResetRequest struct {
 	// task_id is set. The server resolves it, so that a trainer selects
 	// tasks by sample type without reading the privileged labels. Nothing in
 	// the episode echoes it.
-	SampleTypes   []SampleType `protobuf:"varint,8,rep,packed,name=sample_types,json=sampleTypes,proto3,enum=avtgym.v1.SampleType" json:"sample_types,omitempty"`
+	SampleTypes []SampleType `protobuf:"varint,8,rep,packed,name=sample_types,json=sampleTypes,proto3,enum=avtgym.v1.SampleType" json:"sample_types,omitempty"`
+	// Labels the trainer attaches to the episodes of this reset (run id,
+	// trainer step, group id, model revision, …): sealed in each episode's
+	// token, written with its record (the server's episode log, rollout and
+	// eval records), and never shown to the policy or read by the
+	// environment. At most 16 tags; a key is 1 to 64 bytes of ASCII letters,
+	// digits and "._-:/", a value at most 256 bytes of UTF-8 (docs/limits.md);
+	// anything else is rejected with INVALID_OPTION on field "tags".
+	Tags          map[string]string `protobuf:"bytes,9,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,6 +148,13 @@ func (x *ResetRequest) GetSampleTypes() []SampleType {
 	return nil
 }
 
+func (x *ResetRequest) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // Episode is one started episode.
 type Episode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -154,7 +169,13 @@ type Episode struct {
 	// A stable id for logs: corpus, task id, seed.
 	EpisodeId string `protobuf:"bytes,5,opt,name=episode_id,json=episodeId,proto3" json:"episode_id,omitempty"`
 	// Privileged data; set only when the request asked for it.
-	Privileged    *Privileged `protobuf:"bytes,6,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	Privileged *Privileged `protobuf:"bytes,6,opt,name=privileged,proto3" json:"privileged,omitempty"`
+	// A random 128-bit id drawn at reset, in 32 lower-case hex digits, sealed
+	// in the token: every step (and fork) of this episode carries it, and no
+	// other reset has it. episode_id names what was played (corpus, task,
+	// seed) and repeats when the same seed is reset again; episode_uid tells
+	// those apart, and a retried step from one apart from two look-alikes.
+	EpisodeUid    string `protobuf:"bytes,7,opt,name=episode_uid,json=episodeUid,proto3" json:"episode_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,6 +250,13 @@ func (x *Episode) GetPrivileged() *Privileged {
 		return x.Privileged
 	}
 	return nil
+}
+
+func (x *Episode) GetEpisodeUid() string {
+	if x != nil {
+		return x.EpisodeUid
+	}
+	return ""
 }
 
 // ResetResponse returns the started episodes.
@@ -1053,7 +1081,12 @@ type CorpusInfo struct {
 	// The split labels in use.
 	Splits []string `protobuf:"bytes,5,rep,name=splits,proto3" json:"splits,omitempty"`
 	// The database ids.
-	Databases     []string `protobuf:"bytes,6,rep,name=databases,proto3" json:"databases,omitempty"`
+	Databases []string `protobuf:"bytes,6,rep,name=databases,proto3" json:"databases,omitempty"`
+	// A content hash of the corpus as served: 64 hex digits of SHA-256 over
+	// every task's id and content hash, in id order. Two servers with the
+	// same hash serve the same tasks, references included; records carry it
+	// so that a re-verification can say whether the corpus changed since.
+	ContentHash   string `protobuf:"bytes,7,opt,name=content_hash,json=contentHash,proto3" json:"content_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1130,11 +1163,21 @@ func (x *CorpusInfo) GetDatabases() []string {
 	return nil
 }
 
+func (x *CorpusInfo) GetContentHash() string {
+	if x != nil {
+		return x.ContentHash
+	}
+	return ""
+}
+
 // ListCorporaResponse lists the served corpora.
 type ListCorporaResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The corpora, the default one first.
-	Corpora       []*CorpusInfo `protobuf:"bytes,1,rep,name=corpora,proto3" json:"corpora,omitempty"`
+	Corpora []*CorpusInfo `protobuf:"bytes,1,rep,name=corpora,proto3" json:"corpora,omitempty"`
+	// The server's version (its module version, or "devel" with the VCS
+	// revision it was built from), written into episode records.
+	ServerVersion string `protobuf:"bytes,2,opt,name=server_version,json=serverVersion,proto3" json:"server_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1174,6 +1217,13 @@ func (x *ListCorporaResponse) GetCorpora() []*CorpusInfo {
 		return x.Corpora
 	}
 	return nil
+}
+
+func (x *ListCorporaResponse) GetServerVersion() string {
+	if x != nil {
+		return x.ServerVersion
+	}
+	return ""
 }
 
 // ListOraclesRequest asks for the served oracles.
@@ -1653,7 +1703,7 @@ var File_avtgym_v1_env_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xb4\x02\n" +
+	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xa4\x03\n" +
 	"\fResetRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1663,8 +1713,12 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"group_size\x18\x05 \x01(\x05R\tgroupSize\x123\n" +
 	"\aoptions\x18\x06 \x01(\v2\x19.avtgym.v1.EpisodeOptionsR\aoptions\x12-\n" +
 	"\x12include_privileged\x18\a \x01(\bR\x11includePrivileged\x128\n" +
-	"\fsample_types\x18\b \x03(\x0e2\x15.avtgym.v1.SampleTypeR\vsampleTypesB\a\n" +
-	"\x05_seed\"\xe4\x01\n" +
+	"\fsample_types\x18\b \x03(\x0e2\x15.avtgym.v1.SampleTypeR\vsampleTypes\x125\n" +
+	"\x04tags\x18\t \x03(\v2!.avtgym.v1.ResetRequest.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05_seed\"\x85\x02\n" +
 	"\aEpisode\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\fR\x05token\x128\n" +
 	"\vobservation\x18\x02 \x01(\v2\x16.avtgym.v1.ObservationR\vobservation\x12\x12\n" +
@@ -1675,7 +1729,9 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"episode_id\x18\x05 \x01(\tR\tepisodeId\x125\n" +
 	"\n" +
 	"privileged\x18\x06 \x01(\v2\x15.avtgym.v1.PrivilegedR\n" +
-	"privileged\"?\n" +
+	"privileged\x12\x1f\n" +
+	"\vepisode_uid\x18\a \x01(\tR\n" +
+	"episodeUid\"?\n" +
 	"\rResetResponse\x12.\n" +
 	"\bepisodes\x18\x01 \x03(\v2\x12.avtgym.v1.EpisodeR\bepisodes\"}\n" +
 	"\vStepRequest\x12\x14\n" +
@@ -1726,7 +1782,7 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\n" +
 	"privileged\x18\x02 \x01(\v2\x15.avtgym.v1.PrivilegedR\n" +
 	"privileged\"\x14\n" +
-	"\x12ListCorporaRequest\"\xb4\x01\n" +
+	"\x12ListCorporaRequest\"\xd7\x01\n" +
 	"\n" +
 	"CorpusInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
@@ -1735,9 +1791,11 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"task_count\x18\x03 \x01(\x05R\ttaskCount\x12\x1b\n" +
 	"\tavt_count\x18\x04 \x01(\x05R\bavtCount\x12\x16\n" +
 	"\x06splits\x18\x05 \x03(\tR\x06splits\x12\x1c\n" +
-	"\tdatabases\x18\x06 \x03(\tR\tdatabases\"F\n" +
+	"\tdatabases\x18\x06 \x03(\tR\tdatabases\x12!\n" +
+	"\fcontent_hash\x18\a \x01(\tR\vcontentHash\"m\n" +
 	"\x13ListCorporaResponse\x12/\n" +
-	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora\"\x14\n" +
+	"\acorpora\x18\x01 \x03(\v2\x15.avtgym.v1.CorpusInfoR\acorpora\x12%\n" +
+	"\x0eserver_version\x18\x02 \x01(\tR\rserverVersion\"\x14\n" +
 	"\x12ListOraclesRequest\"\xc1\x01\n" +
 	"\n" +
 	"OracleInfo\x12)\n" +
@@ -1794,7 +1852,7 @@ func file_avtgym_v1_env_service_proto_rawDescGZIP() []byte {
 	return file_avtgym_v1_env_service_proto_rawDescData
 }
 
-var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_avtgym_v1_env_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_avtgym_v1_env_service_proto_goTypes = []any{
 	(*ResetRequest)(nil),          // 0: avtgym.v1.ResetRequest
 	(*Episode)(nil),               // 1: avtgym.v1.Episode
@@ -1821,72 +1879,74 @@ var file_avtgym_v1_env_service_proto_goTypes = []any{
 	(*ProtocolInfo)(nil),          // 22: avtgym.v1.ProtocolInfo
 	(*ActionPrice)(nil),           // 23: avtgym.v1.ActionPrice
 	(*ListProtocolsResponse)(nil), // 24: avtgym.v1.ListProtocolsResponse
-	(*EpisodeOptions)(nil),        // 25: avtgym.v1.EpisodeOptions
-	(SampleType)(0),               // 26: avtgym.v1.SampleType
-	(*Observation)(nil),           // 27: avtgym.v1.Observation
-	(*Privileged)(nil),            // 28: avtgym.v1.Privileged
-	(*Action)(nil),                // 29: avtgym.v1.Action
-	(EpisodeStatus)(0),            // 30: avtgym.v1.EpisodeStatus
-	(*Reward)(nil),                // 31: avtgym.v1.Reward
-	(*status.Status)(nil),         // 32: google.rpc.Status
-	(*TaskSummary)(nil),           // 33: avtgym.v1.TaskSummary
-	(*TaskView)(nil),              // 34: avtgym.v1.TaskView
-	(OracleType)(0),               // 35: avtgym.v1.OracleType
-	(Protocol)(0),                 // 36: avtgym.v1.Protocol
+	nil,                           // 25: avtgym.v1.ResetRequest.TagsEntry
+	(*EpisodeOptions)(nil),        // 26: avtgym.v1.EpisodeOptions
+	(SampleType)(0),               // 27: avtgym.v1.SampleType
+	(*Observation)(nil),           // 28: avtgym.v1.Observation
+	(*Privileged)(nil),            // 29: avtgym.v1.Privileged
+	(*Action)(nil),                // 30: avtgym.v1.Action
+	(EpisodeStatus)(0),            // 31: avtgym.v1.EpisodeStatus
+	(*Reward)(nil),                // 32: avtgym.v1.Reward
+	(*status.Status)(nil),         // 33: google.rpc.Status
+	(*TaskSummary)(nil),           // 34: avtgym.v1.TaskSummary
+	(*TaskView)(nil),              // 35: avtgym.v1.TaskView
+	(OracleType)(0),               // 36: avtgym.v1.OracleType
+	(Protocol)(0),                 // 37: avtgym.v1.Protocol
 }
 var file_avtgym_v1_env_service_proto_depIdxs = []int32{
-	25, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
-	26, // 1: avtgym.v1.ResetRequest.sample_types:type_name -> avtgym.v1.SampleType
-	27, // 2: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
-	28, // 3: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
-	1,  // 4: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
-	29, // 5: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
-	27, // 6: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
-	30, // 7: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
-	31, // 8: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
-	28, // 9: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
-	0,  // 10: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
-	32, // 11: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
-	2,  // 12: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
-	6,  // 13: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
-	3,  // 14: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
-	32, // 15: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
-	4,  // 16: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
-	9,  // 17: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
-	33, // 18: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
-	34, // 19: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
-	28, // 20: avtgym.v1.GetTaskResponse.privileged:type_name -> avtgym.v1.Privileged
-	16, // 21: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
-	35, // 22: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
-	35, // 23: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
-	19, // 24: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
-	35, // 25: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
-	36, // 26: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
-	23, // 27: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
-	22, // 28: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
-	0,  // 29: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
-	3,  // 30: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
-	5,  // 31: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
-	8,  // 32: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
-	11, // 33: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
-	13, // 34: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
-	15, // 35: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
-	18, // 36: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
-	21, // 37: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
-	2,  // 38: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
-	4,  // 39: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
-	7,  // 40: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
-	10, // 41: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
-	12, // 42: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
-	14, // 43: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
-	17, // 44: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
-	20, // 45: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
-	24, // 46: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	26, // 0: avtgym.v1.ResetRequest.options:type_name -> avtgym.v1.EpisodeOptions
+	27, // 1: avtgym.v1.ResetRequest.sample_types:type_name -> avtgym.v1.SampleType
+	25, // 2: avtgym.v1.ResetRequest.tags:type_name -> avtgym.v1.ResetRequest.TagsEntry
+	28, // 3: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
+	29, // 4: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
+	1,  // 5: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
+	30, // 6: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
+	28, // 7: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
+	31, // 8: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
+	32, // 9: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
+	29, // 10: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
+	0,  // 11: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
+	33, // 12: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
+	2,  // 13: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
+	6,  // 14: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
+	3,  // 15: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
+	33, // 16: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
+	4,  // 17: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
+	9,  // 18: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
+	34, // 19: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
+	35, // 20: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
+	29, // 21: avtgym.v1.GetTaskResponse.privileged:type_name -> avtgym.v1.Privileged
+	16, // 22: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
+	36, // 23: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
+	36, // 24: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
+	19, // 25: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
+	36, // 26: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
+	37, // 27: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
+	23, // 28: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
+	22, // 29: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
+	0,  // 30: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
+	3,  // 31: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
+	5,  // 32: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
+	8,  // 33: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
+	11, // 34: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
+	13, // 35: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
+	15, // 36: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
+	18, // 37: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
+	21, // 38: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
+	2,  // 39: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
+	4,  // 40: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
+	7,  // 41: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
+	10, // 42: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
+	12, // 43: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
+	14, // 44: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
+	17, // 45: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
+	20, // 46: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
+	24, // 47: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
+	39, // [39:48] is the sub-list for method output_type
+	30, // [30:39] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_env_service_proto_init() }
@@ -1902,7 +1962,7 @@ func file_avtgym_v1_env_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_avtgym_v1_env_service_proto_rawDesc), len(file_avtgym_v1_env_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,7 +9,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged", "sample_types")
+    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged", "sample_types", "tags")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CORPUS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +25,7 @@ class ResetRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
@@ -26,23 +34,26 @@ class ResetRequest(_message.Message):
     options: _episode_pb2.EpisodeOptions
     include_privileged: bool
     sample_types: _containers.RepeatedScalarFieldContainer[_episode_pb2.SampleType]
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ..., sample_types: _Optional[_Iterable[_Union[_episode_pb2.SampleType, str]]] = ...) -> None: ...
+    tags: _containers.ScalarMap[str, str]
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ..., sample_types: _Optional[_Iterable[_Union[_episode_pb2.SampleType, str]]] = ..., tags: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("token", "observation", "seed", "group_index", "episode_id", "privileged")
+    __slots__ = ("token", "observation", "seed", "group_index", "episode_id", "privileged", "episode_uid")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     GROUP_INDEX_FIELD_NUMBER: _ClassVar[int]
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_UID_FIELD_NUMBER: _ClassVar[int]
     token: bytes
     observation: _episode_pb2.Observation
     seed: int
     group_index: int
     episode_id: str
     privileged: _episode_pb2.Privileged
-    def __init__(self, token: _Optional[bytes] = ..., observation: _Optional[_Union[_episode_pb2.Observation, _Mapping]] = ..., seed: _Optional[int] = ..., group_index: _Optional[int] = ..., episode_id: _Optional[str] = ..., privileged: _Optional[_Union[_episode_pb2.Privileged, _Mapping]] = ...) -> None: ...
+    episode_uid: str
+    def __init__(self, token: _Optional[bytes] = ..., observation: _Optional[_Union[_episode_pb2.Observation, _Mapping]] = ..., seed: _Optional[int] = ..., group_index: _Optional[int] = ..., episode_id: _Optional[str] = ..., privileged: _Optional[_Union[_episode_pb2.Privileged, _Mapping]] = ..., episode_uid: _Optional[str] = ...) -> None: ...
 
 class ResetResponse(_message.Message):
     __slots__ = ("episodes",)
@@ -163,26 +174,30 @@ class ListCorporaRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class CorpusInfo(_message.Message):
-    __slots__ = ("name", "description", "task_count", "avt_count", "splits", "databases")
+    __slots__ = ("name", "description", "task_count", "avt_count", "splits", "databases", "content_hash")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
     AVT_COUNT_FIELD_NUMBER: _ClassVar[int]
     SPLITS_FIELD_NUMBER: _ClassVar[int]
     DATABASES_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     task_count: int
     avt_count: int
     splits: _containers.RepeatedScalarFieldContainer[str]
     databases: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., task_count: _Optional[int] = ..., avt_count: _Optional[int] = ..., splits: _Optional[_Iterable[str]] = ..., databases: _Optional[_Iterable[str]] = ...) -> None: ...
+    content_hash: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., task_count: _Optional[int] = ..., avt_count: _Optional[int] = ..., splits: _Optional[_Iterable[str]] = ..., databases: _Optional[_Iterable[str]] = ..., content_hash: _Optional[str] = ...) -> None: ...
 
 class ListCorporaResponse(_message.Message):
-    __slots__ = ("corpora",)
+    __slots__ = ("corpora", "server_version")
     CORPORA_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     corpora: _containers.RepeatedCompositeFieldContainer[CorpusInfo]
-    def __init__(self, corpora: _Optional[_Iterable[_Union[CorpusInfo, _Mapping]]] = ...) -> None: ...
+    server_version: str
+    def __init__(self, corpora: _Optional[_Iterable[_Union[CorpusInfo, _Mapping]]] = ..., server_version: _Optional[str] = ...) -> None: ...
 
 class ListOraclesRequest(_message.Message):
     __slots__ = ()
