@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -126,6 +127,15 @@ type Episode struct {
 	sqls     []string
 	drift    string
 
+	// For the record (record.go): the tags of the reset, the credits the
+	// privileged channel gave each oracle turn (by index in turns), the
+	// verdict on each submitted SQL, and when the episode started and
+	// ended.
+	tags              map[string]string
+	credits           map[int][]*pb.Credit
+	verdicts          []Verdict
+	started, finished time.Time
+
 	// FallbackStop and FallbackSQL are set by a policy whose output could
 	// not be parsed (PROTOCOL.md §6): the episode ended by a fallback STOP,
 	// or a placeholder SQL was submitted. Record reports them.
@@ -177,10 +187,12 @@ func newEpisode(env Env, e *pb.Episode, req *pb.ResetRequest) *Episode {
 	obs := e.GetObservation()
 	ep := &Episode{
 		env: env, opts: req.GetOptions(), reset: e, priv: req.GetIncludePrivileged(), token: e.GetToken(),
-		turns: slices.Clone(obs.GetTurns()),
-		view:  obs.GetTask(),
-		terms: CountedTerms(e.GetPrivileged()),
-		phase: obs.GetPhase(),
+		turns:   slices.Clone(obs.GetTurns()),
+		view:    obs.GetTask(),
+		terms:   CountedTerms(e.GetPrivileged()),
+		phase:   obs.GetPhase(),
+		tags:    req.GetTags(),
+		started: time.Now(),
 	}
 	ep.observe(obs)
 	return ep
@@ -190,6 +202,7 @@ func cloneReset(r *pb.ResetRequest) *pb.ResetRequest {
 	c := &pb.ResetRequest{
 		Corpus: r.GetCorpus(), TaskId: r.GetTaskId(), Split: r.GetSplit(),
 		Options: r.GetOptions(), GroupSize: r.GetGroupSize(), IncludePrivileged: r.GetIncludePrivileged(),
+		SampleTypes: r.GetSampleTypes(), Tags: r.GetTags(),
 	}
 	if r.Seed != nil {
 		s := r.GetSeed()
@@ -408,7 +421,9 @@ func actionName(a *pb.Action) string {
 func (e *Episode) apply(a *pb.Action, resp *pb.StepResponse) {
 	e.token, e.last = resp.GetToken(), resp
 	obs := resp.GetObservation()
+	first := len(e.turns)
 	e.turns = append(e.turns, obs.GetTurns()...)
+	e.noteForRecord(first, resp)
 	before := e.coinsUsedMilli()
 	e.observe(obs)
 	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {

@@ -79,6 +79,18 @@ func TestSameRecordInProcessAndRemote(t *testing.T) {
 	local := playFull(t, inProcess(t))
 	srv := testutil.StartServer(t, app.Config{Corpora: []string{testutil.WriteTiny(t)}})
 	remote := playFull(t, driver.Remote(srv.Client.Env))
+	for _, r := range []*driver.Record{local, remote} {
+		if len(r.EpisodeUID) != 32 || r.StartedAt == "" || r.FinishedAt == "" {
+			t.Fatalf("record without its uid or times: %+v", r)
+		}
+	}
+	if local.EpisodeUID == remote.EpisodeUID {
+		t.Fatalf("two resets share the uid %s", local.EpisodeUID)
+	}
+	// What differs by nature: the uid drawn at reset and the clock.
+	for _, r := range []*driver.Record{local, remote} {
+		r.EpisodeUID, r.StartedAt, r.FinishedAt, r.DurationMS = "", "", "", 0
+	}
 	if !reflect.DeepEqual(local, remote) {
 		t.Fatalf("records differ:\nin process %+v\nremote     %+v", local, remote)
 	}

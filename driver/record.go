@@ -1,25 +1,49 @@
 package driver
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	pb "avtgym/proto/avtgym/v1"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // Record is what one played episode comes to: a line of `avtgym rollout
 // --episodes-out`, and, with eval's labels, of an evaluation run's
 // episodes.jsonl. The reward's components are copied as the server
 // reported them; a quantity PROTOCOL.md §6 leaves undefined is null.
+//
+// It is the one episode record (schema/episode.v1.json, docs/records.md):
+// eval's episodes.jsonl, rollout's --episodes-out and serve's
+// --episode-log write it, and the Python client's avtgym.records; Writer
+// says which. The fields below Error are the schema's version 1 additions
+// (the transcript, verdicts, tags, timings, the server); readers ignore
+// fields they do not know.
 type Record struct {
-	Corpus    string `json:"corpus"`
-	TaskID    string `json:"task_id"`
-	AVTID     string `json:"avt_id"`
-	DB        string `json:"db,omitempty"`
-	Split     string `json:"split,omitempty"`
-	EpisodeID string `json:"episode_id,omitempty"`
-	Seed      uint64 `json:"seed"`
+	// Schema is RecordSchema.
+	Schema string `json:"schema"`
+	// Writer is what wrote the record: eval, rollout, serve or python.
+	Writer string `json:"writer,omitempty"`
+	Corpus string `json:"corpus"`
+	TaskID string `json:"task_id"`
+	AVTID  string `json:"avt_id"`
+	DB     string `json:"db,omitempty"`
+	Split  string `json:"split,omitempty"`
+	// EpisodeID names what was played (corpus/task/seed, Episode.episode_id);
+	// EpisodeUID the one started episode (Episode.episode_uid: random,
+	// drawn at reset). Two records with one uid are one episode: a retried
+	// step, or a fork from one of its tokens.
+	EpisodeID  string `json:"episode_id,omitempty"`
+	EpisodeUID string `json:"episode_uid,omitempty"`
+	Seed       uint64 `json:"seed"`
+	GroupIndex int32  `json:"group_index"`
 	// Status is TERMINATED, TRUNCATED or ERROR (the server's terminal
 	// status), or, for an episode that could not be played, RPC_FAILED
 	// (a call failed) or ASKER_FAILED (the policy itself failed, such as
@@ -106,6 +130,178 @@ type Record struct {
 	// Error explains an episode that could not be played or scored (for
 	// ERROR, the server's reason when the reset was privileged).
 	Error string `json:"error,omitempty"`
+
+	// Tags are the trainer's tags of the reset (ResetRequest.tags).
+	Tags map[string]string `json:"tags,omitempty"`
+	// Options are the episode's options as names (RecordOptions).
+	Options *RecordOptions `json:"options,omitempty"`
+	// Components are the reward's components exactly as the server
+	// reported them (the fields above interpret some of them).
+	Components map[string]float64 `json:"components,omitempty"`
+	// Turns are the dialogue in order, every role and kind, as the policy
+	// was shown it (the request of a spec-randomized episode is the
+	// donor's); an oracle turn carries its credits when the writer read
+	// the privileged channel.
+	Turns []RecordTurn `json:"turns"`
+	// Verdicts are the environment's answer to each SQL submitted, in
+	// order.
+	Verdicts []Verdict `json:"verdicts,omitempty"`
+	// Privileged is the task's privileged data with the episode's credits
+	// and the verifier's reason (avtgym.v1.Privileged in protojson), when
+	// the writer was entitled to it and asked for it; absent otherwise.
+	Privileged json.RawMessage `json:"privileged,omitempty"`
+	// StartedAt and FinishedAt are when the writer saw the reset and the
+	// last step (RFC 3339, UTC); DurationMS the time between.
+	StartedAt  string  `json:"started_at,omitempty"`
+	FinishedAt string  `json:"finished_at,omitempty"`
+	DurationMS float64 `json:"duration_ms,omitempty"`
+	// Server says which server and corpus played the episode, when the
+	// writer knows.
+	Server *ServerInfo `json:"server,omitempty"`
+}
+
+// Replayable is the record without what differs between two plays of the
+// same episode by nature: the uid drawn at reset, the clock and the server
+// build. Two deterministic plays (the same task, seed, options, policy and
+// oracle) give equal Replayable records.
+func (r Record) Replayable() Record {
+	r.EpisodeUID, r.StartedAt, r.FinishedAt, r.DurationMS, r.Server = "", "", "", 0, nil
+	return r
+}
+
+// RecordSchema is the schema name every record carries: version 1 of
+// schema/episode.v1.json.
+const RecordSchema = "avtgym.episode/1"
+
+// RecordOptions are an episode's options as records spell them: lower-case
+// enum names without their prefix (question_f1, client, deterministic, …).
+// Empty means the server's default.
+type RecordOptions struct {
+	Reward       string `json:"reward,omitempty"`
+	Solver       string `json:"solver,omitempty"`
+	Oracle       string `json:"oracle,omitempty"`
+	StrictCredit bool   `json:"strict_credit,omitempty"`
+}
+
+// RecordTurn is one turn of a recorded dialogue.
+type RecordTurn struct {
+	// Role is policy, oracle, environment or prefilled; Kind request,
+	// question, reply, stop, sql, feedback, notice, refusal, unparsed,
+	// tool_call, tool_result or drift ("" where the writer does not know:
+	// serve's oracle turns before the last step).
+	Role string `json:"role"`
+	Kind string `json:"kind,omitempty"`
+	Text string `json:"text"`
+	// Credits are the terms the question before this reply was credited
+	// with (privileged; oracle turns only).
+	Credits []RecordCredit `json:"credits,omitempty"`
+}
+
+// RecordCredit is one credited ambiguity.
+type RecordCredit struct {
+	Index   int32  `json:"index"`
+	Term    string `json:"term"`
+	Counted bool   `json:"counted"`
+}
+
+// Verdict is the environment's answer to one submitted SQL: the feedback
+// turns the policy was shown after it, and the verifier's reason
+// (privileged: it may describe the reference).
+type Verdict struct {
+	SQL      string `json:"sql"`
+	Feedback string `json:"feedback,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ServerInfo names the server build and the corpus content
+// (ListCorporaResponse.server_version, CorpusInfo.content_hash).
+type ServerInfo struct {
+	Version    string `json:"version,omitempty"`
+	CorpusHash string `json:"corpus_hash,omitempty"`
+}
+
+// EnumName is a proto enum value's record spelling: its name without the
+// type's prefix, in lower case (ROLE_POLICY → "policy"); "" for the zero
+// value.
+func EnumName(name, prefix string) string {
+	if strings.HasSuffix(name, "_UNSPECIFIED") {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(name, prefix))
+}
+
+// OptionsOf spells an episode's options for a record.
+func OptionsOf(o *pb.EpisodeOptions) *RecordOptions {
+	return &RecordOptions{
+		Reward:       EnumName(o.GetReward().String(), "REWARD_TYPE_"),
+		Solver:       EnumName(o.GetSolver().String(), "SOLVER_"),
+		Oracle:       EnumName(o.GetOracle().String(), "ORACLE_TYPE_"),
+		StrictCredit: o.GetStrictCredit(),
+	}
+}
+
+// TurnOf spells one turn for a record.
+func TurnOf(t *pb.Turn, credits []*pb.Credit) RecordTurn {
+	rt := RecordTurn{Role: EnumName(t.GetRole().String(), "ROLE_"), Kind: EnumName(t.GetKind().String(), "TURN_KIND_"), Text: t.GetText()}
+	rt.Credits = CreditsOf(credits)
+	return rt
+}
+
+// CreditsOf spells credits for a record (nil for none).
+func CreditsOf(cs []*pb.Credit) []RecordCredit {
+	var out []RecordCredit
+	for _, c := range cs {
+		out = append(out, RecordCredit{Index: c.GetIndex(), Term: c.GetTerm(), Counted: c.GetCounted()})
+	}
+	return out
+}
+
+// privilegedJSON writes privileged data for a record: every field, with the
+// proto's names.
+var privilegedJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+// PrivilegedJSON is p in the record's spelling (nil for nil).
+func PrivilegedJSON(p *pb.Privileged) json.RawMessage {
+	if p == nil {
+		return nil
+	}
+	b, err := privilegedJSON.Marshal(p)
+	if err != nil {
+		return nil // unreachable: a proto message always marshals
+	}
+	return b
+}
+
+// noteForRecord keeps what a step tells the record beyond its turns: the
+// credits of its oracle reply, the verdict on its SQL, and the end.
+func (e *Episode) noteForRecord(first int, resp *pb.StepResponse) {
+	priv := resp.GetPrivileged()
+	turns := resp.GetObservation().GetTurns()
+	for i, t := range turns {
+		switch {
+		case t.GetRole() == pb.Role_ROLE_ORACLE && len(priv.GetCredits()) > 0:
+			if e.credits == nil {
+				e.credits = map[int][]*pb.Credit{}
+			}
+			e.credits[first+i] = priv.GetCredits()
+		case t.GetRole() == pb.Role_ROLE_POLICY && t.GetKind() == pb.TurnKind_TURN_KIND_SQL:
+			v := Verdict{SQL: t.GetText(), Reason: priv.GetVerifierReason()}
+			var fb []string
+			for _, u := range turns[i+1:] {
+				if u.GetRole() == pb.Role_ROLE_POLICY {
+					break
+				}
+				if k := u.GetKind(); k == pb.TurnKind_TURN_KIND_FEEDBACK || k == pb.TurnKind_TURN_KIND_NOTICE {
+					fb = append(fb, u.GetText())
+				}
+			}
+			v.Feedback = strings.Join(fb, "\n")
+			e.verdicts = append(e.verdicts, v)
+		}
+	}
+	if resp.GetDone() && e.finished.IsZero() {
+		e.finished = time.Now()
+	}
 }
 
 // Scored reports whether the episode counts in metrics.
@@ -122,6 +318,27 @@ func (e *Episode) Record(err error) *Record {
 		Questions: nonNil(e.questions), Replies: nonNil(e.replies), CreditedTerms: []string{},
 		FallbackStop: e.FallbackStop, FallbackSQL: e.FallbackSQL,
 		Comparison: ComparisonName(e.opts.GetComparison()),
+		Schema:     RecordSchema, EpisodeUID: e.reset.GetEpisodeUid(), GroupIndex: e.reset.GetGroupIndex(),
+		Tags: e.tags, Options: OptionsOf(e.opts), Verdicts: slices.Clone(e.verdicts),
+		StartedAt: e.started.UTC().Format(time.RFC3339Nano),
+	}
+	r.Turns = make([]RecordTurn, len(e.turns))
+	for i, t := range e.turns {
+		r.Turns[i] = TurnOf(t, e.credits[i])
+	}
+	if !e.finished.IsZero() {
+		r.FinishedAt = e.finished.UTC().Format(time.RFC3339Nano)
+		r.DurationMS = float64(e.finished.Sub(e.started).Microseconds()) / 1000
+	}
+	if priv := e.reset.GetPrivileged(); priv != nil {
+		p := proto.CloneOf(priv)
+		if last := e.last.GetPrivileged(); last != nil {
+			p.EpisodeCredits, p.VerifierReason = last.GetEpisodeCredits(), last.GetVerifierReason()
+		}
+		if len(e.followUpSQL) > 0 {
+			p.FollowUpReferenceSql = e.followUpSQL
+		}
+		r.Privileged = PrivilegedJSON(p)
 	}
 	if p := e.Protocol(); p != pb.Protocol_PROTOCOL_AMBITAB {
 		r.Protocol = ProtocolName(p)
@@ -137,9 +354,7 @@ func (e *Episode) Record(err error) *Record {
 			r.TurnsUsed, r.TurnBudget = int(b.GetUsedMilli()/1000), int(b.GetTotalMilli()/1000)
 		}
 		r.Subtask = e.subtask
-		if ti := e.Tide(); ti != nil {
-			r.SampleType, r.Cluster, r.DriftSubtype, r.IntentSubtype = sampleTypeLabel(ti), ti.GetCluster(), driftSubtypeLabel(ti), ti.GetIntentSubtype()
-		}
+		r.TideLabels(e.Tide())
 		r.SQLs, r.Routings = slices.Clone(e.sqls), slices.Clone(e.routings)
 	}
 	if e.Protocol() == pb.Protocol_PROTOCOL_BIRD_A {
@@ -185,26 +400,49 @@ func (e *Episode) Record(err error) *Record {
 			r.CreditedTerms = append(r.CreditedTerms, c.GetTerm())
 		}
 	}
-	if rw := last.GetReward(); rw != nil {
-		v := rw.GetValue()
-		r.Reward = &v
-		get := func(k string) *float64 {
-			if x, ok := rw.GetComponents()[k]; ok {
-				return &x
-			}
-			return nil
-		}
-		r.Precision, r.Recall, r.Success = get("precision"), get("recall"), get("outcome")
-		r.Phase1, r.Phase2 = get("phase1"), get("phase2")
-		r.SQL1, r.SQL2, r.DriftRecognized = get("sql1"), get("sql2"), get("drift_recognized")
-		r.L1Identified, r.L2Identified, r.Asked = get("l1_identified"), get("l2_identified"), get("asked")
-		if r.Counted > 0 {
-			r.F1 = get("question_f1")
-		} else {
-			r.Recall = nil
-		}
-	}
+	r.SetReward(last.GetReward())
 	return r
+}
+
+// SetReward copies a final reward into the record: its value, its
+// components as reported, and the components the record names (F1 and
+// recall only when the task has counted ambiguities: set Counted first).
+// A nil reward (an ERROR episode) leaves them null.
+func (r *Record) SetReward(rw *pb.Reward) {
+	if rw == nil {
+		return
+	}
+	v := rw.GetValue()
+	r.Reward = &v
+	if len(rw.GetComponents()) > 0 {
+		r.Components = maps.Clone(rw.GetComponents())
+	}
+	get := func(k string) *float64 {
+		if x, ok := rw.GetComponents()[k]; ok {
+			return &x
+		}
+		return nil
+	}
+	r.Precision, r.Recall, r.Success = get("precision"), get("recall"), get("outcome")
+	r.Phase1, r.Phase2 = get("phase1"), get("phase2")
+	r.SQL1, r.SQL2, r.DriftRecognized = get("sql1"), get("sql2"), get("drift_recognized")
+	r.L1Identified, r.L2Identified, r.Asked = get("l1_identified"), get("l2_identified"), get("asked")
+	if r.Counted > 0 {
+		r.F1 = get("question_f1")
+	} else {
+		r.Recall = nil
+	}
+}
+
+// StatusName is a terminal status's record spelling: TERMINATED, TRUNCATED,
+// ERROR (RUNNING for an episode not done).
+func StatusName(s pb.EpisodeStatus) string { return statusName(s) }
+
+// TideLabels fills the record's TIDE labels from a task's TIDE info.
+func (r *Record) TideLabels(ti *pb.TideInfo) {
+	if ti != nil {
+		r.SampleType, r.Cluster, r.DriftSubtype, r.IntentSubtype = sampleTypeLabel(ti), ti.GetCluster(), driftSubtypeLabel(ti), ti.GetIntentSubtype()
+	}
 }
 
 // ProtocolName is a protocol's name as `--protocol` spells it: ambitab,
@@ -253,4 +491,24 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return slices.Clone(s)
+}
+
+// ServerInfoFor asks the server which build it is and the content hash of
+// corpus ("" for its first), for the records of a run; nil when it cannot
+// say (an older server, or a failed call: the records then go without).
+func ServerInfoFor(ctx context.Context, c pb.EnvServiceClient, corpus string) *ServerInfo {
+	resp, err := c.ListCorpora(ctx, &pb.ListCorporaRequest{})
+	if err != nil {
+		return nil
+	}
+	info := &ServerInfo{Version: resp.GetServerVersion()}
+	for i, ci := range resp.GetCorpora() {
+		if ci.GetName() == corpus || corpus == "" && i == 0 {
+			info.CorpusHash = ci.GetContentHash()
+		}
+	}
+	if info.Version == "" && info.CorpusHash == "" {
+		return nil
+	}
+	return info
 }

@@ -242,6 +242,13 @@ type Config struct {
 	// endpoints answer, whatever the caches hold: its question is one no
 	// cache can hold, and the asker's endpoint must answer its Ping.
 	Replay bool
+	// Tags are sealed into every episode of the run (ResetRequest.tags)
+	// and written with its record (eval --tag).
+	Tags map[string]string
+
+	// server is the server build and corpus hash the records carry (set
+	// by Run).
+	server *driver.ServerInfo
 }
 
 // ProgressSink follows a run. *Progress implements it.
@@ -424,6 +431,7 @@ func Run(ctx context.Context, c pb.EnvServiceClient, cfg Config) (*Result, error
 	if len(cells) == 0 {
 		return res, nil
 	}
+	cfg.server = driver.ServerInfoFor(ctx, c, corpus)
 	return res, cfg.play(ctx, driver.Remote(c), corpus, cells, donors, path, res)
 }
 
@@ -725,6 +733,7 @@ func (cfg *Config) play(ctx context.Context, env driver.Env, corpus string, cell
 		if ctx.Err() != nil && !ep.Scored() {
 			return nil // cut short by the cancellation: played again next time
 		}
+		ep.Writer, ep.Server = "eval", cfg.server
 		line, err := json.Marshal(ep)
 		if err != nil {
 			return err
@@ -918,7 +927,7 @@ func playCell(ctx context.Context, env driver.Env, cfg Config, corpus string, cl
 	seed := cl.seed
 	reset := &pb.ResetRequest{
 		Corpus: corpus, TaskId: cl.task.GetTaskId(), Seed: &seed, IncludePrivileged: true,
-		Options: cfg.cellOptions(cl),
+		Options: cfg.cellOptions(cl), Tags: cfg.Tags,
 	}
 	out := &Episode{Condition: cl.cond, Oracle: OracleName(cl.oracle)}
 	// Every record says the comparison it asked for, a failed reset's

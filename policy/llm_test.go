@@ -495,7 +495,7 @@ func TestLLMAskerReplay(t *testing.T) {
 		t.Fatalf("replay: %d failed, %v", failed, err)
 	}
 	for i := range eps1 {
-		e1, e2 := *eps1[i], *eps2[i]
+		e1, e2 := eps1[i].Replayable(), eps2[i].Replayable()
 		e1.EpisodeID, e2.EpisodeID = "", ""
 		b1, _ := json.Marshal(e1)
 		b2, _ := json.Marshal(e2)

@@ -23,6 +23,9 @@ type RolloutConfig struct {
 	Limit   int // 0 means every task
 	Seed    uint64
 	Options *pb.EpisodeOptions
+	// Tags are sealed into every episode (ResetRequest.tags) and written
+	// with its record.
+	Tags map[string]string
 	// Concurrency bounds the episodes in flight; 0 means 16.
 	Concurrency int
 	// Progress, when set, is called after each episode.
@@ -82,7 +85,7 @@ func Rollout(ctx context.Context, c pb.EnvServiceClient, cfg RolloutConfig) ([]*
 	err = parallel.For(ctx, len(tasks), cfg.Concurrency, func(ctx context.Context, i int) error {
 		t := tasks[i]
 		seed := cfg.Seed + uint64(i)
-		records[i] = PlayOne(ctx, env, cfg.Player, &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), Seed: &seed, Options: cfg.Options, IncludePrivileged: true})
+		records[i] = PlayOne(ctx, env, cfg.Player, &pb.ResetRequest{Corpus: t.GetCorpus(), TaskId: t.GetTaskId(), Seed: &seed, Options: cfg.Options, IncludePrivileged: true, Tags: cfg.Tags})
 		if cfg.Progress != nil {
 			mu.Lock()
 			done++

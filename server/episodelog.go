@@ -10,15 +10,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/encoding/protojson"
 
+	"avtgym/driver"
 	"avtgym/env"
+	"avtgym/internal/buildinfo"
 	pb "avtgym/proto/avtgym/v1"
 )
 
@@ -262,46 +264,26 @@ func (l *EpisodeLog) Close() error {
 	return err
 }
 
-// episodeLine is one line of the episode log.
+// episodeLine is one line of the episode log: the episode record
+// (driver.Record, schema/episode.v1.json) with the log's own fields.
 type episodeLine struct {
-	Key        string          `json:"key"`
-	EpisodeID  string          `json:"episode_id"`
-	FinishedAt string          `json:"finished_at"`
-	Replica    string          `json:"replica"`
-	Principal  string          `json:"principal"`
-	Corpus     string          `json:"corpus"`
-	TaskID     string          `json:"task_id"`
-	Seed       uint64          `json:"seed"`
-	GroupIndex int32           `json:"group_index"`
-	Options    json.RawMessage `json:"options"`
-	Budget     int32           `json:"question_budget"`
-	Attempted  int32           `json:"questions_attempted"`
-	Status     string          `json:"status"`
-	Reward     json.RawMessage `json:"reward"`
-	Turns      []logTurn       `json:"turns"`
-	Solution   string          `json:"solution_sql"`
-	Verified   bool            `json:"verified"`
-	Outcome    bool            `json:"outcome"`
-	Privileged json.RawMessage `json:"privileged"`
+	driver.Record
+	// Key identifies the line: the episode uid, "#", and 32 hex digits of
+	// a SHA-256 over the options and the transcript (EpisodeLog).
+	Key string `json:"key"`
+	// Replica is the process that wrote the line; Principal the caller
+	// whose step finished the episode.
+	Replica   string `json:"replica"`
+	Principal string `json:"principal"`
+	// Budget and Attempted are the question budget and the questions the
+	// policy attempted (an over-budget one included); Verified and Outcome
+	// the verdict on the solution the episode ended with (SolutionSQL).
+	Budget      int32  `json:"question_budget"`
+	Attempted   int32  `json:"questions_attempted"`
+	SolutionSQL string `json:"solution_sql"`
+	Verified    bool   `json:"verified"`
+	Outcome     bool   `json:"outcome"`
 }
-
-// logTurn is one turn of a logged transcript. An oracle turn of the
-// dialogue carries its credits; its kind is empty because the episode
-// token does not keep whether a reply was a refusal (a refusal credits
-// nothing). The turns of the final step carry their kinds.
-type logTurn struct {
-	Role    string          `json:"role"`
-	Kind    string          `json:"kind,omitempty"`
-	Text    string          `json:"text"`
-	Credits json.RawMessage `json:"credits,omitempty"`
-}
-
-// enumName is an enum value's name without its type prefix, in lower case
-// (ROLE_POLICY → "policy").
-func enumName(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
-
-// logJSON writes every field, zeros included (a reward of 0 is a value).
-var logJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 // logEpisode writes a finished episode: its final state, decoded from the
 // response's token, and the final step's turns. Failures are logged, never
@@ -330,7 +312,12 @@ func (s *Server) logEpisodeError(err error) {
 	s.log.Error("episode log", zap.Error(err))
 }
 
-// episodeRecord builds an episode's line and its key.
+// episodeRecord builds an episode's line and its key. The episode token
+// keeps the answered questions (with their credits) but not the earlier
+// steps' other turns (SQL and feedback of a failed submission, notices,
+// tool calls), so the log's transcript is the request, the dialogue and
+// the final step's turns; a client-side writer (rollout, eval) records
+// every turn.
 func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, replica string, now time.Time) ([]byte, [16]byte, error) {
 	h := sha256.New()
 	field := func(s string) {
@@ -341,84 +328,88 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 	}
 	num := func(x uint64) { field(strconv.FormatUint(x, 10)) }
 	opts := tr.Options
-	field(tr.EpisodeID)
+	field(tr.UID)
 	field(opts.GetReward().String())
 	field(opts.GetSolver().String())
 	field(opts.GetOracle().String())
 	field(strconv.FormatBool(opts.GetStrictCredit()))
 	num(uint64(tr.Budget))
-	turns := []logTurn{{Role: "environment", Kind: "request", Text: tr.Request}}
+	r := driver.Record{
+		Schema: driver.RecordSchema, Writer: "serve",
+		Corpus: tr.Corpus, TaskID: tr.PublicTaskID, AVTID: tr.Privileged.GetAvtId(), DB: tr.DB, Split: tr.Split,
+		EpisodeID: tr.EpisodeID, EpisodeUID: tr.UID, Seed: tr.Seed, GroupIndex: tr.GroupIndex,
+		Status: driver.StatusName(tr.Status), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{},
+		Comparison: driver.ComparisonName(opts.GetComparison()), Tags: tr.Tags, Options: driver.OptionsOf(opts),
+		Privileged: driver.PrivilegedJSON(tr.Privileged),
+		FinishedAt: now.UTC().Format(time.RFC3339Nano),
+		Server:     &driver.ServerInfo{Version: buildinfo.Version(), CorpusHash: tr.CorpusHash},
+	}
+	if r.AVTID == "" {
+		r.AVTID = r.TaskID
+	}
+	if tr.IssuedUnix > 0 {
+		r.StartedAt = time.Unix(tr.IssuedUnix, 0).UTC().Format(time.RFC3339Nano)
+	}
+	if pr := opts.GetProtocol(); pr != pb.Protocol_PROTOCOL_AMBITAB && pr != pb.Protocol_PROTOCOL_UNSPECIFIED {
+		r.Protocol = driver.ProtocolName(pr)
+	}
+	for _, a := range tr.Privileged.GetAmbiguities() {
+		if a.GetCounted() {
+			r.Counted++
+		}
+	}
+	for _, c := range tr.Privileged.GetEpisodeCredits() {
+		if c.GetCounted() && !slices.Contains(r.CreditedTerms, c.GetTerm()) {
+			r.CreditedTerms = append(r.CreditedTerms, c.GetTerm())
+		}
+	}
+	r.TideLabels(tr.Privileged.GetTide())
+	r.Turns = []driver.RecordTurn{{Role: "environment", Kind: "request", Text: tr.Request}}
 	for _, q := range tr.Dialogue {
 		field(q.Question)
 		field(q.Reply)
-		credits := []byte("[]")
-		if len(q.Credits) > 0 {
-			parts := make([]string, len(q.Credits))
-			for i, c := range q.Credits {
-				num(uint64(c.GetIndex()))
-				b, err := logJSON.Marshal(c)
-				if err != nil {
-					return nil, [16]byte{}, err
-				}
-				parts[i] = string(b)
-			}
-			credits = []byte("[" + strings.Join(parts, ",") + "]")
+		for _, c := range q.Credits {
+			num(uint64(c.GetIndex()))
 		}
 		field("|")
-		turns = append(turns, logTurn{Role: "policy", Kind: "question", Text: q.Question},
-			logTurn{Role: "oracle", Text: q.Reply, Credits: credits})
+		r.Questions = append(r.Questions, q.Question)
+		r.Replies = append(r.Replies, q.Reply)
+		r.Turns = append(r.Turns, driver.RecordTurn{Role: "policy", Kind: "question", Text: q.Question},
+			driver.RecordTurn{Role: "oracle", Text: q.Reply, Credits: driver.CreditsOf(q.Credits)})
 	}
 	for _, t := range resp.GetObservation().GetTurns() {
-		role, kind := enumName(t.GetRole().String(), "ROLE_"), enumName(t.GetKind().String(), "TURN_KIND_")
-		field(role)
-		field(kind)
-		field(t.GetText())
-		turns = append(turns, logTurn{Role: role, Kind: kind, Text: t.GetText()})
+		rt := driver.TurnOf(t, nil)
+		field(rt.Role)
+		field(rt.Kind)
+		field(rt.Text)
+		r.Turns = append(r.Turns, rt)
 	}
+	if tr.Verified {
+		r.Verdicts = []driver.Verdict{{SQL: tr.SolutionSQL, Reason: tr.Privileged.GetVerifierReason()}}
+	}
+	if r.Status == "ERROR" {
+		r.Error = tr.Privileged.GetVerifierReason()
+	}
+	r.SetReward(tr.Reward)
 	field(tr.Status.String())
 	field(tr.SolutionSQL)
 	field(strconv.FormatBool(tr.Verified))
 	field(strconv.FormatBool(tr.Outcome))
-	if r := tr.Reward; r != nil {
-		num(math.Float64bits(r.GetValue()))
+	if rw := tr.Reward; rw != nil {
+		num(math.Float64bits(rw.GetValue()))
 	}
 	var key [16]byte
 	copy(key[:], h.Sum(nil))
-
-	optJSON, err := logJSON.Marshal(opts)
-	if err != nil {
-		return nil, key, err
-	}
-	rewardJSON := []byte("null")
-	if tr.Reward != nil {
-		if rewardJSON, err = logJSON.Marshal(tr.Reward); err != nil {
-			return nil, key, err
-		}
-	}
-	privJSON, err := logJSON.Marshal(tr.Privileged)
-	if err != nil {
-		return nil, key, err
-	}
 	line := episodeLine{
-		Key:        tr.EpisodeID + "#" + hex.EncodeToString(key[:]),
-		EpisodeID:  tr.EpisodeID,
-		FinishedAt: now.UTC().Format(time.RFC3339Nano),
-		Replica:    replica,
-		Principal:  p.Name,
-		Corpus:     tr.Corpus,
-		TaskID:     tr.TaskID,
-		Seed:       tr.Seed,
-		GroupIndex: tr.GroupIndex,
-		Options:    optJSON,
-		Budget:     tr.Budget,
-		Attempted:  tr.Attempted,
-		Status:     tr.Status.String(),
-		Reward:     rewardJSON,
-		Turns:      turns,
-		Solution:   tr.SolutionSQL,
-		Verified:   tr.Verified,
-		Outcome:    tr.Outcome,
-		Privileged: privJSON,
+		Record:      r,
+		Key:         tr.UID + "#" + hex.EncodeToString(key[:]),
+		Replica:     replica,
+		Principal:   p.Name,
+		Budget:      tr.Budget,
+		Attempted:   tr.Attempted,
+		SolutionSQL: tr.SolutionSQL,
+		Verified:    tr.Verified,
+		Outcome:     tr.Outcome,
 	}
 	b, err := json.Marshal(line)
 	if err != nil {

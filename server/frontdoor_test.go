@@ -1030,6 +1030,14 @@ func TestEpisodeLogHoldsEachEpisodeOnce(t *testing.T) {
 	}
 	out := reset(t, c, &pb.ResetRequest{TaskId: "count", Seed: seed(2), Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
 	step(t, c, out.Token, submit("SELECT COUNT(*) FROM sales"), false)
+	// The first episode's seed reset again and played alike: another
+	// episode (another uid), so another line, though its transcript is
+	// the first's.
+	twin := reset(t, c, &pb.ResetRequest{TaskId: "big", Seed: seed(1)})
+	step(t, c, step(t, c, twin.Token, ask(fullQ("big sales")), false).Token, stop(), false)
+	if twin.EpisodeUid == ep.EpisodeUid || twin.EpisodeId != ep.EpisodeId {
+		t.Fatalf("the twin: id %q uid %q, the first: id %q uid %q", twin.EpisodeId, twin.EpisodeUid, ep.EpisodeId, ep.EpisodeUid)
+	}
 	if end.Privileged != nil {
 		t.Fatal("the client got privileged data it did not ask for")
 	}
@@ -1038,8 +1046,8 @@ func TestEpisodeLogHoldsEachEpisodeOnce(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if written != 7 || dups != 3 {
-		t.Errorf("episode log wrote %d lines and dropped %d duplicates, want 7 and 3", written, dups)
+	if written != 8 || dups != 3 {
+		t.Errorf("episode log wrote %d lines and dropped %d duplicates, want 8 and 3", written, dups)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "episodes-*.jsonl"))
 	if len(files) < 2 {
@@ -1064,20 +1072,32 @@ func TestEpisodeLogHoldsEachEpisodeOnce(t *testing.T) {
 		}
 		fh.Close()
 	}
-	if len(lines) != 7 || len(keys) != 7 {
-		t.Fatalf("%d lines with %d keys, want 7 distinct: %v", len(lines), len(keys), keys)
+	if len(lines) != 8 || len(keys) != 8 {
+		t.Fatalf("%d lines with %d keys, want 8 distinct: %v", len(lines), len(keys), keys)
 	}
-	var first map[string]any
+	var first, twinLine map[string]any
 	for _, l := range lines {
-		if strings.HasPrefix(l["key"].(string), "tiny/big/1#") && len(l["turns"].([]any)) == 4 {
+		if !strings.HasPrefix(l["key"].(string), l["episode_uid"].(string)+"#") {
+			t.Errorf("line %v: the key does not start with the uid %v", l["key"], l["episode_uid"])
+		}
+		if l["status"] == "" || strings.HasPrefix(l["status"].(string), "EPISODE_STATUS_") || l["schema"] != "avtgym.episode/1" || l["writer"] != "serve" {
+			t.Errorf("line %v: status %v schema %v writer %v", l["key"], l["status"], l["schema"], l["writer"])
+		}
+		if l["episode_uid"] == ep.EpisodeUid && len(l["turns"].([]any)) == 4 {
 			first = l
+		}
+		if l["episode_uid"] == twin.EpisodeUid {
+			twinLine = l
 		}
 		if l["principal"] != "rollout-worker" || l["privileged"] == nil {
 			t.Errorf("line %v: want principal rollout-worker and privileged data", l["key"])
 		}
 	}
-	if first == nil {
-		t.Fatalf("the first episode's line is missing: %v", keys)
+	if first == nil || twinLine == nil {
+		t.Fatalf("the first episode's line or its twin's is missing: %v", keys)
+	}
+	if first["episode_id"] != "tiny/big/1" || twinLine["episode_id"] != "tiny/big/1" {
+		t.Errorf("episode ids %v and %v, want tiny/big/1", first["episode_id"], twinLine["episode_id"])
 	}
 	var roles []string
 	for _, tu := range first["turns"].([]any) {
@@ -1088,7 +1108,7 @@ func TestEpisodeLogHoldsEachEpisodeOnce(t *testing.T) {
 		t.Errorf("turns %s", got)
 	}
 	priv := first["privileged"].(map[string]any)
-	if priv["reference_sql"] == nil || first["reward"].(map[string]any)["value"] == nil {
+	if priv["reference_sql"] == nil || first["reward"] == nil || first["components"].(map[string]any)["question_f1"] == nil {
 		t.Errorf("line lacks the reference or the reward: %v", first)
 	}
 }

@@ -386,7 +386,8 @@ func TestEpisodeLogOnAFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk.setFree(100) // the disk fills in the middle of the next line
-	if _, err := finish("big", 2); err != nil {
+	dropped := reset(t, c, &pb.ResetRequest{TaskId: "big", Seed: seed(2)})
+	if _, err := c.Step(ctxT(t), &pb.StepRequest{Token: dropped.Token, Action: stop()}); err != nil {
 		t.Fatalf("a step whose episode the log could not write: %v (the step itself succeeded)", err)
 	}
 	if st := l.Stats(); st.Written != 1 || st.Dropped != 1 {
@@ -403,7 +404,8 @@ func TestEpisodeLogOnAFullDisk(t *testing.T) {
 	}
 	wholeLines(t, dir)
 	disk.setFree(1 << 30)
-	if _, err := finish("big", 2); err != nil { // the dropped episode, retried
+	// The dropped episode's final step, retried.
+	if _, err := c.Step(ctxT(t), &pb.StepRequest{Token: dropped.Token, Action: stop()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := finish("count", 4); err != nil {
@@ -413,7 +415,7 @@ func TestEpisodeLogOnAFullDisk(t *testing.T) {
 	for _, k := range wholeLines(t, dir) {
 		keys = append(keys, k...)
 	}
-	if len(keys) != 3 || !strings.HasPrefix(keys[1], "tiny/big/2#") {
+	if len(keys) != 3 || !strings.HasPrefix(keys[1], dropped.EpisodeUid+"#") {
 		t.Fatalf("keys %v, want the first episode, the retried one and the last", keys)
 	}
 	if st := l.Stats(); st.Written != 3 || st.Dropped != 2 || st.Duplicates != 0 {
@@ -482,8 +484,10 @@ func TestEpisodeLogLinesCannotBeForged(t *testing.T) {
 		"\u2028" + forged + "\u2029",
 		"\x00\xff\xfe" + forged,
 	}
+	uids := map[string]bool{}
 	for i, p := range payloads {
 		ep := reset(t, c, &pb.ResetRequest{TaskId: "count", Seed: seed(uint64(i)), Options: &pb.EpisodeOptions{Reward: pb.RewardType_REWARD_TYPE_OUTCOME}})
+		uids[ep.EpisodeUid] = true
 		asked := step(t, c, ep.Token, ask("What do you mean?"+p), false)
 		step(t, c, asked.Token, submit("SELECT 1 -- "+p), false)
 	}
@@ -498,7 +502,7 @@ func TestEpisodeLogLinesCannotBeForged(t *testing.T) {
 		t.Fatalf("%d lines for %d episodes: %v", len(keys), len(payloads), keys)
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "tiny/count/") {
+		if !uids[strings.Split(k, "#")[0]] {
 			t.Errorf("a line the policy wrote: key %q", k)
 		}
 	}

@@ -70,6 +70,7 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
+	fs.Var((*tagFlag)(&f.cfg.Tags), "tag", tagUsage)
 	fs.BoolVar(&f.cfg.Replay, "llm-replay", false, "replay recorded model calls (the server's --llm-cache, the asker's --llm-cache): the pre-flight does not need the model endpoints to answer; without it the pre-flight reaches every endpoint, whatever the caches hold")
 	f.llmAsker.register(fs, "--asker llm")
 	f.proto.register(fs)

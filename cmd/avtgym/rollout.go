@@ -192,7 +192,8 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&f.solver, "solver", "", "who writes the SQL: lookup (the server's fixed solver; default for the outcome reward), llm (the server's LLM solver: serve --solver-url; it writes the SQL from the dialogue when asking ends, under any reward) or client (the policy: full and full_adv submit the reference, wrong-reading its wrong SQL; its default)")
 	fs.StringVar(&f.oracle, "oracle", "", "the episodes' oracle: deterministic (the server's default), llm, llm-scoped, hybrid or hybrid-scoped (the LLM oracles need serve --oracle-url; llm_scoped and hybrid_scoped are the same names), or a test oracle (serve --test-oracles)")
 	fs.BoolVar(&f.json, "json", false, "print one JSON summary object")
-	fs.StringVar(&f.episodesOut, "episodes-out", "", "write one JSON line per episode to this file")
+	fs.StringVar(&f.episodesOut, "episodes-out", "", "write one JSON line per episode to this file (the episode record: schema/episode.v1.json, docs/records.md)")
+	fs.Var((*tagFlag)(&f.cfg.Tags), "tag", tagUsage)
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -228,6 +229,10 @@ func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	records, err := policy.Rollout(ctx, c.Env, f.cfg)
+	server := driver.ServerInfoFor(ctx, c.Env, f.cfg.Corpus)
+	for _, r := range records {
+		r.Writer, r.Server = "rollout", server
+	}
 	if err != nil {
 		// Out of --timeout: what was played is written all the same (no
 		// silent loss of the episodes finished), then the error.

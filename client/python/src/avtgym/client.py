@@ -18,12 +18,12 @@ client reads the same ones).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import inspect
 import os
 import random
 import time
-from typing import Any, Awaitable, Callable, Iterable, Sequence, Union
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, Union
 
 import grpc
 
@@ -197,7 +197,7 @@ def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None
                    solver=None, extra_questions=None, zero_ambiguity_budget=None,
                    privileged=False, group_size=0, oracle=None, strict_credit=False,
                    protocol=None, patience=None, comparison=None, follow_up_state=None,
-                   bird_variant=None, sample_types=None) -> pb.ResetRequest:
+                   bird_variant=None, sample_types=None, tags=None) -> pb.ResetRequest:
     proto = protocol_enum(protocol)
     if proto in (epb.PROTOCOL_UNSPECIFIED, epb.PROTOCOL_AMBITAB):
         # AMBITAB's defaults, sent as before (the server's defaults are the same).
@@ -220,7 +220,17 @@ def _reset_request(task_id=None, corpus=None, split=None, seed=None, reward=None
                           sample_types=sample_types_enum(sample_types))
     if seed is not None:
         req.seed = int(seed)
+    if tags:
+        req.tags.update({str(k): str(v) for k, v in dict(tags).items()})
     return req
+
+
+def _with_tags(eps: list[Episode], tags: "Mapping[str, str] | None") -> list[Episode]:
+    """The reset's episodes, each knowing the tags it was reset with (for its record)."""
+    if not tags:
+        return eps
+    t = {str(k): str(v) for k, v in dict(tags).items()}
+    return [replace(e, tags=t) for e in eps]
 
 
 def _list_tasks_request(corpus: str | None, split: str | None, token: str,
@@ -423,7 +433,8 @@ class Client:
               patience: int | None = None, comparison: "str | int | None" = None,
               follow_up_state: "str | int | None" = None,
               bird_variant: "str | int | None" = None,
-              sample_types: "Iterable[str | int] | None" = None) -> Episode:
+              sample_types: "Iterable[str | int] | None" = None,
+              tags: "Mapping[str, str] | None" = None) -> Episode:
         """Start one episode. reward: "question_f1" | "outcome" | "bird_interact" (None: the
         protocol's default, question_f1 under AMBITAB); solver: "client" | "lookup" | ... (None:
         "client"); oracle: None (the server's default, deterministic) or an OracleType name in
@@ -445,20 +456,24 @@ class Client:
         these types, names ("chain_only", "drift_only", "joint") or SampleType values; the server
         resolves the privileged labels, so a trainer selects by type without reading them, and
         nothing in the episode tells the filter (NOT_FOUND / NO_TASKS when no task of the split
-        and the protocol has those types)."""
+        and the protocol has those types). tags: labels sealed into the episode (run id, trainer
+        step, group, model revision, ...) and written with its record (avtgym.records; the
+        server's --episode-log): at most 16, keys of 1 to 64 ASCII letters, digits and "._-:/",
+        values of at most 256 bytes (INVALID_ARGUMENT / INVALID_OPTION otherwise); the policy
+        never sees them."""
         return self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                 reward=reward, solver=solver, extra_questions=extra_questions,
                                 zero_ambiguity_budget=zero_ambiguity_budget, privileged=privileged,
                                 oracle=oracle, strict_credit=strict_credit, protocol=protocol,
                                 patience=patience, comparison=comparison,
                                 follow_up_state=follow_up_state, bird_variant=bird_variant,
-                                sample_types=sample_types)[0]
+                                sample_types=sample_types, tags=tags)[0]
 
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1;
         kwargs are reset()'s (every option included)."""
         resp = self._call("Reset", _reset_request(group_size=n, **kwargs))
-        return [Episode.from_proto(e) for e in resp.episodes]
+        return _with_tags([Episode.from_proto(e) for e in resp.episodes], kwargs.get("tags"))
 
     def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
         """Apply one action (Action.ask / stop / submit_sql / unparsed); res.episode is the updated
@@ -625,7 +640,8 @@ class AsyncClient:
                     patience: int | None = None, comparison: "str | int | None" = None,
                     follow_up_state: "str | int | None" = None,
                     bird_variant: "str | int | None" = None,
-                    sample_types: "Iterable[str | int] | None" = None) -> Episode:
+                    sample_types: "Iterable[str | int] | None" = None,
+                    tags: "Mapping[str, str] | None" = None) -> Episode:
         """Start one episode; see Client.reset (every option included)."""
         eps = await self.reset_group(1, task_id=task_id, corpus=corpus, split=split, seed=seed,
                                      reward=reward, solver=solver, extra_questions=extra_questions,
@@ -633,12 +649,12 @@ class AsyncClient:
                                      oracle=oracle, strict_credit=strict_credit, protocol=protocol,
                                      patience=patience, comparison=comparison,
                                      follow_up_state=follow_up_state, bird_variant=bird_variant,
-                                     sample_types=sample_types)
+                                     sample_types=sample_types, tags=tags)
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         resp = await self._call("Reset", _reset_request(group_size=n, **kwargs))
-        return [Episode.from_proto(e) for e in resp.episodes]
+        return _with_tags([Episode.from_proto(e) for e in resp.episodes], kwargs.get("tags"))
 
     async def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
         """Apply one action; see Client.step (and coalesce, above)."""

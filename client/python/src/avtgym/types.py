@@ -567,6 +567,11 @@ class Episode:
     subtask: int = 0
     budget: Budget | None = None
     sql_required: bool = False
+    # The random id drawn at reset (Episode.episode_uid: one started episode; every step and fork
+    # of it carries it) and the tags the reset sealed in (None when it set none). Both go into the
+    # episode's record (avtgym.records).
+    episode_uid: str = ""
+    tags: "dict[str, str] | None" = None
 
     @property
     def request(self) -> str:
@@ -609,6 +614,7 @@ class Episode:
             subtask=int(o.subtask) or 1,
             budget=_budget(o),
             sql_required=bool(o.sql_required),
+            episode_uid=e.episode_uid,
         )
 
     @staticmethod
