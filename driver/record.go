@@ -29,7 +29,8 @@ import (
 type Record struct {
 	// Schema is RecordSchema.
 	Schema string `json:"schema"`
-	// Writer is what wrote the record: eval, rollout, serve or python.
+	// Writer is what wrote the record: eval, rollout, serve, python, or
+	// reverify (a replay of a saved record).
 	Writer string `json:"writer,omitempty"`
 	Corpus string `json:"corpus"`
 	TaskID string `json:"task_id"`
@@ -176,11 +177,78 @@ const RecordSchema = "avtgym.episode/1"
 // RecordOptions are an episode's options as records spell them: lower-case
 // enum names without their prefix (question_f1, client, deterministic, …).
 // Empty means the server's default.
+// With Record's protocol and comparison they are what a replay of the
+// episode needs (ToOptions; avtgym reverify).
 type RecordOptions struct {
-	Reward       string `json:"reward,omitempty"`
-	Solver       string `json:"solver,omitempty"`
-	Oracle       string `json:"oracle,omitempty"`
-	StrictCredit bool   `json:"strict_credit,omitempty"`
+	Reward              string `json:"reward,omitempty"`
+	Solver              string `json:"solver,omitempty"`
+	Oracle              string `json:"oracle,omitempty"`
+	StrictCredit        bool   `json:"strict_credit,omitempty"`
+	ExtraQuestions      *int32 `json:"extra_questions,omitempty"`
+	ZeroAmbiguityBudget *int32 `json:"zero_ambiguity_budget,omitempty"`
+	Patience            *int32 `json:"patience,omitempty"`
+	FollowUpState       string `json:"follow_up_state,omitempty"`
+	BirdVariant         string `json:"bird_variant,omitempty"`
+}
+
+// ToOptions is the inverse of OptionsOf, with the record's protocol and
+// comparison: the options to reset the same episode with. A name no enum
+// holds is an error naming the field.
+func (r *Record) ToOptions() (*pb.EpisodeOptions, error) {
+	o := &pb.EpisodeOptions{}
+	if r.Protocol != "" {
+		p, err := ParseProtocol(r.Protocol)
+		if err != nil {
+			return nil, err
+		}
+		o.Protocol = p
+	}
+	if r.Comparison != "" {
+		c, err := ParseComparison(r.Comparison)
+		if err != nil {
+			return nil, err
+		}
+		o.Comparison = c
+	}
+	ro := r.Options
+	if ro == nil {
+		return o, nil
+	}
+	enum := func(field, name, prefix string, values map[string]int32) (int32, error) {
+		if name == "" {
+			return 0, nil
+		}
+		v, ok := values[prefix+strings.ToUpper(name)]
+		if !ok {
+			return 0, fmt.Errorf("options.%s: unknown value %q", field, name)
+		}
+		return v, nil
+	}
+	var err error
+	var v int32
+	if v, err = enum("reward", ro.Reward, "REWARD_TYPE_", pb.RewardType_value); err != nil {
+		return nil, err
+	}
+	o.Reward = pb.RewardType(v)
+	if v, err = enum("solver", ro.Solver, "SOLVER_", pb.Solver_value); err != nil {
+		return nil, err
+	}
+	o.Solver = pb.Solver(v)
+	if v, err = enum("oracle", ro.Oracle, "ORACLE_TYPE_", pb.OracleType_value); err != nil {
+		return nil, err
+	}
+	o.Oracle = pb.OracleType(v)
+	if v, err = enum("follow_up_state", ro.FollowUpState, "FOLLOW_UP_STATE_", pb.FollowUpState_value); err != nil {
+		return nil, err
+	}
+	o.FollowUpState = pb.FollowUpState(v)
+	if v, err = enum("bird_variant", ro.BirdVariant, "BIRD_VARIANT_", pb.BirdVariant_value); err != nil {
+		return nil, err
+	}
+	o.BirdVariant = pb.BirdVariant(v)
+	o.StrictCredit = ro.StrictCredit
+	o.ExtraQuestions, o.ZeroAmbiguityBudget, o.Patience = ro.ExtraQuestions, ro.ZeroAmbiguityBudget, ro.Patience
+	return o, nil
 }
 
 // RecordTurn is one turn of a recorded dialogue.
@@ -233,11 +301,23 @@ func EnumName(name, prefix string) string {
 // OptionsOf spells an episode's options for a record.
 func OptionsOf(o *pb.EpisodeOptions) *RecordOptions {
 	return &RecordOptions{
-		Reward:       EnumName(o.GetReward().String(), "REWARD_TYPE_"),
-		Solver:       EnumName(o.GetSolver().String(), "SOLVER_"),
-		Oracle:       EnumName(o.GetOracle().String(), "ORACLE_TYPE_"),
-		StrictCredit: o.GetStrictCredit(),
+		Reward:              EnumName(o.GetReward().String(), "REWARD_TYPE_"),
+		Solver:              EnumName(o.GetSolver().String(), "SOLVER_"),
+		Oracle:              EnumName(o.GetOracle().String(), "ORACLE_TYPE_"),
+		StrictCredit:        o.GetStrictCredit(),
+		ExtraQuestions:      optionalInt(o != nil && o.ExtraQuestions != nil, o.GetExtraQuestions()),
+		ZeroAmbiguityBudget: optionalInt(o != nil && o.ZeroAmbiguityBudget != nil, o.GetZeroAmbiguityBudget()),
+		Patience:            optionalInt(o != nil && o.Patience != nil, o.GetPatience()),
+		FollowUpState:       EnumName(o.GetFollowUpState().String(), "FOLLOW_UP_STATE_"),
+		BirdVariant:         EnumName(o.GetBirdVariant().String(), "BIRD_VARIANT_"),
 	}
+}
+
+func optionalInt(set bool, v int32) *int32 {
+	if !set {
+		return nil
+	}
+	return &v
 }
 
 // TurnOf spells one turn for a record.

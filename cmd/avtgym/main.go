@@ -49,6 +49,7 @@ Usage:
                   [--protocol ambitab|bird-c|bird-a|tide-f|tide-p [--patience N]] [--wrong-readings FILE]
                   [--oracles deterministic,llm,llm_scoped,...] [--seeds 0,1,2] [--conditions ...]
                   [--solver lookup|llm] [--retries 2] [--groups FILE] [flags]
+  avtgym reverify [--server ADDR] [--corpus NAME] [--json] [--out FILE] RECORDS...
   avtgym corpus validate [--postgres URL] DIR...
   avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] DIR...
   avtgym corpus import ambrosia --in DIR --out DIR [--split NAME] [--force] [--list-rejected=false] [--quiet]
@@ -73,14 +74,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
-		"serve":   runServe,
-		"rollout": runRollout,
-		"corpus":  runCorpus,
-		"bench":   runBench,
-		"keygen":  runKeygen,
-		"eval":    runEval,
-		"probe":   runProbe,
-		"sql":     runSQL,
+		"serve":    runServe,
+		"rollout":  runRollout,
+		"corpus":   runCorpus,
+		"bench":    runBench,
+		"keygen":   runKeygen,
+		"eval":     runEval,
+		"probe":    runProbe,
+		"sql":      runSQL,
+		"reverify": runReverify,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
