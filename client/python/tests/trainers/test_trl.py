@@ -462,3 +462,19 @@ def test_grpo_trainer_step_drops_error_episodes(error_addr, tokenizer, tmp_path,
     out = seen[-1]
     assert sorted(out["avtgym_status"]) == ["error", "error", "terminated", "terminated"]
     assert sorted(out["avtgym_reward"], key=lambda r: (r is not None, r)) == [None, None, 1.0, 1.0]
+
+
+def test_rollout_tags_and_records(trainer_addr, tokenizer, tmp_path):
+    """Every episode is reset with the run's tags plus the trainer step and group, and its record
+    is appended to records_out (the one episode record, writer python)."""
+    turns = [json.dumps({"type": "clarification", "question": QUESTION}), json.dumps({"type": "done"})]
+    out_file = tmp_path / "train.jsonl"
+    ro = AvtgymRollout(trainer_addr, tags={"run": "t-1"}, records_out=out_file)
+    prompts = [task_prompt(task_id="shop-001")] * 2 + [task_prompt(task_id="shop-002")] * 2
+    ro.rollout(prompts, tokenizer, scripted(tokenizer, turns), max_completion_length=4096, seed_salt=7)
+    recs = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert len(recs) == 4 and all(r["schema"] == "avtgym.episode/1" and r["writer"] == "python" for r in recs)
+    assert all(r["tags"]["run"] == "t-1" and r["tags"]["trainer/step"] == "7" for r in recs)
+    groups = [r["tags"]["group"] for r in recs]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+    assert len({r["episode_uid"] for r in recs}) == 4

@@ -46,12 +46,14 @@ Nothing here imports torch or trl at module import time.
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from avtgym import AGENT_ROLES, Action, AvtgymError, Client, Episode, parse_action
 from avtgym.chat import no_reply_text, prompt_messages, user_turn_text
+from avtgym.records import episode_record, write_records
 from avtgym.trainers import (  # noqa: F401 (DEFAULT_SYSTEM_PROMPT: importable from here, as before)
     DEFAULT_SYSTEM_PROMPT,
     PROTOCOL_PROMPT,
@@ -221,7 +223,8 @@ class AvtgymRollout:
                  max_decisions: int = 32, max_completion_length: int | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
                  generate_fn: GenerateFn | None = None, timeout: float = 30.0,
-                 max_turn_tokens: int | None = None, response_prefix: str | None = None):
+                 max_turn_tokens: int | None = None, response_prefix: str | None = None,
+                 tags: Mapping[str, str] | None = None, records_out: "str | os.PathLike[str] | None" = None):
         check_on_malformed(on_malformed)
         self.target = target
         self._client = client
@@ -236,6 +239,11 @@ class AvtgymRollout:
         self.generate_fn = generate_fn
         self.max_turn_tokens = max_turn_tokens
         self.response_prefix = response_prefix or None
+        # Tags sealed into every episode (run id, model revision, ...); the trainer's step and
+        # the group are added per rollout ("trainer/step", "group"). records_out: append every
+        # finished episode's record there (avtgym.records; `avtgym view` reads the file).
+        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.records_out = records_out
         self.__name__ = "avtgym_rollout"
         self._default_gen: tuple[Any, GenerateFn] | None = None
         self.last_episodes: list[Episode | None] = []
@@ -340,6 +348,8 @@ class AvtgymRollout:
                 replies = [x for x in (user_turn_text(y) for y in r.new_turns if y.role not in AGENT_ROLES) if x]
                 self._append_env(t, chat, replies or [no_reply_text(t.episode.protocol)], max_completion_length)
         self.last_episodes = [t.episode for t in trajs]
+        if self.records_out is not None:
+            write_records(self.records_out, [episode_record(t.episode) for t in trajs if t.episode is not None])
         return self._output(trajs, chat, max_completion_length)
 
     # helpers ---------------------------------------------------------------------------------
@@ -354,6 +364,13 @@ class AvtgymRollout:
             kwargs = training_reset(self.reset_kwargs, reset_spec(prompts[i]))
             if kwargs.get("seed") is None and seed_salt is not None:
                 kwargs["seed"] = zlib.crc32(f"{_prompt_text(prompts[i])}\x00{seed_salt}".encode()) & 0x7FFFFFFF
+            tags = {**self.tags, **dict(kwargs.get("tags") or {})}
+            if seed_salt is not None:
+                # The same in every process that holds part of the group: step and seed.
+                tags["trainer/step"] = str(seed_salt)
+                task = zlib.crc32(str(kwargs.get("task_id") or "").encode())
+                tags["group"] = f"{seed_salt}:{kwargs.get('seed')}:{task:08x}"
+            kwargs["tags"] = tags or None
             try:
                 eps: list[Any] = (self.client.reset_group(j - i, **kwargs) if j - i > 1
                                   else [self.client.reset(**kwargs)])
