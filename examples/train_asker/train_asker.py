@@ -315,7 +315,10 @@ def train(model: Any, tok: Any, addr: str, tasks: Sequence[str], args: argparse.
     stats = StepStats(args.group_size, rollout)
     cfg = GRPOConfig(
         output_dir=str(out / "trainer"), num_generations=args.group_size,
-        per_device_train_batch_size=args.group_size * args.groups_per_step, gradient_accumulation_steps=1,
+        # One generation batch (groups_per_step groups) per optimizer step, trained in
+        # micro-batches: the whole batch at once held 24 GiB on CPU (≈2,000-token prompts).
+        per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=args.group_size * args.groups_per_step // args.micro_batch,
         max_completion_length=args.max_completion_length, max_steps=args.steps, learning_rate=args.lr,
         temperature=temperature, beta=0.0, logging_steps=1, save_strategy="no", report_to=[],
         bf16=False, use_cpu=not args.gpu, seed=args.seed, dataloader_num_workers=0,
@@ -368,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="GRPO steps (0: evaluate only)")
     ap.add_argument("--group-size", type=int, default=8, help="GRPO group size (num_generations)")
     ap.add_argument("--groups-per-step", type=int, default=2)
+    ap.add_argument("--micro-batch", type=int, default=1, help="episodes per forward/backward pass (gradient accumulation makes up the step; must divide group-size x groups-per-step)")
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the measured best of --measure-temperatures)")
     ap.add_argument("--measure-temperatures", default="0.7,1.0,1.3", help="temperatures to measure the zero-signal fraction at before training ('' to skip)")
@@ -383,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vllm-server", default="", help="generate with a `trl vllm-serve` server at this URL (GPU runs)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.micro_batch < 1 or (args.group_size * args.groups_per_step) % args.micro_batch:
+        ap.error(f"--micro-batch {args.micro_batch} must divide --group-size x --groups-per-step "
+                 f"({args.group_size * args.groups_per_step})")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
