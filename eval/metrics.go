@@ -208,6 +208,11 @@ type Summary struct {
 	// Reason says why the metric is undefined (Mean null): what did not
 	// run, or which episodes would have been eligible.
 	Reason string `json:"reason,omitempty"`
+	// SDReason says why SD is null although Mean is not: the metric is
+	// defined in one seed only (the run's only seed, or the only one of
+	// its seeds with eligible episodes), and a sample SD needs two. Set
+	// by Analyze under ambitab, so that a missing "± SD" is never silent.
+	SDReason string `json:"sd_reason,omitempty"`
 }
 
 // Row holds one oracle's results. SR and asking metrics are fractions in
@@ -314,6 +319,14 @@ type Report struct {
 	// (written before the option existed).
 	Comparison           string `json:"comparison,omitempty"`
 	ComparisonUnrecorded int    `json:"comparison_unrecorded,omitempty"`
+	// SDNote says, for a run of one seed, that no cell has an across-seed
+	// SD (ambitab; empty when the run has two or more seeds, where a cell
+	// defined in one seed only says so in its own SDReason).
+	SDNote string `json:"sd_note,omitempty"`
+	// Breakdowns are, per oracle (in Rows order), its episodes per
+	// database and per task and the number of questions they asked, per
+	// condition, pooled over seeds (ambitab).
+	Breakdowns []Breakdown `json:"breakdown,omitempty"`
 }
 
 // bird is the report's BIRD-Interact section (bird-c or bird-a; nil for
@@ -466,7 +479,35 @@ func Analyze(eps []Episode, opt AnalyzeOptions) (*Report, error) {
 		})
 	}
 	r.Cells = d.cellEntries()
+	r.Breakdowns = d.breakdowns()
+	if len(d.seeds) == 1 {
+		r.SDNote = fmt.Sprintf("one seed (%d): no cell has an SD across seeds, which needs two; each gives the mean [95%% bootstrap interval over AVTs]. Run --seeds with two or more seeds for it.", d.seeds[0])
+	}
+	for i := range r.Rows {
+		for _, s := range r.Rows[i].summaries() {
+			if s.Mean != nil && s.SD == nil {
+				s.SDReason = sdReason(len(d.seeds))
+			}
+		}
+	}
 	return r, nil
+}
+
+// sdReason says why a cell defined in one seed has no SD, in a run of
+// seeds seeds.
+func sdReason(seeds int) string {
+	if seeds == 1 {
+		return "no ± SD: the run has one seed, and an SD across seeds needs two"
+	}
+	return fmt.Sprintf("no ± SD: defined in only one of the run's %d seeds (no eligible episode in the others), and an SD across seeds needs two", seeds)
+}
+
+// summaries lists pointers to every Summary of the row.
+func (row *Row) summaries() []*Summary {
+	return []*Summary{&row.SRNone, &row.SRAsker, &row.SRFull, &row.Precision, &row.Recall, &row.F1,
+		&row.PrecisionStrict, &row.RecallStrict, &row.F1Strict, &row.Gain, &row.Gap,
+		&row.DJResp, &row.DRecSpec, &row.DJFull, &row.DRecNone,
+		&row.SRNoneCompleted, &row.SRAskerCompleted, &row.SRFullCompleted}
 }
 
 // comparison is the one comparison the (deduplicated) episodes recorded

@@ -57,6 +57,10 @@ func clusterText(s Summary) string {
 type notes struct {
 	texts []string
 	idx   map[string]int
+	// sd, when set, has a cell defined in one seed refer to its SDReason
+	// (set for the rows of a report with two or more seeds; a one-seed
+	// report says it once, in its header).
+	sd bool
 }
 
 func (n *notes) ref(text string) string {
@@ -89,6 +93,9 @@ func (n *notes) cell(s Summary) string {
 		c += " " + n.ref(s.Reason)
 	case s.Warning != "":
 		c += " ⚠ " + n.ref(s.Warning)
+	}
+	if n.sd && s.Mean != nil && s.SDReason != "" {
+		c += " " + n.ref(s.SDReason)
 	}
 	return c
 }
@@ -136,9 +143,26 @@ var table8Header = []string{"Corpus", "Oracle", "SR none", "SR asker", "SR full"
 	"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}
 
 func table8Cells(r *Report, row *Row, n *notes) []string {
+	return append(inferenceCells(r, row, n), diagnosticsCells(r, row, n)[2:]...)
+}
+
+// The HTML report splits Table 8 in two, its name columns repeated, so
+// that each half fits a 1280 px window (the twelve columns of two-line
+// cells do not, even at 1700 px): inference (SR, precision, recall, F1)
+// and the leakage diagnostics. The Markdown keeps AmbiTab's one table.
+var (
+	inferenceHeader   = table8Header[:8]
+	diagnosticsHeader = append([]string{"Corpus", "Oracle"}, table8Header[8:]...)
+)
+
+func inferenceCells(r *Report, row *Row, n *notes) []string {
 	return []string{r.Corpus, row.Oracle,
 		n.cell(row.SRNone), n.cell(row.SRAsker), n.cell(row.SRFull),
-		n.cell(row.Precision), n.cell(row.Recall), n.cell(row.F1),
+		n.cell(row.Precision), n.cell(row.Recall), n.cell(row.F1)}
+}
+
+func diagnosticsCells(r *Report, row *Row, n *notes) []string {
+	return []string{r.Corpus, row.Oracle,
 		n.cell(row.DJResp), n.cell(row.DRecSpec), n.cell(row.DJFull), n.cell(row.DRecNone)}
 }
 
@@ -261,6 +285,9 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 	for _, r := range rs {
 		fmt.Fprintf(&b, "- %s: seeds %s; %d AVT-cluster bootstrap resamples (seed %d); %s; %s\n",
 			r.Corpus, seedList(r.Seeds), r.Resamples, r.BootstrapSeed, comparisonText(r), oracleRoles(r))
+		if r.SDNote != "" {
+			fmt.Fprintf(&b, "- %s: %s\n", r.Corpus, upperFirst(r.SDNote))
+		}
 	}
 	b.WriteString("\n" + cellsLegend + "\n\n")
 	mdTable(&b, rs, table8Header, table8Cells)
@@ -276,6 +303,14 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 			b.WriteString(mdRow(cells))
 		}
 	}
+	b.WriteString("\n### How each figure is counted\n\n" + figuresLegend + "\n\n")
+	b.WriteString(mdRow(denominatorsHeader))
+	b.WriteString(mdSep(len(denominatorsHeader)))
+	for _, r := range rs {
+		for _, cells := range denominatorRows(r) {
+			b.WriteString(mdRow(cells))
+		}
+	}
 	b.WriteString("\n### Episodes that did not complete\n\n" + errorsLegend + "\n\n")
 	mdTable(&b, rs, errorsHeader, errorsCells)
 	b.WriteString("\n### Unreadable model output\n\n" + unreadableLegend + "\n\n")
@@ -284,11 +319,81 @@ func WriteMarkdownReports(w io.Writer, rs []*Report) error {
 			b.WriteString("- " + unreadableLine(r, &r.Rows[i]) + "\n")
 		}
 	}
+	writeBreakdownMarkdown(&b, rs)
 	for _, r := range rs {
 		writeGroupSignal(&b, r)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// figuresLegend says how each figure is counted: over which episodes,
+// with which seeds, and why `avtgym rollout`'s summary of the same tasks
+// differs (issue 30: rollout's success 0.750 beside SR none 72.4 on the
+// demo corpus, with nothing saying why).
+const figuresLegend = "Every task is played once per seed, all of them with that seed; the lookup solver's uniform guess among the interpretations the dialogue left open depends on the seed alone, " +
+	"so within a seed it is the same for every task of an AVT. " +
+	"Per seed and cell, SR is the mean success over the episodes in “SR over” (every episode of the condition in that seed, one that did not complete counting as a failure), " +
+	"precision over those in “Precision over” (completed episodes that asked), recall and F1 over those in “Recall over” and “F1 over” (tasks with counted ambiguities, fallback stops left out; one that did not complete scores 0). " +
+	"A cell of the tables above is the mean of these per-seed rates over the seeds where the rate is defined (not one mean over all seeds' episodes), its ± the sample SD across those seeds, its interval a bootstrap over AVTs. " +
+	"A number per seed is shown once when every seed has it, else one per seed (seeds in order, separated by /). " +
+	"avtgym rollout counts differently: one episode per task, task i with seed --seed + i (seeds that differ between the tasks of an AVT), " +
+	"its success_rate over its scored episodes only (n_success; one that did not complete counts in errors, not as a failure), and its reward is the --reward it asked for. " +
+	"Its success_rate on the same tasks therefore differs from SR here: with π_none and the lookup solver, SR none is, in every seed, one success per AVT whose interpretations all ran (the guess is shared by its tasks and right for one of them), " +
+	"while rollout's per-task seeds make independent guesses that only average to that (docs/cli.md, rollout)."
+
+// denominatorsHeader is the layout of the denominators table: per oracle
+// and condition, the per-seed denominators of each rate (Cells).
+var denominatorsHeader = []string{"Corpus", "Oracle", "Condition", "Seeds", "Episodes", "SR over", "Precision over", "Recall over", "F1 over"}
+
+// denominatorRows are the denominators table's rows of one report, from
+// its per-seed cells: each count once when every seed has it, else one per
+// seed.
+func denominatorRows(r *Report) [][]string {
+	type key struct {
+		oracle string
+		cond   Condition
+	}
+	by := map[key][]CellEntry{}
+	var keys []key
+	for _, c := range r.Cells {
+		k := key{c.Oracle, c.Condition}
+		if _, ok := by[k]; !ok {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], c)
+	}
+	slices.SortStableFunc(keys, func(a, b key) int {
+		if a.oracle != b.oracle {
+			if oracleLess(a.oracle, b.oracle) {
+				return -1
+			}
+			return 1
+		}
+		return slices.Index(AllConditions, a.cond) - slices.Index(AllConditions, b.cond)
+	})
+	var out [][]string
+	for _, k := range keys {
+		cs := by[k]
+		sort.Slice(cs, func(i, j int) bool { return cs[i].Seed < cs[j].Seed })
+		col := func(f func(CellMetrics) int) string {
+			vals := make([]string, len(cs))
+			same := true
+			for i, c := range cs {
+				vals[i] = fmt.Sprint(f(c.CellMetrics))
+				same = same && vals[i] == vals[0]
+			}
+			if same {
+				return vals[0]
+			}
+			return strings.Join(vals, "/")
+		}
+		out = append(out, []string{r.Corpus, k.oracle, string(k.cond), fmt.Sprint(len(cs)),
+			col(func(m CellMetrics) int { return m.Episodes }), col(func(m CellMetrics) int { return m.NSR }),
+			col(func(m CellMetrics) int { return m.NPrecision }), col(func(m CellMetrics) int { return m.NRecall }),
+			col(func(m CellMetrics) int { return m.NF1 })})
+	}
+	return out
 }
 
 // writeGroupSignal writes a report's GRPO group signal, when set.
@@ -371,6 +476,7 @@ func mdTableFoot(b *strings.Builder, rs []*Report, header []string, cells func(*
 	b.WriteString(mdRow(header))
 	b.WriteString(mdSep(len(header)))
 	for _, r := range rs {
+		n.sd = len(r.Seeds) > 1
 		for i := range r.Rows {
 			b.WriteString(mdRow(cells(r, &r.Rows[i], &n)))
 		}

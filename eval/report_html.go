@@ -56,6 +56,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "<p class=\"meta\">Seeds %s. Bars: mean across seeds; whiskers: 95%% AVT-cluster bootstrap interval (%d resamples, seed %d). %s %s.</p>\n",
 		esc(seedList(r.Seeds)), r.Resamples, r.BootstrapSeed, esc(oracleRoles(r)), esc(upperFirst(comparisonText(r))))
+	if r.SDNote != "" {
+		fmt.Fprintf(&b, "<p class=\"meta\" id=\"sd-note\">%s</p>\n", esc(upperFirst(r.SDNote)))
+	}
 
 	groups := make([]string, len(r.Rows))
 	sr := make([][]Summary, len(r.Rows))
@@ -76,19 +79,24 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		groups, []string{"SR none", "SR asker", "SR full"}, sr, notes, true)
 	writeChart(&b, "pr", "Asking precision, recall and F1 of the evaluated asker (%), credited by AmbiTab's rule; the Credit rules table gives them under strict credit too.",
 		groups, []string{"Precision", "Recall", "F1"}, pr, nil, false)
-	writeChart(&b, "diag", "Leakage diagnostics (percentage points; ΔRec_spec^Q is a raw recall).",
+	writeChart(&b, "diag", "Leakage diagnostics (percentage points; ΔRec_spec^Q is a raw recall); the axis fits the data, its zero line marked 0.",
 		groups, []string{"ΔJ_resp", "ΔRec_spec^Q", "ΔJ_full", "ΔRec_none"}, dg, nil, false)
 	b.WriteString("</div>\n")
 
 	b.WriteString("<h2>Inference and leakage across oracles</h2>\n")
 	b.WriteString("<p class=\"meta\">" + esc(cellsLegend) + "</p>\n")
-	writeHTMLTable(&b, "table8", table8Header, r, table8Cells)
+	b.WriteString("<h3>Inference</h3>\n")
+	writeHTMLTable(&b, "table8", inferenceHeader, r, inferenceCells)
+	b.WriteString("<h3>Leakage diagnostics</h3>\n")
+	writeHTMLTable(&b, "table8-diag", diagnosticsHeader, r, diagnosticsCells)
 	b.WriteString("<h2>Credit rules</h2>\n")
 	writeHTMLTableFoot(&b, "credit", creditHeader, r, creditCells, creditLegend)
 	b.WriteString("<h2>Asking gain and gap to full</h2>\n")
 	writeHTMLTable(&b, "gain", gainHeader, r, gainCells)
 	b.WriteString("<h2>Episodes</h2>\n<p class=\"meta\">" + esc(countsLegend) + "</p>\n")
 	writeHTMLCounts(&b, "counts", countsHeader, countsRows(r))
+	b.WriteString("<h2>How each figure is counted</h2>\n<p class=\"meta\">" + esc(figuresLegend) + "</p>\n")
+	writeHTMLPlain(&b, "denominators", denominatorsHeader, denominatorRows(r), 3)
 	b.WriteString("<h2>Episodes that did not complete</h2>\n<p class=\"meta\">" + esc(errorsLegend) + "</p>\n")
 	writeHTMLTable(&b, "errors", errorsHeader, r, errorsCells)
 	b.WriteString("<h2>Unreadable model output</h2>\n<p class=\"meta\">" + esc(unreadableLegend) + "</p>\n<ul id=\"unreadable\">\n")
@@ -96,6 +104,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		b.WriteString("<li>" + esc(unreadableLine(r, &r.Rows[i])) + "</li>\n")
 	}
 	b.WriteString("</ul>\n")
+	writeBreakdownHTML(&b, r)
 	writeHTMLGroupSignal(&b, r)
 	b.WriteString("</body>\n</html>\n")
 	_, err := io.WriteString(w, b.String())
@@ -165,7 +174,7 @@ func writeHTMLTable(b *strings.Builder, id string, header []string, r *Report, c
 // writeHTMLTableFoot is writeHTMLTable with a paragraph (foot, unless
 // empty) between the table and its notes.
 func writeHTMLTableFoot(b *strings.Builder, id string, header []string, r *Report, cells func(*Report, *Row, *notes) []string, foot string) {
-	var n notes
+	n := notes{sd: len(r.Seeds) > 1}
 	fmt.Fprintf(b, "<div class=\"scroll\">\n<table id=\"%s\">\n<tr>", id)
 	for i, h := range header {
 		cls := ""
@@ -267,24 +276,7 @@ func writeChart(b *strings.Builder, id, caption string, groups, series []string,
 	}
 	width = math.Max(width, math.Max(320, left+legendW+right))
 	height := top + plotH + bottom
-	// The y range covers 0, every mean and every whisker, in percent.
-	lo, hi := 0.0, 0.0
-	for _, g := range vals {
-		for _, s := range g {
-			for _, p := range []*float64{s.Mean, s.Lo, s.Hi} {
-				if p != nil {
-					lo = math.Min(lo, 100**p)
-					hi = math.Max(hi, 100**p)
-				}
-			}
-		}
-	}
-	if hi-lo < 1e-9 {
-		hi = lo + 100
-	}
-	step := niceStep((hi - lo) / 5)
-	lo = math.Floor(lo/step) * step
-	hi = math.Ceil(hi/step) * step
+	lo, hi, step := chartRange(vals)
 	y := func(v float64) float64 { return top + plotH*(hi-v)/(hi-lo) }
 
 	fmt.Fprintf(b, "<figure id=\"chart-%s\">\n<svg class=\"chart\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n", id, width, height, width, height)
@@ -295,12 +287,23 @@ func writeChart(b *strings.Builder, id, caption string, groups, series []string,
 			lx, seriesColors[k%len(seriesColors)], lx+14, html.EscapeString(s))
 		lx += legendItemWidth(s)
 	}
-	// Grid and axis.
-	for v := lo; v <= hi+step/2; v += step {
+	// Grid and axis: the labels are multiples of step (computed from the
+	// index, so that no rounding drift skips or doubles a line), and the
+	// zero line, always in range, is drawn darker and labelled 0 in bold
+	// so that a reader sees where the sign of a diagnostic changes.
+	for k := 0; ; k++ {
+		v := lo + float64(k)*step
+		if v > hi+step/2 {
+			break
+		}
+		if math.Abs(v) < step/2 {
+			continue
+		}
 		fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
 			left, y(v), width-right, y(v), left-6, y(v)+4, trimNum(v))
 	}
-	fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\"/>\n", left, y(0), width-right, y(0))
+	fmt.Fprintf(b, "<line class=\"zero\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\"/><text class=\"zero\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-weight=\"bold\">0</text>\n",
+		left, y(0), width-right, y(0), left-6, y(0)+4)
 	for g, name := range groups {
 		gx := left + float64(g)*slotW + (slotW-groupW)/2
 		tops := make([]float64, len(series))
@@ -336,6 +339,45 @@ func writeChart(b *strings.Builder, id, caption string, groups, series []string,
 		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", gx+groupW/2, top+plotH+18, html.EscapeString(name))
 	}
 	fmt.Fprintf(b, "</svg>\n<figcaption>%s</figcaption>\n</figure>\n", html.EscapeString(caption))
+}
+
+// chartRange is a chart's y axis in percent: from min(0, data) to a nice
+// value above the data (every mean and whisker), in steps of 1, 2 or 5
+// times a power of ten, about five of them. The data decide the range, so
+// that diagnostics of a few points are not flattened against a 0–100
+// axis; 0 is always in range. With no data, or all of it at 0, the axis
+// spans 0–1, so that it still reads as "all zero" instead of hiding
+// values under 1.
+func chartRange(vals [][]Summary) (lo, hi, step float64) {
+	var dataLo, dataHi float64
+	for _, g := range vals {
+		for _, s := range g {
+			for _, p := range []*float64{s.Mean, s.Lo, s.Hi} {
+				if p != nil {
+					dataLo = math.Min(dataLo, 100**p)
+					dataHi = math.Max(dataHi, 100**p)
+				}
+			}
+		}
+	}
+	lo, hi = dataLo, dataHi
+	if hi-lo < 1e-9 {
+		hi = lo + 1
+	}
+	step = niceStep((hi - lo) / 5)
+	lo = math.Floor(lo/step+1e-9) * step
+	hi = math.Ceil(hi/step-1e-9) * step
+	// Above the data: a largest value on a grid line gets one more step,
+	// so that its bar and whisker do not touch the frame, up to 100 (no
+	// rate or difference in points exceeds it); a smallest below 0
+	// likewise, down to −100.
+	if dataHi > 0 && hi-dataHi < step*1e-6 && hi < 100 {
+		hi += step
+	}
+	if dataLo < 0 && dataLo-lo < step*1e-6 && lo > -100 {
+		lo -= step
+	}
+	return lo, hi, step
 }
 
 // legendItemWidth estimates the width of a legend entry: swatch, label

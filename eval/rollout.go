@@ -24,6 +24,21 @@ type RolloutSummary struct {
 	F1            *float64 `json:"f1"`
 	RewardMean    *float64 `json:"reward_mean"`
 	SuccessRate   *float64 `json:"success_rate"`
+	// NPrecision, NRecall, NF1, NReward and NSuccess are the means'
+	// denominators: the scored episodes (Episodes; those that could not
+	// be played or scored are in Errors, not counted as failures) where
+	// each is defined. They differ from an evaluation's (eval's report,
+	// "How each figure is counted"): there every task is played once per
+	// seed with that seed and an episode that did not complete counts as
+	// a failure; a rollout plays each task once, task i with seed --seed
+	// + i, so a seeded choice (the lookup solver's guess among the
+	// interpretations the dialogue left open) differs between the tasks of
+	// an AVT.
+	NPrecision int `json:"n_precision"`
+	NRecall    int `json:"n_recall"`
+	NF1        int `json:"n_f1"`
+	NReward    int `json:"n_reward"`
+	NSuccess   int `json:"n_success"`
 	// MultiInterpretation restricts success to the tasks whose AVT has two
 	// or more interpretations in this rollout, beside the success a
 	// uniform guess among them would reach (the mean of 1/k).
@@ -169,7 +184,8 @@ func SummarizeRollout(policy string, rs []*driver.Record) *RolloutSummary {
 	}
 	m := Cell(eps)
 	s.Precision, s.Recall, s.F1, s.SuccessRate = m.Precision, m.Recall, m.F1, m.SR
-	s.RewardMean = reward.mean()
+	s.NPrecision, s.NRecall, s.NF1, s.NSuccess = m.NPrecision, m.NRecall, m.NF1, m.NSR
+	s.RewardMean, s.NReward = reward.mean(), reward.n
 	for _, e := range eps {
 		if k := perAVT[e.AVTID]; k >= 2 && e.Success != nil {
 			s.MultiInterpretation.Episodes++

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Renders an evaluation report of the demo corpus and screenshots it with
 # headless Chromium (Debian's package `chromium`), so that a person can look
-# at it: `make report-screenshot`, then open the PNG it names.
+# at it: `make report-screenshot`, then open the PNG it names. The window is
+# 1280 px wide, the width the report's tables must fit (go test ./eval/ -run
+# TestReportFitsBrowserWindow measures it), and tall enough for the whole
+# demo report (REPORT_HEIGHT overrides it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bin/report}
@@ -18,7 +21,7 @@ bin/avtgym eval --server "127.0.0.1:$port" --asker scripted:none_adv \
   --oracles deterministic,test_leaky_responder,test_credit_all --seeds 0,1,2 --out "$out/run" --quiet > "$out/report.md"
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$(mktemp -d)" --window-size=1280,2000 \
+  --user-data-dir="$(mktemp -d)" --window-size="1280,${REPORT_HEIGHT:-5600}" \
   --screenshot="$out/report.png" "file://$out/run/report.html" 2>"$out/chromium.log" || true
 [ -s "$out/report.png" ] || { echo "chromium wrote no screenshot; see $out/chromium.log" >&2; exit 1; }
 echo "wrote $out/report.png (from $out/run/report.html)"

@@ -40,7 +40,7 @@ type evalFlags struct {
 	comparison                                                                 string
 	resamples, retries                                                         int
 	bootSeed                                                                   uint64
-	progress, quiet                                                            bool
+	progress, quiet, compare                                                   bool
 	timeout                                                                    time.Duration
 	llmAsker                                                                   askerFlags
 	proto                                                                      protocolFlags
@@ -69,6 +69,7 @@ func (f *evalFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.retries, "retries", 2, "play an episode that could not be scored (the server's ERROR, a failed call) again up to this many times before recording it; an ERROR that remains counts as a failure")
 	fs.BoolVar(&f.progress, "progress", false, "draw the progress bar even when stderr is not a terminal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no warnings")
+	fs.BoolVar(&f.compare, "compare", false, "eval --compare RUN_A RUN_B [--out DIR]: compare two eval output directories (no server) on the (task, seed, condition, oracle) both played: per condition and oracle, SR, F1, recall, precision and reward of each, the paired difference B − A with a task-level paired bootstrap interval (--resamples, --bootstrap-seed), the tasks that improved and regressed most; prints Markdown, and with --out writes compare.md, compare.json and compare.html there")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit); rerun to resume")
 	fs.Var((*tagFlag)(&f.cfg.Tags), "tag", tagUsage)
 	fs.BoolVar(&f.cfg.Replay, "llm-replay", false, "replay recorded model calls (the server's --llm-cache, the asker's --llm-cache): the pre-flight does not need the model endpoints to answer; without it the pre-flight reaches every endpoint, whatever the caches hold")
@@ -274,6 +275,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "eval: "+format+"\n", a...)
 		return code
 	}
+	if f.compare {
+		return f.runCompare(fs, stdout, stderr)
+	}
 	if fs.NArg() > 0 {
 		return fail(2, "unexpected arguments %q", fs.Args())
 	}
@@ -391,6 +395,81 @@ func (f *evalFlags) report() ([]byte, error) {
 		}
 	}
 	return md.Bytes(), nil
+}
+
+// compareFlags are the flags that apply to eval --compare.
+var compareFlags = map[string]bool{"compare": true, "out": true, "resamples": true, "bootstrap-seed": true, "quiet": true}
+
+// runCompare runs `avtgym eval --compare RUN_A RUN_B`: it reads two eval
+// output directories, compares them (eval.Compare) and prints the
+// Markdown; with --out it writes compare.md, compare.json and
+// compare.html there. The two directories may come before or among the
+// flags (Go's flag package stops at the first argument, so the rest is
+// parsed again).
+func (f *evalFlags) runCompare(fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "eval --compare: "+format+"\n", a...)
+		return code
+	}
+	var dirs []string
+	for args := fs.Args(); len(args) > 0; {
+		if strings.HasPrefix(args[0], "-") && args[0] != "-" {
+			if err := fs.Parse(args); err != nil {
+				return parseExit(err)
+			}
+			args = fs.Args()
+			continue
+		}
+		dirs = append(dirs, args[0])
+		args = args[1:]
+	}
+	f.proto.visited(fs)
+	for name := range f.proto.set {
+		if !compareFlags[name] {
+			return fail(2, "--%s does not apply to --compare (which reads two run directories: --out, --resamples and --bootstrap-seed apply)", name)
+		}
+	}
+	if len(dirs) != 2 {
+		return fail(2, "want two eval output directories, RUN_A RUN_B; got %d %q", len(dirs), dirs)
+	}
+	if f.resamples < 1 {
+		return fail(2, "--resamples must be positive")
+	}
+	runs := make([]*eval.CompareRun, 2)
+	for i, d := range dirs {
+		r, err := eval.ReadCompareRun(d)
+		if err != nil {
+			return fail(1, "RUN_%c %v", 'A'+i, err)
+		}
+		runs[i] = r
+	}
+	c, err := eval.Compare(runs[0], runs[1], eval.CompareOptions{Resamples: f.resamples, Seed: f.bootSeed})
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	var md bytes.Buffer
+	if err := c.WriteMarkdown(&md); err != nil {
+		return fail(1, "%v", err)
+	}
+	if f.out != "" {
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return fail(1, "--out: %v", err)
+		}
+		for _, wr := range []struct {
+			name  string
+			write func(io.Writer) error
+		}{
+			{"compare.md", func(w io.Writer) error { _, err := w.Write(md.Bytes()); return err }},
+			{"compare.json", c.WriteJSON},
+			{"compare.html", c.WriteHTML},
+		} {
+			if err := writeFileWith(filepath.Join(f.out, wr.name), wr.write); err != nil {
+				return fail(1, "%v", err)
+			}
+		}
+	}
+	stdout.Write(md.Bytes())
+	return 0
 }
 
 func splitList(s string) []string {
