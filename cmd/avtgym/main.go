@@ -1,6 +1,8 @@
 // Package main is the avtgym command: `serve` runs the environment server,
 // `rollout` plays scripted policies or the LLM asker against a server,
-// `eval` runs an evaluation with leakage diagnostics and reports, `corpus`
+// `eval` runs an evaluation with leakage diagnostics and reports, `view`
+// serves a web UI over episode records, `reverify` re-scores saved
+// episodes against the current corpus, `corpus`
 // validates, audits and imports corpora, `probe` checks a model as the LLM
 // oracle, `bench` measures the server, `sql` computes TIDE's commitment
 // sets and drift test, and `keygen` writes a key. Each subcommand only
@@ -49,6 +51,7 @@ Usage:
                   [--protocol ambitab|bird-c|bird-a|tide-f|tide-p [--patience N]] [--wrong-readings FILE]
                   [--oracles deterministic,llm,llm_scoped,...] [--seeds 0,1,2] [--conditions ...]
                   [--solver lookup|llm] [--retries 2] [--groups FILE] [flags]
+  avtgym view     [--listen ADDR] [--insecure-listen-any] PATH...
   avtgym reverify [--server ADDR] [--corpus NAME] [--json] [--out FILE] RECORDS...
   avtgym corpus validate [--postgres URL] DIR...
   avtgym corpus check [--workers N] [--progress] [--oracle-context-tokens N] [--solver-context-tokens N] [--postgres URL] DIR...
@@ -83,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"probe":    runProbe,
 		"sql":      runSQL,
 		"reverify": runReverify,
+		"view":     runView,
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
