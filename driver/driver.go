@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "avtgym/proto/avtgym/v1"
+	"avtgym/record"
 )
 
 // Env is what an episode needs from an environment. *env.Env implements it
@@ -526,10 +527,8 @@ func (e *Episode) Play(ctx context.Context, next func(*Episode) *pb.Action) erro
 }
 
 // statusName is the name of a terminal status: TERMINATED, TRUNCATED or
-// ERROR.
-func statusName(s pb.EpisodeStatus) string {
-	return strings.TrimPrefix(s.String(), "EPISODE_STATUS_")
-}
+// ERROR (record.StatusName).
+func statusName(s pb.EpisodeStatus) string { return record.StatusName(s) }
 
 // routingLabel is a step's chain routing ("L1", "L2", "other"), read from
 // Privileged.routing_enum; the deprecated string serves a server that
@@ -544,32 +543,4 @@ func routingLabel(p *pb.Privileged) string {
 		return "other"
 	}
 	return p.GetRouting()
-}
-
-// sampleTypeLabel is TideInfo's sample type, from its enum (the string for
-// an older server).
-func sampleTypeLabel(ti *pb.TideInfo) string {
-	switch ti.GetSampleTypeEnum() {
-	case pb.SampleType_SAMPLE_TYPE_CHAIN_ONLY:
-		return "chain_only"
-	case pb.SampleType_SAMPLE_TYPE_DRIFT_ONLY:
-		return "drift_only"
-	case pb.SampleType_SAMPLE_TYPE_JOINT:
-		return "joint"
-	}
-	return ti.GetSampleType()
-}
-
-// driftSubtypeLabel is TideInfo's drift subtype, from its enum (the string
-// for an older server).
-func driftSubtypeLabel(ti *pb.TideInfo) string {
-	switch ti.GetDriftSubtypeEnum() {
-	case pb.DriftSubtype_DRIFT_SUBTYPE_VALUE:
-		return "value"
-	case pb.DriftSubtype_DRIFT_SUBTYPE_CONSTRAINT:
-		return "constraint"
-	case pb.DriftSubtype_DRIFT_SUBTYPE_PROJECTION:
-		return "projection"
-	}
-	return ti.GetDriftSubtype()
 }

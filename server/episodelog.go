@@ -18,10 +18,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"avtgym/driver"
 	"avtgym/env"
 	"avtgym/internal/buildinfo"
 	pb "avtgym/proto/avtgym/v1"
+	"avtgym/record"
 )
 
 // Episode log defaults.
@@ -265,9 +265,9 @@ func (l *EpisodeLog) Close() error {
 }
 
 // episodeLine is one line of the episode log: the episode record
-// (driver.Record, schema/episode.v1.json) with the log's own fields.
+// (record.Record, schema/episode.v1.json) with the log's own fields.
 type episodeLine struct {
-	driver.Record
+	record.Episode
 	// Key identifies the line: the episode uid, "#", and 32 hex digits of
 	// a SHA-256 over the options and the transcript (EpisodeLog).
 	Key string `json:"key"`
@@ -334,15 +334,15 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 	field(opts.GetOracle().String())
 	field(strconv.FormatBool(opts.GetStrictCredit()))
 	num(uint64(tr.Budget))
-	r := driver.Record{
-		Schema: driver.RecordSchema, Writer: "serve",
+	r := record.Episode{
+		Schema: record.Schema, Writer: "serve",
 		Corpus: tr.Corpus, TaskID: tr.PublicTaskID, AVTID: tr.Privileged.GetAvtId(), DB: tr.DB, Split: tr.Split,
 		EpisodeID: tr.EpisodeID, EpisodeUID: tr.UID, Seed: tr.Seed, GroupIndex: tr.GroupIndex,
-		Status: driver.StatusName(tr.Status), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{},
-		Comparison: driver.ComparisonName(opts.GetComparison()), Tags: tr.Tags, Options: driver.OptionsOf(opts),
-		Privileged: driver.PrivilegedJSON(tr.Privileged),
+		Status: record.StatusName(tr.Status), Questions: []string{}, Replies: []string{}, CreditedTerms: []string{},
+		Comparison: record.ComparisonName(opts.GetComparison()), Tags: tr.Tags, Options: record.OptionsOf(opts),
+		Privileged: record.PrivilegedJSON(tr.Privileged),
 		FinishedAt: now.UTC().Format(time.RFC3339Nano),
-		Server:     &driver.ServerInfo{Version: buildinfo.Version(), CorpusHash: tr.CorpusHash},
+		Server:     &record.ServerInfo{Version: buildinfo.Version(), CorpusHash: tr.CorpusHash},
 	}
 	if r.AVTID == "" {
 		r.AVTID = r.TaskID
@@ -351,7 +351,7 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 		r.StartedAt = time.Unix(tr.IssuedUnix, 0).UTC().Format(time.RFC3339Nano)
 	}
 	if pr := opts.GetProtocol(); pr != pb.Protocol_PROTOCOL_AMBITAB && pr != pb.Protocol_PROTOCOL_UNSPECIFIED {
-		r.Protocol = driver.ProtocolName(pr)
+		r.Protocol = record.ProtocolName(pr)
 	}
 	for _, a := range tr.Privileged.GetAmbiguities() {
 		if a.GetCounted() {
@@ -364,7 +364,7 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 		}
 	}
 	r.TideLabels(tr.Privileged.GetTide())
-	r.Turns = []driver.RecordTurn{{Role: "environment", Kind: "request", Text: tr.Request}}
+	r.Turns = []record.Turn{{Role: "environment", Kind: "request", Text: tr.Request}}
 	for _, q := range tr.Dialogue {
 		field(q.Question)
 		field(q.Reply)
@@ -374,18 +374,18 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 		field("|")
 		r.Questions = append(r.Questions, q.Question)
 		r.Replies = append(r.Replies, q.Reply)
-		r.Turns = append(r.Turns, driver.RecordTurn{Role: "policy", Kind: "question", Text: q.Question},
-			driver.RecordTurn{Role: "oracle", Text: q.Reply, Credits: driver.CreditsOf(q.Credits)})
+		r.Turns = append(r.Turns, record.Turn{Role: "policy", Kind: "question", Text: q.Question},
+			record.Turn{Role: "oracle", Text: q.Reply, Credits: record.CreditsOf(q.Credits)})
 	}
 	for _, t := range resp.GetObservation().GetTurns() {
-		rt := driver.TurnOf(t, nil)
+		rt := record.TurnOf(t, nil)
 		field(rt.Role)
 		field(rt.Kind)
 		field(rt.Text)
 		r.Turns = append(r.Turns, rt)
 	}
 	if tr.Verified {
-		r.Verdicts = []driver.Verdict{{SQL: tr.SolutionSQL, Reason: tr.Privileged.GetVerifierReason()}}
+		r.Verdicts = []record.Verdict{{SQL: tr.SolutionSQL, Reason: tr.Privileged.GetVerifierReason()}}
 	}
 	if r.Status == "ERROR" {
 		r.Error = tr.Privileged.GetVerifierReason()
@@ -401,7 +401,7 @@ func episodeRecord(tr *env.Transcript, resp *pb.StepResponse, p *Principal, repl
 	var key [16]byte
 	copy(key[:], h.Sum(nil))
 	line := episodeLine{
-		Record:      r,
+		Episode:     r,
 		Key:         tr.UID + "#" + hex.EncodeToString(key[:]),
 		Replica:     replica,
 		Principal:   p.Name,

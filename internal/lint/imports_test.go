@@ -19,6 +19,7 @@ var layers = []struct {
 	never    []string
 }{
 	{"avtgym/probe", "the probe texts are a leaf everyone may import", []string{"avtgym/..."}},
+	{"avtgym/record", "the episode record is shared by the server and the clients: the wire contract only", []string{"avtgym/corpus/...", "avtgym/env/...", "avtgym/oracle/...", "avtgym/server/...", "avtgym/client/...", "avtgym/driver/...", "avtgym/policy/...", "avtgym/eval/...", "avtgym/audit/...", "avtgym/sqlexec/...", "avtgym/llm/...", "avtgym/app/..."}},
 	{"avtgym/driver", "the episode driver speaks only the wire contract", []string{"avtgym/corpus/...", "avtgym/env/...", "avtgym/oracle/...", "avtgym/server/...", "avtgym/client/...", "avtgym/policy/...", "avtgym/eval/...", "avtgym/audit/...", "avtgym/sqlexec/...", "avtgym/llm/..."}},
 	{"avtgym/sqlexec/...", "execution knows nothing of episodes", []string{"avtgym/corpus/...", "avtgym/env/...", "avtgym/oracle/...", "avtgym/server/...", "avtgym/client/...", "avtgym/policy/...", "avtgym/eval/...", "avtgym/audit/...", "avtgym/driver/...", "avtgym/llm/..."}},
 	{"avtgym/corpus/...", "corpora and importers are the bottom of the domain: no oracle, no policy, no client", []string{"avtgym/oracle/...", "avtgym/policy/...", "avtgym/client/...", "avtgym/eval/...", "avtgym/env/...", "avtgym/server/...", "avtgym/audit/...", "avtgym/driver/...", "avtgym/llm/...", "avtgym/app/..."}},
