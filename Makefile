@@ -152,6 +152,10 @@ GHZ_VERSION := v0.93.0
 bench-compare: build $(BIN)/ghz ## Python client vs the floor, unary vs batch server CPU, verification vs the raw query, avtgym vs its OpenEnv peer (appends to bench/RESULTS.md)
 	$(PYTHON) bench/compare.py --binary $(BIN)/avtgym --ghz $(BIN)/ghz --append bench/RESULTS.md
 
+.PHONY: bench-viewer
+bench-viewer: ## the viewer at 100k episodes: load and index a generated run, render a filtered list page
+	$(GO) test -count=1 -run '^$$' -bench 'Load100k|ListPage100k' -benchtime 3x ./viewer/
+
 .PHONY: bench-hostile
 bench-hostile: ## measure a real server under attack: peak memory with 16 hostile clients, quick-step latency beside slow queries
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./hostile/
