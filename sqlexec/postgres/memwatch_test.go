@@ -151,6 +151,8 @@ func TestMemWatchNeedsALocalBackend(t *testing.T) {
 	dir := t.TempDir()
 	w := newMemWatch(1 << 20)
 	w.procDir = dir
+	var signaled []int // the fake backends are no real processes: record, do not send
+	w.signal = func(pid int) error { signaled = append(signaled, pid); return nil }
 	write := func(pid int, title string, statm string) {
 		os.MkdirAll(fmt.Sprintf("%s/%d", dir, pid), 0o755)
 		os.WriteFile(fmt.Sprintf("%s/%d/cmdline", dir, pid), []byte(strings.ReplaceAll(title, " ", "\x00")), 0o644)
@@ -180,6 +182,9 @@ func TestMemWatchNeedsALocalBackend(t *testing.T) {
 	}
 	if !w.done(x) || canceled.Load() != 1 || w.fired.Load() != 1 {
 		t.Errorf("over %v, canceled %d times, fired %d: want one cancel", x.over.Load(), canceled.Load(), w.fired.Load())
+	}
+	if len(signaled) != 1 || signaled[0] != 10 {
+		t.Errorf("signaled %v, want SIGINT to backend 10 once, beside the cancel request", signaled)
 	}
 }
 
