@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"time"
 
@@ -86,7 +87,34 @@ func pythonTests() (*pytests.Pool, func()) {
 
 // postgresFlag registers --postgres, whose default is $AVTGYM_POSTGRES_URL.
 func postgresFlag(fs *flag.FlagSet) *string {
-	return fs.String("postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
+	p := new(string)
+	postgresFlagVar(fs, p)
+	return p
+}
+
+// postgresFlagVar registers --postgres into p, defaulting to
+// $AVTGYM_POSTGRES_URL. Its usage line shows the default with the password
+// masked: -h, or any mistyped flag, prints the usage, and a pod's log
+// would otherwise hold the admin password.
+func postgresFlagVar(fs *flag.FlagSet, p *string) {
+	*p = os.Getenv(corpus.PostgresEnv)
+	fs.Var((*secretURL)(p), "postgres", corpus.PostgresFlagHelp)
+}
+
+// secretURL is a URL flag whose String masks the password.
+type secretURL string
+
+func (s *secretURL) Set(v string) error { *s = secretURL(v); return nil }
+
+func (s *secretURL) String() string {
+	if s == nil || *s == "" {
+		return ""
+	}
+	u, err := url.Parse(string(*s))
+	if err != nil {
+		return "(a URL that does not parse; not shown)"
+	}
+	return u.Redacted()
 }
 
 // runValidate loads each corpus directory and checks the reference

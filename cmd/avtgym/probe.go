@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,7 +51,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fs.IntVar(&f.maxTokens, "oracle-max-tokens", oracle.DefaultOracleMaxTokens, "completion limit of each oracle stage (a cut-off reply is asked for again with twice the limit, unless it was cut off in a loop)")
 	fs.Var(&f.corpora, "corpus", "corpus directory to take records from (repeatable; default: the embedded demo corpus)")
-	fs.StringVar(&f.pgURL, "postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
+	postgresFlagVar(fs, &f.pgURL)
 	fs.StringVar(&f.variants, "variants", "unfiltered,scoped", "LLM oracles to check: unfiltered, scoped or both")
 	fs.IntVar(&f.limit, "limit", 20, "records to check (those with a counted ambiguity, in corpus order; 0: all)")
 	fs.IntVar(&f.workers, "workers", 4, "records checked at once")

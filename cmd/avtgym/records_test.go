@@ -169,3 +169,22 @@ func TestTagFlag(t *testing.T) {
 		t.Errorf("a key with a space: exit %d, stderr %q; want the server's refusal naming tags", code, stderr)
 	}
 }
+
+// TestPostgresPasswordNeverInUsage: -h and a mistyped flag print the
+// usage, and a pod's log keeps it; the --postgres default from
+// $AVTGYM_POSTGRES_URL shows there with its password masked.
+func TestPostgresPasswordNeverInUsage(t *testing.T) {
+	t.Setenv("AVTGYM_POSTGRES_URL", "postgres://admin:TOPSECRET@db.internal:5432/postgres")
+	for _, args := range [][]string{
+		{"serve", "-h"}, {"serve", "--no-such-flag"}, {"probe", "-h"},
+		{"corpus", "check", "-h"}, {"corpus", "validate", "--bogus"}, {"corpus", "import", "birdinteract", "-h"},
+	} {
+		_, stdout, stderr := runCmd(t, args...)
+		if strings.Contains(stdout+stderr, "TOPSECRET") {
+			t.Errorf("%v prints the password", args)
+		}
+		if !strings.Contains(stdout+stderr, "postgres://admin:xxxxx@db.internal:5432/postgres") {
+			t.Errorf("%v: the masked default is not shown:\n%s", args, stderr)
+		}
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"avtgym/app"
-	"avtgym/corpus"
 	"avtgym/llm"
 	"avtgym/oracle"
 	"avtgym/server"
@@ -88,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	logFormat := "console"
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:50051", "gRPC listen address")
 	fs.Var(&corpora, "corpus", "corpus directory to serve (repeatable; default: the embedded demo corpus)")
-	fs.StringVar(&cfg.PostgresURL, "postgres", os.Getenv(corpus.PostgresEnv), corpus.PostgresFlagHelp)
+	postgresFlagVar(fs, &cfg.PostgresURL)
 	fs.StringVar(&cfg.PostgresRole, "postgres-role", "", "name of the role policy SQL runs as on PostgreSQL, created and re-asserted at start; replicas share it, separate deployments on one server should not (default "+postgres.DefaultRole+")")
 	fs.IntVar(&cfg.PostgresConnections, "postgres-connections", 0, "most connections this process opens to PostgreSQL as the policy role: the private copies of Management databases, the Python test workers' sessions and the query pools share it (0: 32, lowered to what the role and server have free; start-up fails when more is asked than they have)")
 	fs.IntVar(&cfg.PostgresRoleConnections, "postgres-role-connections", 0, "the policy role's CONNECTION LIMIT, set at start: every replica's --postgres-connections must fit in it together (0: half the server's max_connections)")
