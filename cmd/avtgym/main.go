@@ -10,6 +10,7 @@
 package main
 
 import (
+	"avtgym/internal/buildinfo"
 	"context"
 	"errors"
 	"flag"
@@ -66,7 +67,7 @@ Usage:
   avtgym sql drift --db FILE --pre SQL --post SQL [--json]
   avtgym keygen   FILE
 
-Run 'avtgym COMMAND -h' for all of a command's flags.
+Run 'avtgym COMMAND -h' for all of a command's flags; 'avtgym --version' prints the build.
 `
 
 // run is main without the process: tests call it with their own
@@ -91,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
+		return 0
+	case "-version", "--version", "version":
+		// The build recorded in records and ListCorpora (internal/buildinfo).
+		fmt.Fprintln(stdout, "avtgym", buildinfo.Version())
 		return 0
 	}
 	cmd, ok := cmds[args[0]]

@@ -12,6 +12,7 @@ import (
 	"avtgym/app"
 	"avtgym/driver"
 	"avtgym/eval"
+	"avtgym/internal/buildinfo"
 	"avtgym/internal/testutil"
 	"avtgym/schema"
 )
@@ -185,6 +186,17 @@ func TestPostgresPasswordNeverInUsage(t *testing.T) {
 		}
 		if !strings.Contains(stdout+stderr, "postgres://admin:xxxxx@db.internal:5432/postgres") {
 			t.Errorf("%v: the masked default is not shown:\n%s", args, stderr)
+		}
+	}
+}
+
+// TestVersion: --version prints the build the records and ListCorpora
+// name.
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		code, stdout, _ := runCmd(t, arg)
+		if code != 0 || strings.TrimSpace(stdout) != "avtgym "+buildinfo.Version() || buildinfo.Version() == "" {
+			t.Errorf("%s: exit %d, %q", arg, code, stdout)
 		}
 	}
 }
