@@ -47,8 +47,8 @@ postgres-stop: ## stop the cluster make postgres started
 	@bash scripts/postgres.sh stop bin/postgres
 
 .PHONY: test-python
-test-python: ## run the Python client's tests on this checkout's client (installs client/python[test] if avtgym or the pinned openenv-core is missing)
-	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy, openenv.core, importlib.metadata as m; assert m.version("openenv-core") == "0.3.0"' 2>/dev/null || \
+test-python: ## run the Python client's tests on this checkout's client (installs client/python[test] if avtgym, jsonschema or the pinned openenv-core is missing)
+	@$(PYTHON) -c 'import avtgym, grpc, google.rpc.status_pb2, pytest, numpy, jsonschema, openenv.core, importlib.metadata as m; assert m.version("openenv-core") == "0.3.0"' 2>/dev/null || \
 		$(PYTHON) -m pip install -q --disable-pip-version-check -e 'client/python[test]'
 	PYTHONPATH=$(CURDIR)/client/python/src $(PYTHON) -m pytest client/python/tests -q --ignore=client/python/tests/trainers
 
