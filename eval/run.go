@@ -24,13 +24,14 @@ import (
 	"avtgym/policy"
 	"avtgym/probe"
 	pb "avtgym/proto/avtgym/v1"
+	"avtgym/record"
 )
 
 // File names inside a run directory.
 const (
 	// EpisodesFile holds one JSON Episode per line, appended as episodes
 	// finish.
-	EpisodesFile = "episodes.jsonl"
+	EpisodesFile = record.EvalFile
 	// RunFile records the settings that must not change between reruns
 	// into the same directory (corpus, asker, solver, donor seed).
 	RunFile = "run.json"

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"avtgym/record"
 	"avtgym/schema"
 
 	"golang.org/x/sync/errgroup"
@@ -29,9 +30,9 @@ const maxLineBytes = 64 << 20
 
 // Kinds of run, by what its PATH held.
 const (
-	KindRecordFile = "record file"
-	KindEvalRun    = "eval run"
-	KindEpisodeLog = "episode log"
+	KindRecordFile = record.KindRecordFile
+	KindEvalRun    = record.KindEvalRun
+	KindEpisodeLog = record.KindEpisodeLog
 )
 
 // Run is one PATH given to the viewer: its records indexed as summaries,
@@ -179,7 +180,7 @@ func nullable(p *float64) float64 {
 func LoadRun(ctx context.Context, path string, progress io.Writer) (*Run, error) {
 	start := time.Now()
 	r := &Run{Path: path, Name: runName(path)}
-	files, kind, err := runFiles(path)
+	files, kind, err := record.Files(path)
 	if err != nil {
 		return nil, err
 	}
@@ -233,34 +234,6 @@ func runName(path string) string {
 		name = n
 	}
 	return name
-}
-
-// runFiles says which record files path stands for, and what kind of run
-// it is.
-func runFiles(path string) ([]string, string, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, "", err
-	}
-	if !st.IsDir() {
-		return []string{path}, KindRecordFile, nil
-	}
-	evalFile := filepath.Join(path, "episodes.jsonl")
-	if _, err := os.Stat(evalFile); err == nil {
-		return []string{evalFile}, KindEvalRun, nil
-	}
-	logs, err := filepath.Glob(filepath.Join(path, "episodes-*.jsonl"))
-	if err != nil {
-		return nil, "", err
-	}
-	if len(logs) == 0 {
-		return nil, "", fmt.Errorf("%s: neither an eval run directory (no episodes.jsonl) nor an episode-log directory (no episodes-*.jsonl)", path)
-	}
-	// The names are episodes-REPLICA-START-SEQ: in name order each
-	// replica's files come oldest first, so that a later line of a key
-	// is read after the earlier.
-	sort.Strings(logs)
-	return logs, KindEpisodeLog, nil
 }
 
 // lineBatch is a run of consecutive lines handed to a validating worker.

@@ -7,14 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"text/tabwriter"
 
 	"avtgym/client"
 	"avtgym/driver"
-	"avtgym/eval"
+	"avtgym/record"
 	"avtgym/reverify"
 	"avtgym/schema"
 )
@@ -152,21 +152,14 @@ func changedResults(rs []reverify.Result) []reverify.Result {
 	sort.SliceStable(out, func(i, j int) bool {
 		di, dj := 0.0, 0.0
 		if out[i].Delta != nil {
-			di = abs(*out[i].Delta)
+			di = math.Abs(*out[i].Delta)
 		}
 		if out[j].Delta != nil {
-			dj = abs(*out[j].Delta)
+			dj = math.Abs(*out[j].Delta)
 		}
 		return di > dj
 	})
 	return out
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // savedRecord is a record as read back, with eval's labels.
@@ -182,17 +175,9 @@ type savedRecord struct {
 func readRecordInputs(paths []string) ([]savedRecord, error) {
 	var out []savedRecord
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		files, _, err := record.Files(p)
 		if err != nil {
 			return nil, err
-		}
-		files := []string{p}
-		if st.IsDir() {
-			if _, err := os.Stat(filepath.Join(p, eval.EpisodesFile)); err == nil {
-				files = []string{filepath.Join(p, eval.EpisodesFile)}
-			} else if files, _ = filepath.Glob(filepath.Join(p, "episodes-*.jsonl")); len(files) == 0 {
-				return nil, fmt.Errorf("%s: neither an eval run (%s) nor an episode log (episodes-*.jsonl)", p, eval.EpisodesFile)
-			}
 		}
 		seen := map[string]int{}
 		for _, f := range files {
