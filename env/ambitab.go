@@ -56,7 +56,7 @@ func (ambiTab) noTasks(c *corpus.Corpus, split string) error {
 }
 
 // resolve checks AMBITAB's options and sets the question budget.
-func (ambiTab) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+func (ambiTab) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState, _ *history) error {
 	if o.GetReward() == pb.RewardType_REWARD_TYPE_BIRD_INTERACT {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "REWARD_TYPE_BIRD_INTERACT is the reward of PROTOCOL_BIRD_C; AMBITAB takes question-F1 or outcome")
 	}
@@ -105,7 +105,7 @@ func (ambiTab) apply(ctx context.Context, ep *episode, a *pb.Action) error {
 		// An ask without text is an empty question (on the wire the two
 		// cannot be told apart): the policy's fault, scored.
 		q, fault := ep.pose(k.Ask.GetText())
-		if int32(len(st.Questions)) >= st.Budget {
+		if st.Answered >= st.Budget {
 			ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_NOTICE, budgetNotice)
 			return endAsking(ctx, ep, true)
 		}
@@ -178,7 +178,10 @@ func endAsking(ctx context.Context, ep *episode, truncated bool) error {
 	}
 	switch st.Solver {
 	case pb.Solver_SOLVER_LOOKUP:
-		sql := ep.lookup()
+		sql, err := ep.lookup()
+		if err != nil {
+			return err // the token's history was altered
+		}
 		if ep.priv {
 			ep.out.Privileged.SolverSql = BoundText(sql, MaxSQLBytes)
 		}
@@ -195,7 +198,11 @@ func endAsking(ctx context.Context, ep *episode, truncated bool) error {
 // solveWithLLM has the LLM solver write the SQL from the dialogue and
 // verifies it.
 func solveWithLLM(ctx context.Context, ep *episode) error {
-	sql, why, err := solve(ctx, ep.env.cfg.LLMSolver, ep.task, dialogue(ep.st, 0))
+	d, err := ep.dialogue(0)
+	if err != nil {
+		return err // the token's history was altered
+	}
+	sql, why, err := solve(ctx, ep.env.cfg.LLMSolver, ep.task, d)
 	if err != nil {
 		ep.fail(failedSolver, "the solver failed: "+err.Error())
 		return nil
@@ -242,7 +249,7 @@ func verify(ctx context.Context, ep *episode, sql string) error {
 
 // observe: AMBITAB's budget is its questions.
 func (ambiTab) observe(o *pb.Observation, st *statepb.EpisodeState, b *pb.Budget) {
-	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, int64(st.Budget)*1000, int64(len(st.Questions))*1000
+	b.Unit, b.TotalMilli, b.UsedMilli = pb.BudgetUnit_BUDGET_UNIT_QUESTIONS, int64(st.Budget)*1000, int64(st.Answered)*1000
 	o.QuestionsRemaining = max(0, st.Budget-o.QuestionsAsked)
 }
 
@@ -267,9 +274,9 @@ func rewardKind(t pb.RewardType) reward.Kind {
 // Quantities is the reward package's view of an AMBITAB episode state.
 func Quantities(t *corpus.Task, st *statepb.EpisodeState) reward.Episode {
 	e := reward.Episode{Counted: t.Counted(), Attempted: int(st.Attempted)}
-	e.Credits = make([][]int, len(st.Questions))
-	for i, q := range st.Questions {
-		e.Credits[i] = maskToInts(q.GetCreditMask())
+	e.Credits = make([][]int, len(st.CreditMasks))
+	for i, m := range st.CreditMasks {
+		e.Credits[i] = maskToInts(m)
 	}
 	if st.Verified {
 		ok := st.Outcome

@@ -134,7 +134,7 @@ func (bird) releaseFollowUp(ep *episode, bs *statepb.BirdState, phase1SQL string
 	fu := ep.task.FollowUp
 	bs.Phase1Sql = phase1SQL
 	bs.Subtask = 2
-	bs.Subtask2FirstQuestion = int32(len(ep.st.Questions))
+	bs.Subtask2FirstQuestion = ep.st.Answered
 	ep.turn(pb.Role_ROLE_ENVIRONMENT, pb.TurnKind_TURN_KIND_REQUEST, fu.Request)
 	if ep.priv {
 		ep.out.Privileged.FollowUpReferenceSql = fu.Reference.SQL

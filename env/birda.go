@@ -150,7 +150,7 @@ func BirdAPrices() []BirdAPrice {
 const birdAUnparsed = "Your output could not be read as an action; 0.2 coins are spent. Use one action per turn."
 
 // resolve sets BIRD_A's coin budget.
-func (r birdA) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+func (r birdA) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState, _ *history) error {
 	bs, err := r.bird.resolve(t, o, st)
 	if err != nil {
 		return err

@@ -73,7 +73,7 @@ const (
 )
 
 // resolve sets BIRD_C's turn budget: m + patience turns, at least one.
-func (r birdC) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+func (r birdC) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState, _ *history) error {
 	bs, err := r.bird.resolve(t, o, st)
 	if err != nil {
 		return err

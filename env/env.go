@@ -93,9 +93,10 @@ type Env struct {
 	pools map[pb.Protocol]map[*corpus.Corpus]map[string][]*corpus.Task
 	// commitments caches TIDE's commitment sets (tide.go).
 	commitments commitSets
-	// maxState bounds every state seal writes, and maxToken every token
-	// open reads (limits.go); maxStep bounds one StepResponse.
-	maxState, maxToken, maxStep int
+	// maxState bounds every state seal writes, maxHistory every history,
+	// and maxToken every token open reads (limits.go); maxStep bounds one
+	// StepResponse.
+	maxState, maxHistory, maxToken, maxStep int
 	// busy counts the steps answered VERIFIER_BUSY.
 	busy atomic.Int64
 }
@@ -167,6 +168,7 @@ func New(cfg Config) (*Env, error) {
 		}
 		return n
 	}
+	e.maxHistory = historyBound
 	e.maxToken = TokenBound(longest(func(t *corpus.Task) int { return len(t.Corpus.Name) }), longest(func(t *corpus.Task) int { return len(t.ID) }))
 	return e, nil
 }
@@ -250,6 +252,7 @@ type ResetPlan struct {
 
 	task *corpus.Task
 	base *statepb.EpisodeState // every episode's state but for its seed and index
+	hist history               // the group's history: the pre-filled questions, sealed once
 	seed uint64
 	obs  *pb.Observation // the first observation, shared by the group
 	priv *pb.Privileged  // nil unless asked for; shared by the group
@@ -287,13 +290,17 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	base, err := e.newState(task, req.GetOptions())
+	p := &ResetPlan{Episodes: n, task: task, seed: seed}
+	base, err := e.newState(task, req.GetOptions(), &p.hist)
 	if err != nil {
 		return nil, err
 	}
 	base.Tags = tags
-	p := &ResetPlan{Episodes: n, task: task, base: base, seed: seed}
-	p.obs = &pb.Observation{Task: e.views[task], Turns: openingTurns(task, base)}
+	p.base = base
+	p.obs = &pb.Observation{Task: e.views[task], Turns: openingTurns(task, base, p.hist.added)}
+	// The pre-filled questions are the same for the whole group: their
+	// chunks are sealed once, and every episode's token copies them.
+	p.hist.sealAdded(e.cfg.Sealer, base)
 	observe(p.obs, base, rulesOf(base.Protocol), new(pb.Budget))
 	if req.GetIncludePrivileged() {
 		p.priv = e.TaskPrivileged(task)
@@ -302,7 +309,7 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 	// sets each episode's own).
 	base.Seed, base.GroupIndex = math.MaxUint64, int32(n-1)
 	base.UidHi, base.UidLo = math.MaxUint64, math.MaxUint64 // fixed64: any value is as wide
-	tok := e.cfg.Sealer.TokenSize(base.SizeVT())
+	tok := e.cfg.Sealer.TokenSize(base.SizeVT(), len(p.hist.sealed))
 	tmpl := &pb.Episode{
 		Seed:        math.MaxUint64,
 		GroupIndex:  int32(n - 1),
@@ -318,12 +325,12 @@ func (e *Env) PlanReset(req *pb.ResetRequest) (*ResetPlan, error) {
 
 // openingTurns are a reset's turns: the request, then the questions the
 // environment pre-filled (ROLE_PREFILLED) with their answers.
-func openingTurns(t *corpus.Task, st *statepb.EpisodeState) []*pb.Turn {
+func openingTurns(t *corpus.Task, st *statepb.EpisodeState, qs []answered) []*pb.Turn {
 	turns := []*pb.Turn{{Role: pb.Role_ROLE_ENVIRONMENT, Kind: pb.TurnKind_TURN_KIND_REQUEST, Text: t.Request}}
-	for _, q := range st.Questions[:min(len(st.Questions), max(0, int(st.Prefilled)))] {
+	for _, q := range qs[:min(len(qs), max(0, int(st.Prefilled)))] {
 		turns = append(turns,
-			&pb.Turn{Role: pb.Role_ROLE_PREFILLED, Kind: pb.TurnKind_TURN_KIND_QUESTION, Text: q.Question},
-			&pb.Turn{Role: pb.Role_ROLE_ORACLE, Kind: pb.TurnKind_TURN_KIND_REPLY, Text: q.Reply})
+			&pb.Turn{Role: pb.Role_ROLE_PREFILLED, Kind: pb.TurnKind_TURN_KIND_QUESTION, Text: q.question},
+			&pb.Turn{Role: pb.Role_ROLE_ORACLE, Kind: pb.TurnKind_TURN_KIND_REPLY, Text: q.reply})
 	}
 	return turns
 }
@@ -339,7 +346,7 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 		st.Seed = p.seed + uint64(i)
 		st.GroupIndex = int32(i)
 		st.UidHi, st.UidLo = newUID()
-		tok, err := e.seal(st)
+		tok, err := e.seal(st, &p.hist)
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +365,7 @@ func (e *Env) BuildReset(p *ResetPlan) (*pb.ResetResponse, error) {
 
 // newState resolves a reset's options on task t: the shared ones here
 // (reward, solver, oracle, strict credit), the protocol's by its rules.
-func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeState, error) {
+func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions, h *history) (*statepb.EpisodeState, error) {
 	st := &statepb.EpisodeState{
 		Version:    stateVersion,
 		Corpus:     t.Corpus.Name,
@@ -380,7 +387,7 @@ func (e *Env) newState(t *corpus.Task, o *pb.EpisodeOptions) (*statepb.EpisodeSt
 		return nil, errorf(InvalidArgument, ReasonInvalidOption, "options.protocol", "unknown protocol %d", p)
 	}
 	st.Protocol = p
-	if err := r.resolve(t, o, st); err != nil {
+	if err := r.resolve(t, o, st, h); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -444,7 +451,7 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 	if err != nil {
 		return nil, err
 	}
-	ep.st, ep.task, ep.rules = &ep.state.st, task, rulesOf(ep.state.st.Protocol)
+	ep.st, ep.hist, ep.task, ep.rules = &ep.state.st, &ep.state.hist, task, rulesOf(ep.state.st.Protocol)
 	ep.out = &ep.resp
 	ep.out.Observation = &ep.obs
 	ep.obs.Turns = ep.turnPtrs[:0]
@@ -459,8 +466,16 @@ func (e *Env) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepResponse, 
 		// cut short, so nothing is scored; the client retries the token.
 		return nil, err
 	}
+	if ep.st.Phase == pb.Phase_PHASE_DONE {
+		// The step that ends the episode authenticates its whole history
+		// (once per episode, not per step): no token whose history was
+		// altered is scored, even where no step read the texts.
+		if err := ep.hist.verify(e.cfg.Sealer, ep.st); err != nil {
+			return nil, err
+		}
+	}
 	ep.finish()
-	if ep.out.Token, err = e.seal(ep.st); err != nil {
+	if ep.out.Token, err = e.seal(ep.st, ep.hist); err != nil {
 		return nil, err
 	}
 	return ep.out, nil

@@ -217,17 +217,26 @@ func openState(t *testing.T, s *Sealer, tok []byte) *statepb.EpisodeState {
 	return st
 }
 
-// reseal opens a token with the env's own sealer, edits its state and seals
-// it again: a token the server could have issued, but with other content.
-func reseal(t *testing.T, s *Sealer, tok []byte, edit func(st *statepb.EpisodeState)) []byte {
+// openQuestions is a token's answered questions, read from its history.
+func openQuestions(t *testing.T, s *Sealer, tok []byte) [][2]string {
 	t.Helper()
-	st := openState(t, s, tok)
-	edit(st)
-	b, err := proto.Marshal(st)
+	qs, err := OpenQuestions(s, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Seal(b)
+	return qs
+}
+
+// reseal opens a token with the env's own sealer, edits its state and seals
+// it again with the same history: a token the server could have issued,
+// but with other content.
+func reseal(t *testing.T, s *Sealer, tok []byte, edit func(st *statepb.EpisodeState)) []byte {
+	t.Helper()
+	out, err := ResealState(s, tok, edit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestTokenStateChecks(t *testing.T) {
@@ -243,7 +252,7 @@ func TestTokenStateChecks(t *testing.T) {
 	if err := step(reseal(t, s, ep.Token, func(*statepb.EpisodeState) {})); err != nil {
 		t.Fatalf("resealed unchanged state: %v", err)
 	}
-	for _, v := range []uint32{0, 1, 3, 1 << 31} {
+	for _, v := range []uint32{0, 1, 2, 4, 1 << 31} {
 		err := step(reseal(t, s, ep.Token, func(st *statepb.EpisodeState) { st.Version = v }))
 		wantEnvError(t, err, FailedPrecondition, ReasonTokenMalformed)
 	}
@@ -633,8 +642,9 @@ func checkBadQuestion(t *testing.T, e *Env, s *Sealer, spy *spyOracle, tok []byt
 		t.Errorf("%s: credited %v", name, resp.Privileged.GetCredits())
 	}
 	st := openState(t, s, resp.Token)
-	if len(st.Questions) != 1 || st.Questions[0].Question != turns[0].Text || st.Questions[0].Reply != turns[1].Text || st.Questions[0].GetCreditMask() != 0 {
-		t.Errorf("%s: the state keeps %v", name, st.Questions)
+	qs := openQuestions(t, s, resp.Token)
+	if len(qs) != 1 || qs[0][0] != turns[0].Text || qs[0][1] != turns[1].Text || st.Answered != 1 || st.CreditMasks[0] != 0 {
+		t.Errorf("%s: the token keeps %v, masks %v", name, qs, st.CreditMasks)
 	}
 	// The episode goes on: it ends with a reward that counts the question.
 	end := mustStep(t, e, resp.Token, submitAction("SELECT 1"), false)
@@ -695,9 +705,9 @@ func TestLongRepliesAreCut(t *testing.T) {
 	if a := resp.Privileged.GetOracleAction(); len(a) > MaxReplyBytes {
 		t.Errorf("the oracle action is %d bytes", len(a))
 	}
-	st := openState(t, mustSealer(t, key), resp.Token)
-	if st.Questions[0].Reply != reply {
-		t.Errorf("the token keeps a %d-byte reply, the observation %d bytes", len(st.Questions[0].Reply), len(reply))
+	qs := openQuestions(t, mustSealer(t, key), resp.Token)
+	if qs[0][1] != reply {
+		t.Errorf("the token keeps a %d-byte reply, the observation %d bytes", len(qs[0][1]), len(reply))
 	}
 	if len(resp.Token) > TokenBound(len("tiny"), len("big")) || len(resp.Token) > 2*MaxReplyBytes {
 		t.Errorf("the token is %d bytes", len(resp.Token))
@@ -787,12 +797,10 @@ func TestStrongMultiStatementReference(t *testing.T) {
 func TestQuantitiesMirrorsState(t *testing.T) {
 	c := loadTiny(t)
 	big, _ := c.Task("big")
-	mask := func(m uint64) *uint64 { return &m }
 	st := &statepb.EpisodeState{
-		Attempted: 4,
-		Questions: []*statepb.AnsweredQuestion{
-			{CreditMask: mask(0b011)}, {CreditMask: mask(0)}, {CreditMask: mask(0b100)}, {},
-		},
+		Attempted:   4,
+		Answered:    4,
+		CreditMasks: []uint64{0b011, 0, 0b100, 0},
 	}
 	q := Quantities(big, st)
 	if !slices.Equal(q.Counted, []int{0, 1}) {

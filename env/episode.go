@@ -24,6 +24,7 @@ import (
 type episode struct {
 	env   *Env
 	st    *statepb.EpisodeState
+	hist  *history // the dialogue's texts (history.go)
 	task  *corpus.Task
 	rules rules
 	priv  bool
@@ -38,10 +39,6 @@ type episode struct {
 	turnPtrs [maxStepTurns]*pb.Turn
 	budget   pb.Budget
 }
-
-// inlineQuestions is how many answered questions an ask keeps room for in
-// its own allocation when the list must grow (most budgets are smaller).
-const inlineQuestions = 4
 
 // maxStepTurns is the most turns one step adds (a submission while asking:
 // SQL, feedback, and a notice if verification fails).
@@ -113,7 +110,9 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 		reply = oracle.Reply{Text: questionRefusal(fault), Refused: true}
 	} else {
 		var err error
-		history = dialogue(st, from)
+		if history, err = ep.oracleDialogue(rec, from); err != nil {
+			return err
+		}
 		reply, err = ep.env.cfg.Oracles[st.Oracle].AskWith(ctx, rec, history, q, oracle.AskOptions{StrictCredit: st.StrictCredit, Bird: st.GetBird() != nil})
 		if err != nil {
 			// The oracle failed: the environment's fault. The episode ends in
@@ -133,18 +132,7 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 	// Whatever the oracle, its reply is cut to the reply limit here, so that
 	// the state and the step stay within their bounds (limits.go).
 	text := BoundText(reply.Text, MaxReplyBytes)
-	// One allocation for the question, its mask and, while the history is
-	// short, the grown list of questions (an append would allocate it).
-	a := &struct {
-		q    statepb.AnsweredQuestion
-		mask uint64
-		qs   [inlineQuestions]*statepb.AnsweredQuestion
-	}{mask: mask}
-	a.q.Question, a.q.Reply, a.q.CreditMask = q, text, &a.mask
-	if n := len(st.Questions); n == cap(st.Questions) && n < inlineQuestions {
-		st.Questions = append(a.qs[:0], st.Questions...)
-	}
-	st.Questions = append(st.Questions, &a.q)
+	ep.hist.add(st, q, text, mask)
 	// A refusal (the oracle's or the environment's) is its own turn kind,
 	// so that a policy never has to recognise one by its text.
 	kind := pb.TurnKind_TURN_KIND_REPLY
@@ -159,7 +147,7 @@ func (ep *episode) answer(ctx context.Context, q, fault string, rec *corpus.Reco
 		ep.out.Privileged.OracleAction = BoundText(reply.PrivilegedAction(), MaxReplyBytes)
 		if rec.HasChain() {
 			if history == nil {
-				history = dialogue(st, from)
+				history = creditTurns(st.CreditMasks, from)
 			}
 			ep.out.Privileged.Routing = oracle.Routing(rec, history, reply.Credits)
 		}
@@ -342,7 +330,7 @@ func observe(o *pb.Observation, st *statepb.EpisodeState, r rules, b *pb.Budget)
 	o.Phase = st.Phase
 	o.QuestionBudget = st.Budget
 	// Pre-filled questions are not the policy's.
-	o.QuestionsAsked = int32(len(st.Questions)) - st.Prefilled
+	o.QuestionsAsked = st.Answered - st.Prefilled
 	o.Protocol = st.Protocol
 	o.Subtask = 1
 	r.observe(o, st, b)
@@ -359,14 +347,29 @@ func score(r rules, t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
 }
 
 // dialogue is the episode's answered questions from index from on, as the
-// oracle and solvers read them.
-func dialogue(st *statepb.EpisodeState, from int) []oracle.Turn {
-	qs := st.Questions[min(len(st.Questions), max(0, from)):]
-	d := make([]oracle.Turn, len(qs))
-	for i, aq := range qs {
-		d[i] = oracle.Turn{Question: aq.Question, Reply: aq.Reply, Credits: maskToInts(aq.GetCreditMask())}
+// oracle and solvers read them: their texts (opening the token's history)
+// and credits. An error is the token's (its history was altered).
+func (ep *episode) dialogue(from int) ([]oracle.Turn, error) {
+	qs, err := ep.hist.questions(ep.env.cfg.Sealer, ep.st)
+	if err != nil {
+		return nil, err
 	}
-	return d
+	return turns(qs, ep.st.CreditMasks, from), nil
+}
+
+// oracleDialogue is the dialogue from index from on as the episode's
+// oracle reads it: an oracle that reads of it only the credits, and only
+// on a record with a chain (oracle.Oracle.ReadsHistoryCreditsOnly), gets
+// those (nil without a chain), without the history's texts being opened:
+// its steps cost the same at any turn.
+func (ep *episode) oracleDialogue(rec *corpus.Record, from int) ([]oracle.Turn, error) {
+	if c, ok := ep.env.cfg.Oracles[ep.st.Oracle].(interface{ ReadsHistoryCreditsOnly() bool }); ok && c.ReadsHistoryCreditsOnly() {
+		if !rec.HasChain() {
+			return nil, nil
+		}
+		return creditTurns(ep.st.CreditMasks, from), nil
+	}
+	return ep.dialogue(from)
 }
 
 func (ep *episode) credits(mask uint64) []*pb.Credit {
@@ -381,18 +384,18 @@ func (ep *episode) credits(mask uint64) []*pb.Credit {
 	return out
 }
 
-// policyQuestions are the questions the policy asked: all but the
-// pre-filled ones.
-func policyQuestions(st *statepb.EpisodeState) []*statepb.AnsweredQuestion {
-	return st.Questions[min(len(st.Questions), max(0, int(st.Prefilled))):]
+// policyMasks are the credit masks of the questions the policy asked: all
+// but the pre-filled ones.
+func policyMasks(st *statepb.EpisodeState) []uint64 {
+	return st.CreditMasks[min(len(st.CreditMasks), max(0, int(st.Prefilled))):]
 }
 
 // unionCredits is every ambiguity the policy's questions were credited
 // with.
 func unionCredits(st *statepb.EpisodeState) uint64 {
 	var all uint64
-	for _, q := range policyQuestions(st) {
-		all |= q.GetCreditMask()
+	for _, m := range policyMasks(st) {
+		all |= m
 	}
 	return all
 }

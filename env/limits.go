@@ -26,16 +26,17 @@ import (
 // B = m + C questions, with m ≤ corpus.MaxAmbiguities (64) counted
 // ambiguities and C ≤ MaxExtraQuestions (64), or B ≤ MaxExtraQuestions on
 // a zero-ambiguity control; so at most MaxAnswered = 128 answered
-// questions, each stored with its question, its reply and an 8-byte credit
-// mask.
+// questions, each stored with its question and its reply in a chunk of
+// the token's history (historyBound) and an 8-byte credit mask in the
+// state.
 //
 // From those, StateBound is a hard bound on the encoded episode state: the
 // shared fields at their widest encodings, the corpus name and record id
-// (the only corpus-dependent terms), MaxAnswered answered questions, one
-// SQL solution and one verifier reason, plus the largest protocol state
+// (the only corpus-dependent terms), MaxAnswered credit masks, one SQL
+// solution and one verifier reason, plus the largest protocol state
 // message (each protocol's stateBound, beside its rules: the rules oneof
-// holds one). TokenBound adds the token's header, nonce, length prefix,
-// tag and padding bucket. StepResponseBound bounds one StepResponse: the
+// holds one). TokenBound adds the history, the token's header, nonce,
+// length prefix, tag and padding bucket. StepResponseBound bounds one StepResponse: the
 // token, the turns one step can add (at most three: question + reply,
 // question + two notices, or SQL + feedback), the counters, the reward and
 // the privileged field (whose corpus-dependent terms are the ambiguity
@@ -124,12 +125,16 @@ func bytesField(num protowire.Number, n int) int {
 	return protowire.SizeTag(num) + protowire.SizeBytes(n)
 }
 
-// answeredBound bounds one statepb.AnsweredQuestion.
+// answeredBound bounds one statepb.AnsweredQuestion: a chunk's
+// plaintext.
 func answeredBound() int {
 	return bytesField(1, MaxQuestionBytes) + // question
-		bytesField(2, MaxReplyBytes) + // reply
-		fixed64Field(3) // credit mask
+		bytesField(2, MaxReplyBytes) // reply
 }
+
+// historyBound bounds the token's history: MaxAnswered chunks, each its
+// plaintext and chunkOverhead (history.go).
+var historyBound = MaxAnswered * (chunkOverhead + answeredBound())
 
 // StateBound bounds the encoded statepb.EpisodeState of an episode whose
 // corpus name is corpusBytes long and whose record id is idBytes long:
@@ -162,7 +167,6 @@ func sharedStateBound(corpusBytes, idBytes int) int {
 		varintField(7) + varintField(8) + varintField(9) + // reward, solver, oracle
 		varintField(10) + // budget
 		varintField(11) + varintField(12) + // phase, status
-		MaxAnswered*bytesField(13, answeredBound()) + // questions
 		varintField(14) + // attempted
 		bytesField(15, MaxSQLBytes) + // solution SQL
 		boolField(16) + boolField(17) + // verified, outcome
@@ -174,14 +178,19 @@ func sharedStateBound(corpusBytes, idBytes int) int {
 		fixed64Field(42) + fixed64Field(43) + // record hash
 		varintField(47) + // comparison
 		fixed64Field(48) + fixed64Field(49) + // uid
-		tagsBound() // tags (tags.go)
+		tagsBound() + // tags (tags.go)
+		varintField(51) + // answered
+		bytesField(52, 8*MaxAnswered) + // credit masks (packed)
+		uint32Field(53) + // history length
+		fixed64Field(54) + fixed64Field(55) // history tag
 }
 
 // TokenBound bounds the sealed token of a state of at most StateBound
-// bytes for these identifier lengths: header, nonce and the padded bucket
-// holding the length prefix, the state and the tag.
+// bytes for these identifier lengths and a history of at most
+// historyBound bytes: header, nonce and the padded bucket holding the
+// length prefix, the state, the tag and the history.
 func TokenBound(corpusBytes, idBytes int) int {
-	return tokenSize(StateBound(corpusBytes, idBytes))
+	return tokenSize(StateBound(corpusBytes, idBytes), historyBound)
 }
 
 // turnBound bounds one pb.Turn whose text is at most n bytes.

@@ -21,7 +21,6 @@ import (
 // every text at its limit) and the given protocol state message, itself at
 // its largest (worstRules).
 func worstState(corpusBytes, idBytes, answered int, rulesState func(*statepb.EpisodeState)) *statepb.EpisodeState {
-	mask := uint64(math.MaxUint64)
 	st := &statepb.EpisodeState{
 		Version:        math.MaxUint32,
 		Corpus:         strings.Repeat("c", corpusBytes),
@@ -48,17 +47,31 @@ func worstState(corpusBytes, idBytes, answered int, rulesState func(*statepb.Epi
 		Comparison:     pb.Comparison(-1),
 		UidHi:          math.MaxUint64,
 		UidLo:          1,
+		Answered:       -1,
+		HistoryBytes:   math.MaxUint32,
+		HistoryTagHi:   1,
+		HistoryTagLo:   1,
 	}
 	for i := range MaxTags {
 		key := fmt.Sprintf("%02d", i) + strings.Repeat("k", MaxTagKeyBytes-2)
 		st.Tags = append(st.Tags, &statepb.Tag{Key: key, Value: strings.Repeat("v", MaxTagValueBytes)})
 	}
-	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
 	for range answered {
-		st.Questions = append(st.Questions, &statepb.AnsweredQuestion{Question: q, Reply: r, CreditMask: &mask})
+		st.CreditMasks = append(st.CreditMasks, math.MaxUint64)
 	}
 	rulesState(st)
 	return st
+}
+
+// worstHistory is a history of n answered questions, each text at its
+// limit, not sealed yet.
+func worstHistory(n int) *history {
+	q, r := strings.Repeat("q", MaxQuestionBytes), strings.Repeat("a", MaxReplyBytes)
+	h := &history{}
+	for range n {
+		h.added = append(h.added, answered{question: q, reply: r})
+	}
+	return h
 }
 
 // worstRules sets each protocol's state message with every field at its
@@ -133,7 +146,11 @@ func TestStateBoundIsExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok := s.Seal(make([]byte, largest))
+		h := worstHistory(MaxAnswered)
+		if got := h.size(); got != historyBound {
+			t.Errorf("the worst history is %d bytes, historyBound says %d", got, historyBound)
+		}
+		tok, _, _ := s.prepare(largest, h.size())
 		if got, want := len(tok), TokenBound(ids[0], ids[1]); got != want {
 			t.Errorf("ids %v: the worst state's token is %d bytes, TokenBound says %d", ids, got, want)
 		}
@@ -147,16 +164,22 @@ func TestSealRefusesStateAboveBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{cfg: Config{Sealer: s}, maxState: StateBound(8, 8)}
+	e := &Env{cfg: Config{Sealer: s}, maxState: StateBound(8, 8), maxHistory: historyBound}
 	for _, p := range protocols {
-		if _, err := e.seal(worstState(8, 8, MaxAnswered, worstRules[p])); err != nil {
+		st := worstState(8, 8, MaxAnswered, worstRules[p])
+		st.Answered = MaxAnswered
+		if _, err := e.seal(st, worstHistory(MaxAnswered)); err != nil {
 			t.Fatalf("%s: the largest valid state: %v", p, err)
 		}
 	}
-	_, err = e.seal(worstState(8, 8, MaxAnswered+1, worstBird))
+	_, err = e.seal(worstState(8, 8, MaxAnswered+1, worstBird), &history{})
 	var ee *Error
 	if !errors.As(err, &ee) || ee.Code != Internal {
 		t.Fatalf("a state above the bound: %v, want an Internal error", err)
+	}
+	_, err = e.seal(worstState(8, 8, 0, worstBird), worstHistory(MaxAnswered+1))
+	if !errors.As(err, &ee) || ee.Code != Internal {
+		t.Fatalf("a history above the bound: %v, want an Internal error", err)
 	}
 }
 
@@ -326,7 +349,8 @@ func TestLimitsDocument(t *testing.T) {
 	}
 	text := strings.ReplaceAll(string(doc), ",", "")
 	for name, n := range map[string]int{
-		"answered question":          bytesField(13, answeredBound()),
+		"history chunk":              chunkOverhead + answeredBound(),
+		"history bound":              historyBound,
 		"state bound (16, 64)":       StateBound(16, 64),
 		"token bound (16, 64)":       TokenBound(16, 64),
 		"step turns":                 stepTurnsBound(),

@@ -27,16 +27,20 @@ import (
 //
 // Success thus depends only on what the dialogue revealed, which is what
 // the leakage diagnostics need when no model is available.
-func (ep *episode) lookup() string {
+func (ep *episode) lookup() (string, error) {
 	interps := ep.task.Corpus.Interpretations(ep.task.AVTID)
+	qs, err := ep.hist.questions(ep.env.cfg.Sealer, ep.st)
+	if err != nil {
+		return "", err
+	}
 	var replies strings.Builder
-	for _, q := range ep.st.Questions {
-		replies.WriteString(normalizeSpace(q.Reply))
+	for _, q := range qs {
+		replies.WriteString(normalizeSpace(q.reply))
 		replies.WriteString("\n")
 	}
 	said := replies.String()
 	choice := chooseInterpretation(interps, said, ep.st.Seed)
-	return choice.ReferenceSQL
+	return choice.ReferenceSQL, nil
 }
 
 func chooseInterpretation(interps []*corpus.Task, said string, seed uint64) *corpus.Task {

@@ -36,7 +36,8 @@ type rules interface {
 	// protocol's part of st, whose shared options are resolved: the reward
 	// and solver where the protocol fixes them, the question budget, the
 	// phase, the pre-filled questions and the protocol's state message.
-	resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error
+	// Pre-filled questions go into h, the reset's history.
+	resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState, h *history) error
 	// holds reports whether st carries the protocol's state message (a
 	// sealed state that does not is malformed).
 	holds(st *statepb.EpisodeState) bool

@@ -18,8 +18,10 @@ import (
 // stateVersion is the layout of statepb.EpisodeState that seal writes and
 // open reads. Version 2 (issue 26) keeps each protocol's bookkeeping in its
 // own message of the rules oneof, where version 1 kept every protocol's
-// side by side: a version 1 token is refused, saying so.
-const stateVersion = 2
+// side by side; version 3 (issue 31) keeps the answered questions' texts
+// in the token's history, after the state. A token of an older version is
+// refused, saying so.
+const stateVersion = 3
 
 // buffers recycles the plaintext buffers of opening tokens: every step
 // opens one.
@@ -36,23 +38,31 @@ func recordHash(t *corpus.Task) (hi, lo uint64) {
 	return binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])
 }
 
-func (e *Env) seal(st *statepb.EpisodeState) ([]byte, error) {
+// seal seals st with its history h into a token: h's sealed chunks are
+// copied, its added questions sealed into new chunks (which sets st's
+// history length and tag), and st is sealed into the head.
+func (e *Env) seal(st *statepb.EpisodeState, h *history) ([]byte, error) {
+	hl := h.size()
+	st.HistoryBytes = uint32(hl)
 	n := st.SizeVT()
-	if n > e.maxState {
-		// Unreachable while limits.go's arithmetic covers every field.
-		return nil, errorf(Internal, ReasonInternal, "", "the episode state is %d bytes, more than the bound of %d (env/limits.go)", n, e.maxState)
+	if len(h.added) > 0 && st.HistoryTagHi == 0 {
+		// The first chunk: the tag's words are never zero with a history
+		// (sealChunk), so the state will hold the two fixed64 fields.
+		n += 2 * fixed64Field(54)
 	}
+	if n > e.maxState || hl > e.maxHistory {
+		// Unreachable while limits.go's arithmetic covers every field.
+		return nil, errorf(Internal, ReasonInternal, "", "the episode state is %d bytes and its history %d, more than the bounds of %d and %d (env/limits.go)", n, hl, e.maxState, e.maxHistory)
+	}
+	tok, buf, hist := e.cfg.Sealer.prepare(n, hl)
+	h.writeInto(e.cfg.Sealer, st, hist)
 	// The generated (non-reflective) vtprotobuf codec writes the state
 	// straight into the token: reflection-based proto.Marshal was one of
 	// the largest costs of a step (bench/RESULTS.md).
-	var err error
-	tok := e.cfg.Sealer.SealFunc(n, func(buf []byte) {
-		_, err = st.MarshalToSizedBufferVT(buf)
-	})
-	if err != nil {
+	if _, err := st.MarshalToSizedBufferVT(buf); err != nil {
 		return nil, errorf(Internal, ReasonInternal, "", "serialising episode state: %v", err)
 	}
-	return tok, nil
+	return e.cfg.Sealer.seal(tok), nil
 }
 
 // decoded is the storage of a state being decoded, with room for
@@ -65,6 +75,8 @@ type decoded struct {
 	st      statepb.EpisodeState
 	ambitab statepb.EpisodeState_Ambitab
 	amb     statepb.AmbiTabState
+	// hist is the token's history, unread (it aliases the token).
+	hist history
 }
 
 // state prepares the storage for decoding and returns the state to decode
@@ -75,18 +87,20 @@ func (d *decoded) state() *statepb.EpisodeState {
 	return &d.st
 }
 
-// open decodes and checks a token's state (openInto).
-func (e *Env) open(token []byte) (*statepb.EpisodeState, *corpus.Task, error) {
+// open decodes and checks a token's state (openInto), and returns it
+// with its history.
+func (e *Env) open(token []byte) (*statepb.EpisodeState, *history, *corpus.Task, error) {
 	d := new(decoded)
 	t, err := e.openInto(token, d)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return &d.st, t, nil
+	return &d.st, &d.hist, t, nil
 }
 
 // openInto decodes a token's state into d (unused storage) and checks it:
-// its version, its protocol's rules and state message, the oracle and
+// its version, that its history matches it (checkHead), its protocol's
+// rules and state message, the oracle and
 // solver it needs, its age, and that its task is served unchanged. It
 // returns the task.
 func (e *Env) openInto(token []byte, d *decoded) (*corpus.Task, error) {
@@ -104,7 +118,7 @@ func (e *Env) openInto(token []byte, d *decoded) (*corpus.Task, error) {
 		// reallocates and the pooled slice keeps its whole capacity.
 		*bp = make([]byte, 0, 2*len(token))
 	}
-	plain, err := e.cfg.Sealer.OpenAppend(*bp, token)
+	plain, hist, err := e.cfg.Sealer.openToken(*bp, token)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +133,10 @@ func (e *Env) openInto(token []byte, d *decoded) (*corpus.Task, error) {
 		// decode and are refused here, with the reason.
 		return nil, errorf(FailedPrecondition, ReasonTokenMalformed, "token", "episode state version %d is not supported (want %d): the state's layout changed with this server version; reset a new episode", st.Version, stateVersion)
 	}
+	if err := checkHead(st, hist); err != nil {
+		return nil, err
+	}
+	d.hist = history{sealed: hist}
 	if r := rulesOf(st.Protocol); r == nil || !r.holds(st) {
 		return nil, errorf(InvalidArgument, ReasonTokenMalformed, "token", "the episode state's protocol (%s) and its protocol state do not match", st.Protocol)
 	}

@@ -124,7 +124,7 @@ func primeLayer(t *corpus.Task) int {
 
 // resolve checks the options of a TIDE reset on t and sets up st: the
 // outcome reward, TideTurns turns and, under TIDE_P, the pre-filled layer.
-func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState) error {
+func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeState, h *history) error {
 	p := r.protocol
 	if rw := o.GetReward(); rw != pb.RewardType_REWARD_TYPE_UNSPECIFIED && rw != pb.RewardType_REWARD_TYPE_OUTCOME {
 		return errorf(InvalidArgument, ReasonInvalidOption, "options.reward", "%s's reward is REWARD_TYPE_OUTCOME (TIDE's DEA, with components); leave reward unset", p)
@@ -147,7 +147,7 @@ func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeS
 	st.Budget = TideTurns - 1
 	st.Rules = &statepb.EpisodeState_Tide{Tide: &statepb.TideState{}}
 	if r.prefills {
-		prefill(t, st)
+		prefill(t, st, h)
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func (r tide) resolve(t *corpus.Task, o *pb.EpisodeOptions, st *statepb.EpisodeS
 // prefill puts TIDE_P's question at the head of the history: the prime
 // layer's annotated question, answered by its resolution and credited with
 // every ambiguity of its term.
-func prefill(t *corpus.Task, st *statepb.EpisodeState) {
+func prefill(t *corpus.Task, st *statepb.EpisodeState, h *history) {
 	a := t.Ambiguities[primeLayer(t)]
 	var mask uint64
 	for j, b := range t.Ambiguities {
@@ -163,11 +163,7 @@ func prefill(t *corpus.Task, st *statepb.EpisodeState) {
 			mask |= 1 << j
 		}
 	}
-	st.Questions = []*statepb.AnsweredQuestion{{
-		Question:   BoundText(a.Question, MaxQuestionBytes),
-		Reply:      BoundText(a.Resolution, MaxReplyBytes),
-		CreditMask: &mask,
-	}}
+	h.add(st, BoundText(a.Question, MaxQuestionBytes), BoundText(a.Resolution, MaxReplyBytes), mask)
 	st.Prefilled = 1
 }
 
@@ -335,8 +331,8 @@ func (tide) score(t *corpus.Task, st *statepb.EpisodeState) *pb.Reward {
 	}
 	if t.HasChain() {
 		e.Layers = t.ChainLayers()
-		for _, q := range policyQuestions(st) {
-			e.Credits = append(e.Credits, maskToInts(q.GetCreditMask()))
+		for _, m := range policyMasks(st) {
+			e.Credits = append(e.Credits, maskToInts(m))
 		}
 	}
 	r := reward.Tide(e)

@@ -60,7 +60,7 @@ func FuzzSealRoundTrip(f *testing.F) {
 		f.Fatal(err)
 	}
 	st := &statepb.EpisodeState{Version: stateVersion, Corpus: "tiny", RecordId: "top-a", RecordHashHi: 7, RecordHashLo: 7, Budget: 3,
-		Questions: []*statepb.AnsweredQuestion{{Question: "Which region?", Reply: "West.", CreditMask: proto.Uint64(1)}}}
+		Answered: 1, CreditMasks: []uint64{1}, HistoryBytes: 40, HistoryTagHi: 3, HistoryTagLo: 4}
 	state, err := proto.Marshal(st)
 	if err != nil {
 		f.Fatal(err)
@@ -98,22 +98,28 @@ func FuzzSealRoundTrip(f *testing.F) {
 		switch {
 		case i == 0:
 			wantTypedTokenError(t, err, "version byte flipped", ReasonTokenMalformed)
-		case i < headerSize:
+		case i < 1+keyIDSize:
 			wantTypedTokenError(t, err, "key id flipped", ReasonTokenForeign)
+		case i < headerSize:
+			wantTypedTokenError(t, err, "head length flipped", ReasonTokenMalformed, ReasonTokenTampered)
 		default:
 			wantTypedTokenError(t, err, "byte flipped", ReasonTokenTampered)
 		}
 		// Truncated and extended.
 		_, err = s.Open(tok[:int(cut%uint32(len(tok)))])
 		wantTypedTokenError(t, err, "truncated", ReasonTokenMalformed, ReasonTokenTampered)
-		_, err = s.Open(append(bytes.Clone(tok), append([]byte{0}, raw...)...))
-		wantTypedTokenError(t, err, "extended", ReasonTokenTampered)
+		// The sealer hands what follows the head to the history's checks
+		// (checkHead, which a step runs: TestHistoryTampering).
+		ext := append([]byte{0}, raw...)
+		if _, hist, err := s.openToken(nil, append(bytes.Clone(tok), ext...)); err != nil || !bytes.Equal(hist, ext) {
+			t.Fatalf("extended: history %q, %v; want %q", hist, err, ext)
+		}
 
 		// Arbitrary bytes.
 		if ownHeader && len(raw) >= headerSize {
 			raw = bytes.Clone(raw)
 			raw[0] = tokenVersion
-			copy(raw[1:headerSize], s.keyID[:])
+			copy(raw[1:1+keyIDSize], s.keyID[:])
 		}
 		if got, err := s.Open(raw); err == nil {
 			t.Fatalf("Open accepted %d arbitrary bytes (plaintext %q)", len(raw), got)
@@ -205,7 +211,7 @@ func addEnvTokenSeeds(f *testing.F, e *Env) {
 			f.Fatal(err)
 		}
 		for _, o := range []*pb.EpisodeOptions{nil, {Reward: pb.RewardType_REWARD_TYPE_OUTCOME, Solver: pb.Solver_SOLVER_LOOKUP}, {Reward: pb.RewardType_REWARD_TYPE_OUTCOME}} {
-			st, err := e.newState(task, o)
+			st, err := e.newState(task, o, &history{})
 			if err != nil {
 				f.Fatal(err)
 			}
@@ -215,15 +221,17 @@ func addEnvTokenSeeds(f *testing.F, e *Env) {
 	done := proto.Clone(states[0]).(*statepb.EpisodeState)
 	done.Phase, done.Status = pb.Phase_PHASE_DONE, pb.EpisodeStatus_EPISODE_STATUS_TERMINATED
 	asked := proto.Clone(states[3]).(*statepb.EpisodeState)
-	asked.Questions = []*statepb.AnsweredQuestion{{Question: "q", Reply: "r", CreditMask: proto.Uint64(^uint64(0))}, {}}
 	asked.Attempted, asked.Budget = 5, -1
+	// A head that claims a history the token does not carry.
+	claims := proto.Clone(states[3]).(*statepb.EpisodeState)
+	claims.Answered, claims.CreditMasks, claims.HistoryBytes = 2, []uint64{^uint64(0), 0}, 80
 	llmOracle := proto.Clone(states[1]).(*statepb.EpisodeState)
 	llmOracle.Oracle = pb.OracleType_ORACLE_TYPE_LLM
 	llmSolver := proto.Clone(states[2]).(*statepb.EpisodeState)
 	llmSolver.Solver = pb.Solver_SOLVER_LLM
 	expired := proto.Clone(states[0]).(*statepb.EpisodeState)
 	expired.IssuedUnix = 0
-	states = append(states, done, asked, llmOracle, llmSolver, expired)
+	states = append(states, done, asked, claims, llmOracle, llmSolver, expired)
 	for i, st := range states {
 		b, err := proto.Marshal(st)
 		if err != nil {
@@ -253,9 +261,9 @@ func fuzzArbitraryToken(t *testing.T, e *Env, raw []byte, act uint8) {
 	if act&0x80 != 0 && len(raw) >= headerSize {
 		raw = bytes.Clone(raw)
 		raw[0] = tokenVersion
-		copy(raw[1:headerSize], e.cfg.Sealer.keyID[:])
+		copy(raw[1:1+keyIDSize], e.cfg.Sealer.keyID[:])
 	}
-	if st, _, err := e.open(raw); err == nil {
+	if st, _, _, err := e.open(raw); err == nil {
 		t.Fatalf("open accepted %d arbitrary bytes: %v", len(raw), st)
 	} else {
 		wantTypedTokenError(t, err, "arbitrary token", ReasonTokenMalformed, ReasonTokenForeign, ReasonTokenTampered)
@@ -269,9 +277,9 @@ func fuzzArbitraryToken(t *testing.T, e *Env, raw []byte, act uint8) {
 // the step succeeded.
 func fuzzSealedState(t *testing.T, e *Env, plain []byte, act uint8, text string) bool {
 	tok := e.cfg.Sealer.Seal(plain)
-	st, task, err := e.open(tok)
+	st, _, task, err := e.open(tok)
 	if err != nil {
-		wantTypedTokenError(t, err, "sealed plaintext", ReasonTokenMalformed, ReasonTokenExpired, ReasonRecordChanged, ReasonInvalidOption)
+		wantTypedTokenError(t, err, "sealed plaintext", ReasonTokenMalformed, ReasonTokenTampered, ReasonTokenExpired, ReasonRecordChanged, ReasonInvalidOption)
 		return false
 	}
 	if st.Version != stateVersion || task == nil || task.ID != st.RecordId || task.Corpus.Name != st.Corpus {
@@ -296,11 +304,14 @@ func fuzzSealedState(t *testing.T, e *Env, plain []byte, act uint8, text string)
 		}
 		return false
 	}
-	next, ntask, err := e.open(resp.Token)
+	next, nh, ntask, err := e.open(resp.Token)
 	if err != nil {
 		t.Fatalf("the token of a step does not open: %v", err)
 	}
-	if ntask != task || next.Seed != st.Seed || next.IssuedUnix != st.IssuedUnix || len(next.Questions) < len(st.Questions) {
+	if err := nh.verify(e.cfg.Sealer, next); err != nil {
+		t.Fatalf("the history of a step's token does not open: %v", err)
+	}
+	if ntask != task || next.Seed != st.Seed || next.IssuedUnix != st.IssuedUnix || next.Answered < st.Answered {
 		t.Fatalf("a step changed the episode: %v, then %v", st, next)
 	}
 	if o := resp.Observation; resp.Done != (next.Phase == pb.Phase_PHASE_DONE) || o.QuestionsRemaining < 0 || o.Phase != next.Phase {
@@ -317,16 +328,22 @@ func fuzzRoundTrip(t *testing.T, e *Env, plain []byte, act uint8, text string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := e.newState(task, &pb.EpisodeOptions{Reward: pb.RewardType(act % 3), Solver: pb.Solver(act % 3)})
+	h := &history{}
+	base, err := e.newState(task, &pb.EpisodeOptions{Reward: pb.RewardType(act % 3), Solver: pb.Solver(act % 3)}, h)
 	if err != nil {
 		return // an option this server does not offer
 	}
 	base.Seed, base.Attempted = uint64(len(plain))<<32|uint64(act), int32(len(text)%8)
-	base.Questions = append(base.Questions, &statepb.AnsweredQuestion{Question: strings.ToValidUTF8(text, "?"), Reply: strings.ToValidUTF8(string(plain), "?"), CreditMask: proto.Uint64(uint64(act))})
-	if sealed, err := e.seal(base); err == nil {
-		back, _, err := e.open(sealed)
+	q, r := strings.ToValidUTF8(text, "?"), strings.ToValidUTF8(string(plain), "?")
+	h.add(base, q, r, uint64(act))
+	if sealed, err := e.seal(base, h); err == nil {
+		back, bh, _, err := e.open(sealed)
 		if err != nil || !proto.Equal(back, base) {
 			t.Fatalf("a state the server sealed opens as %v, %v; want %v", back, err, base)
+		}
+		qs, err := bh.questions(e.cfg.Sealer, back)
+		if err != nil || len(qs) != 1 || qs[0] != (answered{q, r}) {
+			t.Fatalf("the history the server sealed opens as %v, %v; want %q, %q", qs, err, q, r)
 		}
 	}
 }

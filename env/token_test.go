@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"avtgym/env/internal/statepb"
 	pb "avtgym/proto/avtgym/v1"
 )
@@ -21,7 +19,8 @@ import (
 const (
 	testNonceSize = 12 // AES-GCM standard nonce
 	testTagSize   = 16 // AES-GCM tag
-	testHeader    = 5  // version + key id
+	testHeader    = 9  // version + key id + head length
+	testKeyIDEnd  = 5  // version + key id
 )
 
 func newTestSealer(t testing.TB) *Sealer {
@@ -114,8 +113,15 @@ func TestEveryBitFlipIsRejected(t *testing.T) {
 			switch {
 			case i == 0:
 				wantTokenError(t, err, InvalidArgument, ReasonTokenMalformed)
-			case i < testHeader:
+			case i < testKeyIDEnd:
 				wantTokenError(t, err, InvalidArgument, ReasonTokenForeign)
+			case i < testHeader:
+				// The head length: out of range, or the associated data
+				// no longer matches.
+				var e *Error
+				if !errors.As(err, &e) || e.Reason != ReasonTokenMalformed && e.Reason != ReasonTokenTampered {
+					t.Fatalf("byte %d bit %d flipped: %v, want TOKEN_MALFORMED or TOKEN_TAMPERED", i, bit, err)
+				}
 			default:
 				wantTokenError(t, err, InvalidArgument, ReasonTokenTampered)
 			}
@@ -142,11 +148,11 @@ func TestTruncationsAreRejected(t *testing.T) {
 			wantTokenError(t, err, InvalidArgument, ReasonTokenTampered)
 		}
 	}
-	// Extended tokens are rejected too.
-	if _, err := s.Open(append(bytes.Clone(tok), 0)); err == nil {
-		t.Fatal("a token with a trailing byte was accepted")
-	} else {
-		wantTokenError(t, err, InvalidArgument, ReasonTokenTampered)
+	// What follows the head is the history, which the sealer hands on
+	// unread: its checks (checkHead, the chunks' tags) reject an extended
+	// token (TestHistoryTampering).
+	if _, hist, err := s.openToken(nil, append(bytes.Clone(tok), 0)); err != nil || !bytes.Equal(hist, []byte{0}) {
+		t.Fatalf("a token with a trailing byte: history %q, %v", hist, err)
 	}
 }
 
@@ -246,37 +252,28 @@ func TestReadKeyFile(t *testing.T) {
 // to tokens of the same length.
 func TestTokenLengthHidesCredits(t *testing.T) {
 	s := newTestSealer(t)
-	state := func(mask uint64) *statepb.EpisodeState {
+	e := &Env{cfg: Config{Sealer: s}, maxState: 1 << 20, maxHistory: historyBound}
+	token := func(mask uint64) []byte {
 		st := &statepb.EpisodeState{
 			Version: stateVersion, Corpus: "tiny", RecordId: "big", RecordHashHi: 1, RecordHashLo: 2,
 			Seed: 42, Budget: 4, Phase: pb.Phase_PHASE_ASKING, Status: pb.EpisodeStatus_EPISODE_STATUS_RUNNING,
 			Attempted: 3, IssuedUnix: 1_700_000_000,
 		}
+		h := &history{}
 		for i := range 3 {
-			m := mask
-			st.Questions = append(st.Questions, &statepb.AnsweredQuestion{
-				Question: "what do you mean by q" + string(rune('a'+i)) + "?", Reply: "the reply", CreditMask: &m,
-			})
+			h.add(st, "what do you mean by q"+string(rune('a'+i))+"?", "the reply", mask)
 		}
-		return st
-	}
-	masks := []uint64{0, 1, 0b111, 1 << 63, ^uint64(0)}
-	var plainLen, tokLen int
-	for i, m := range masks {
-		b, err := proto.Marshal(state(m))
+		tok, err := e.seal(st, h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok := s.Seal(b)
-		if i == 0 {
-			plainLen, tokLen = len(b), len(tok)
-			continue
-		}
-		if len(b) != plainLen {
-			t.Errorf("mask %#x: serialised state is %d bytes, mask 0 gives %d", m, len(b), plainLen)
-		}
-		if len(tok) != tokLen {
-			t.Errorf("mask %#x: token is %d bytes, mask 0 gives %d", m, len(tok), tokLen)
+		return tok
+	}
+	masks := []uint64{0, 1, 0b111, 1 << 63, ^uint64(0)}
+	tokLen := len(token(masks[0]))
+	for _, m := range masks[1:] {
+		if got := len(token(m)); got != tokLen {
+			t.Errorf("mask %#x: token is %d bytes, mask 0 gives %d", m, got, tokLen)
 		}
 	}
 }
@@ -353,7 +350,7 @@ func TestSealFuncMatchesSeal(t *testing.T) {
 func TestOpenRejectsBadLengthPrefix(t *testing.T) {
 	s := newTestSealer(t)
 	for _, prefix := range []uint32{1 << 31, ^uint32(0), 1000} {
-		tok, _ := s.prepare(3)
+		tok, _, _ := s.prepare(3, 0)
 		body := tok[testHeader+testNonceSize:]
 		body[0], body[1], body[2], body[3] = byte(prefix>>24), byte(prefix>>16), byte(prefix>>8), byte(prefix)
 		tok = s.seal(tok)

@@ -64,7 +64,11 @@ type TranscriptQuestion struct {
 // Transcript opens an episode token and decodes it, with the same checks
 // (and errors) as a step.
 func (e *Env) Transcript(token []byte) (*Transcript, error) {
-	st, t, err := e.open(token)
+	st, h, t, err := e.open(token)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := h.questions(e.cfg.Sealer, st)
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +97,8 @@ func (e *Env) Transcript(token []byte) (*Transcript, error) {
 		Outcome:     st.Outcome,
 		IssuedUnix:  st.IssuedUnix,
 	}
-	for _, q := range st.Questions {
-		tr.Dialogue = append(tr.Dialogue, TranscriptQuestion{Question: q.Question, Reply: q.Reply, Credits: ep.credits(q.GetCreditMask())})
+	for i, q := range qs {
+		tr.Dialogue = append(tr.Dialogue, TranscriptQuestion{Question: q.question, Reply: q.reply, Credits: ep.credits(st.CreditMasks[i])})
 	}
 	tr.Privileged = resetPrivileged(t)
 	tr.Privileged.EpisodeCredits = ep.credits(unionCredits(st))

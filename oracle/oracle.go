@@ -659,3 +659,23 @@ func (o Oracle) Describe() (matcher, responder string) {
 func Deterministic() Oracle {
 	return Oracle{Matcher: NewDeterministicMatcher(), Responder: NewDeterministicResponder()}
 }
+
+// creditsOnlyStage is a stage that reads of the history only the turns'
+// credits, and only on a record with a chain (the deterministic matcher
+// and responder).
+type creditsOnlyStage interface{ readsHistoryCreditsOnly() }
+
+func (*DeterministicMatcher) readsHistoryCreditsOnly()   {}
+func (*DeterministicResponder) readsHistoryCreditsOnly() {}
+
+// ReadsHistoryCreditsOnly reports whether both stages read of the history
+// only its credits, and only on a record with a chain (the reference
+// oracle): an episode step then hands the oracle the dialogue's credits
+// without opening its sealed texts (env's history), so that the step's
+// cost does not grow with the dialogue. Any other oracle (the LLM
+// oracle's responder quotes the dialogue) gets the whole dialogue.
+func (o Oracle) ReadsHistoryCreditsOnly() bool {
+	_, m := o.Matcher.(creditsOnlyStage)
+	_, r := o.Responder.(creditsOnlyStage)
+	return m && r
+}

@@ -718,8 +718,8 @@ func (pl *play) checkEpisodeCredits(what string, p *pb.Privileged, credited map[
 
 // checkToken checks a token's size: within the bound of its task's
 // identifiers and of what the environment accepts, and padded to its
-// bucket (docs/limits.md: a 5-byte header, a 12-byte nonce, and the sealed
-// part a multiple of 64 bytes, at least 128).
+// bucket (docs/limits.md: a 9-byte header, a 12-byte nonce, and the sealed
+// part — head and history — a multiple of 64 bytes, at least 128).
 func (pl *play) checkToken(what string, tok []byte) {
 	t := pl.t
 	t.Helper()
@@ -729,7 +729,7 @@ func (pl *play) checkToken(what string, tok []byte) {
 	if len(tok) > bound || len(tok) > pl.tg.Limits.MaxTokenBytes() {
 		t.Errorf("%s: a token of %d bytes, over its bound of %d (TokenBound) or the %d the environment accepts", what, len(tok), bound, pl.tg.Limits.MaxTokenBytes())
 	}
-	if sealed := len(tok) - 17; sealed < 128 || sealed%64 != 0 {
+	if sealed := len(tok) - 21; sealed < 128 || sealed%64 != 0 {
 		t.Errorf("%s: a token of %d bytes: its sealed part (%d bytes) is not padded to a 64-byte bucket of at least 128", what, len(tok), sealed)
 	}
 }

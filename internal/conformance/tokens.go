@@ -36,12 +36,24 @@ func checkTokens(t *testing.T, tg *Target, p *protocol, tk *task, st *stats) {
 	}
 	reject := func(name string, tok []byte, reasons ...string) {
 		t.Helper()
-		_, err := tg.Env.Step(t.Context(), &pb.StepRequest{Token: tok, Action: probe})
+		r, err := tg.Env.Step(t.Context(), &pb.StepRequest{Token: tok, Action: probe})
 		st.steps.Add(1)
 		st.errors.Add(1)
 		if err == nil {
-			t.Errorf("%s: a token of %d bytes was accepted", name, len(tok))
-			return
+			if r.GetDone() {
+				t.Errorf("%s: a token of %d bytes was accepted and ended the episode", name, len(tok))
+				return
+			}
+			// A byte inside the token's history (a pre-filled dialogue)
+			// is authenticated when the history is read, and always by
+			// the step that ends the episode (env/history.go): the
+			// episode it continues is never scored.
+			err = pl.playToEnd(r.GetToken())
+			if err == nil {
+				t.Errorf("%s: a token of %d bytes was accepted, and its episode ended", name, len(tok))
+				return
+			}
+			reasons = []string{"TOKEN_TAMPERED"}
 		}
 		code, reason := tg.ErrorOf(err)
 		if code != codes.InvalidArgument || !slices.Contains(reasons, reason) {
@@ -52,7 +64,8 @@ func checkTokens(t *testing.T, tg *Target, p *protocol, tk *task, st *stats) {
 	changed := func(f func([]byte) []byte) []byte { return f(bytes.Clone(good)) }
 
 	// Every single-byte change is rejected, whatever the byte: the header,
-	// the nonce, the sealed state or the tag.
+	// the nonce, the sealed state or the tag at once, a byte inside the
+	// history at the latest by the step that would end the episode.
 	for i := range good {
 		for _, bit := range []byte{0x01, 0x80} {
 			tok := changed(func(b []byte) []byte { b[i] ^= bit; return b })
@@ -164,3 +177,26 @@ func checkForkAndRetry(t *testing.T, tg *Target, p *protocol, tk *task, st *stat
 	}
 	pl.finish()
 }
+
+// playToEnd steps tok with the probe action until a step fails (its error)
+// or the episode ends (nil); the probe ends every protocol's episode
+// within maxProbeSteps (two unparsed outputs end an AMBITAB dialogue and
+// a TIDE episode; the others run out of turns or coins).
+func (pl *play) playToEnd(tok []byte) error {
+	for range maxProbeSteps {
+		r, err := pl.tg.Env.Step(pl.t.Context(), &pb.StepRequest{Token: tok, Action: probe})
+		pl.st.steps.Add(1)
+		if err != nil {
+			return err
+		}
+		if r.GetDone() {
+			return nil
+		}
+		tok = r.GetToken()
+	}
+	pl.t.Errorf("the probe action did not end the episode in %d steps", maxProbeSteps)
+	return nil
+}
+
+// maxProbeSteps bounds playToEnd.
+const maxProbeSteps = 256

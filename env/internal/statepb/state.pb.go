@@ -89,7 +89,9 @@ type EpisodeState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The state format version; a token of another version is rejected.
 	// Version 2 moved the per-protocol fields of version 1 (22 to 40) into
-	// the messages of the rules oneof.
+	// the messages of the rules oneof; version 3 moved the answered
+	// questions' texts (field 13) out of the state into the token's sealed
+	// history (env/history.go), keeping their count and credits here.
 	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	// The corpus name.
 	Corpus string `protobuf:"bytes,2,opt,name=corpus,proto3" json:"corpus,omitempty"`
@@ -113,8 +115,6 @@ type EpisodeState struct {
 	Phase v1.Phase `protobuf:"varint,11,opt,name=phase,proto3,enum=avtgym.v1.Phase" json:"phase,omitempty"`
 	// The status.
 	Status v1.EpisodeStatus `protobuf:"varint,12,opt,name=status,proto3,enum=avtgym.v1.EpisodeStatus" json:"status,omitempty"`
-	// The answered questions, in order (the pre-filled ones first).
-	Questions []*AnsweredQuestion `protobuf:"bytes,13,rep,name=questions,proto3" json:"questions,omitempty"`
 	// Questions the policy attempted, including an over-budget one that was
 	// not answered.
 	Attempted int32 `protobuf:"varint,14,opt,name=attempted,proto3" json:"attempted,omitempty"`
@@ -155,6 +155,23 @@ type EpisodeState struct {
 	UidLo uint64 `protobuf:"fixed64,49,opt,name=uid_lo,json=uidLo,proto3" json:"uid_lo,omitempty"`
 	// The trainer's tags (ResetRequest.tags), sorted by key.
 	Tags []*Tag `protobuf:"bytes,50,rep,name=tags,proto3" json:"tags,omitempty"`
+	// How many questions were answered (the pre-filled ones included): the
+	// chunks of the token's history, one per question, in order.
+	Answered int32 `protobuf:"varint,51,opt,name=answered,proto3" json:"answered,omitempty"`
+	// Each answered question's credited ambiguity indexes as a bit mask
+	// (bit i: ambiguity i), in order: one per answered question. Fixed-width,
+	// so that the token's length does not depend on how many credits the
+	// questions earned; kept here, not in the history, because the reward
+	// and the chain rule read them at every step.
+	CreditMasks []uint64 `protobuf:"fixed64,52,rep,packed,name=credit_masks,json=creditMasks,proto3" json:"credit_masks,omitempty"`
+	// The length in bytes of the token's history.
+	HistoryBytes uint32 `protobuf:"varint,53,opt,name=history_bytes,json=historyBytes,proto3" json:"history_bytes,omitempty"`
+	// Bytes 0 to 7 of the history's last chunk's AES-GCM tag, big-endian
+	// (zero without history; never zero with one): each chunk's associated
+	// data holds its predecessor's tag, so this tag pins the whole chain.
+	HistoryTagHi uint64 `protobuf:"fixed64,54,opt,name=history_tag_hi,json=historyTagHi,proto3" json:"history_tag_hi,omitempty"`
+	// Bytes 8 to 15 of that tag.
+	HistoryTagLo uint64 `protobuf:"fixed64,55,opt,name=history_tag_lo,json=historyTagLo,proto3" json:"history_tag_lo,omitempty"`
 	// What the episode's protocol alone keeps.
 	//
 	// Types that are valid to be assigned to Rules:
@@ -274,13 +291,6 @@ func (x *EpisodeState) GetStatus() v1.EpisodeStatus {
 	return v1.EpisodeStatus(0)
 }
 
-func (x *EpisodeState) GetQuestions() []*AnsweredQuestion {
-	if x != nil {
-		return x.Questions
-	}
-	return nil
-}
-
 func (x *EpisodeState) GetAttempted() int32 {
 	if x != nil {
 		return x.Attempted
@@ -384,6 +394,41 @@ func (x *EpisodeState) GetTags() []*Tag {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *EpisodeState) GetAnswered() int32 {
+	if x != nil {
+		return x.Answered
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetCreditMasks() []uint64 {
+	if x != nil {
+		return x.CreditMasks
+	}
+	return nil
+}
+
+func (x *EpisodeState) GetHistoryBytes() uint32 {
+	if x != nil {
+		return x.HistoryBytes
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetHistoryTagHi() uint64 {
+	if x != nil {
+		return x.HistoryTagHi
+	}
+	return 0
+}
+
+func (x *EpisodeState) GetHistoryTagLo() uint64 {
+	if x != nil {
+		return x.HistoryTagLo
+	}
+	return 0
 }
 
 func (x *EpisodeState) GetRules() isEpisodeState_Rules {
@@ -834,17 +879,16 @@ func (x *TideState) GetDriftRecognized() bool {
 	return false
 }
 
-// AnsweredQuestion is one question with its reply and credits.
+// AnsweredQuestion is the plaintext of one chunk of the token's history:
+// one answered question with its reply (its credits are in
+// EpisodeState.credit_masks). Both texts are the policy's to see, so a
+// chunk's length tells nothing secret.
 type AnsweredQuestion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The question as asked.
+	// The question as asked (its bounded form).
 	Question string `protobuf:"bytes,1,opt,name=question,proto3" json:"question,omitempty"`
-	// The oracle's reply.
-	Reply string `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`
-	// The credited ambiguity indexes as a bit mask (bit i: ambiguity i).
-	// Always present and fixed-width, so that the sealed token's length does
-	// not depend on how many credits the question earned.
-	CreditMask    *uint64 `protobuf:"fixed64,3,opt,name=credit_mask,json=creditMask,proto3,oneof" json:"credit_mask,omitempty"`
+	// The oracle's reply (cut to the reply limit).
+	Reply         string `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -893,18 +937,12 @@ func (x *AnsweredQuestion) GetReply() string {
 	return ""
 }
 
-func (x *AnsweredQuestion) GetCreditMask() uint64 {
-	if x != nil && x.CreditMask != nil {
-		return *x.CreditMask
-	}
-	return 0
-}
-
 var File_avtgym_internal_state_v1_state_proto protoreflect.FileDescriptor
 
 const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xbf\t\n" +
+	"$avtgym/internal/state/v1/state.proto\x12\x18avtgym.internal.state.v1\x1a\x17avtgym/v1/episode.proto\"\xab\n" +
+	"\n" +
 	"\fEpisodeState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x16\n" +
 	"\x06corpus\x18\x02 \x01(\tR\x06corpus\x12\x1b\n" +
@@ -918,8 +956,7 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\x06budget\x18\n" +
 	" \x01(\x05R\x06budget\x12&\n" +
 	"\x05phase\x18\v \x01(\x0e2\x10.avtgym.v1.PhaseR\x05phase\x120\n" +
-	"\x06status\x18\f \x01(\x0e2\x18.avtgym.v1.EpisodeStatusR\x06status\x12H\n" +
-	"\tquestions\x18\r \x03(\v2*.avtgym.internal.state.v1.AnsweredQuestionR\tquestions\x12\x1c\n" +
+	"\x06status\x18\f \x01(\x0e2\x18.avtgym.v1.EpisodeStatusR\x06status\x12\x1c\n" +
 	"\tattempted\x18\x0e \x01(\x05R\tattempted\x12!\n" +
 	"\fsolution_sql\x18\x0f \x01(\tR\vsolutionSql\x12\x1a\n" +
 	"\bverified\x18\x10 \x01(\bR\bverified\x12\x18\n" +
@@ -937,11 +974,16 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"comparison\x12\x15\n" +
 	"\x06uid_hi\x180 \x01(\x06R\x05uidHi\x12\x15\n" +
 	"\x06uid_lo\x181 \x01(\x06R\x05uidLo\x121\n" +
-	"\x04tags\x182 \x03(\v2\x1d.avtgym.internal.state.v1.TagR\x04tags\x12B\n" +
+	"\x04tags\x182 \x03(\v2\x1d.avtgym.internal.state.v1.TagR\x04tags\x12\x1a\n" +
+	"\banswered\x183 \x01(\x05R\banswered\x12!\n" +
+	"\fcredit_masks\x184 \x03(\x06R\vcreditMasks\x12#\n" +
+	"\rhistory_bytes\x185 \x01(\rR\fhistoryBytes\x12$\n" +
+	"\x0ehistory_tag_hi\x186 \x01(\x06R\fhistoryTagHi\x12$\n" +
+	"\x0ehistory_tag_lo\x187 \x01(\x06R\fhistoryTagLo\x12B\n" +
 	"\aambitab\x18, \x01(\v2&.avtgym.internal.state.v1.AmbiTabStateH\x00R\aambitab\x129\n" +
 	"\x04bird\x18- \x01(\v2#.avtgym.internal.state.v1.BirdStateH\x00R\x04bird\x129\n" +
 	"\x04tide\x18. \x01(\v2#.avtgym.internal.state.v1.TideStateH\x00R\x04tideB\a\n" +
-	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\x16\x10)\"-\n" +
+	"\x05rulesJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x16\x10)\"-\n" +
 	"\x03Tag\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"6\n" +
@@ -976,13 +1018,10 @@ const file_avtgym_internal_state_v1_state_proto_rawDesc = "" +
 	"\bsql1_ran\x18\x06 \x01(\bR\asql1Ran\x12%\n" +
 	"\x0edrift_injected\x18\a \x01(\bR\rdriftInjected\x12!\n" +
 	"\fsql2_outcome\x18\b \x01(\bR\vsql2Outcome\x12)\n" +
-	"\x10drift_recognized\x18\t \x01(\bR\x0fdriftRecognized\"z\n" +
+	"\x10drift_recognized\x18\t \x01(\bR\x0fdriftRecognized\"J\n" +
 	"\x10AnsweredQuestion\x12\x1a\n" +
 	"\bquestion\x18\x01 \x01(\tR\bquestion\x12\x14\n" +
-	"\x05reply\x18\x02 \x01(\tR\x05reply\x12$\n" +
-	"\vcredit_mask\x18\x03 \x01(\x06H\x00R\n" +
-	"creditMask\x88\x01\x01B\x0e\n" +
-	"\f_credit_mask*q\n" +
+	"\x05reply\x18\x02 \x01(\tR\x05replyJ\x04\b\x03\x10\x04*q\n" +
 	"\rSubtaskResult\x12\x1e\n" +
 	"\x1aSUBTASK_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SUBTASK_RESULT_SOLVED\x10\x01\x12%\n" +
@@ -1026,22 +1065,21 @@ var file_avtgym_internal_state_v1_state_proto_depIdxs = []int32{
 	9,  // 2: avtgym.internal.state.v1.EpisodeState.oracle:type_name -> avtgym.v1.OracleType
 	10, // 3: avtgym.internal.state.v1.EpisodeState.phase:type_name -> avtgym.v1.Phase
 	11, // 4: avtgym.internal.state.v1.EpisodeState.status:type_name -> avtgym.v1.EpisodeStatus
-	6,  // 5: avtgym.internal.state.v1.EpisodeState.questions:type_name -> avtgym.internal.state.v1.AnsweredQuestion
-	12, // 6: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
-	13, // 7: avtgym.internal.state.v1.EpisodeState.comparison:type_name -> avtgym.v1.Comparison
-	2,  // 8: avtgym.internal.state.v1.EpisodeState.tags:type_name -> avtgym.internal.state.v1.Tag
-	3,  // 9: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
-	4,  // 10: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
-	5,  // 11: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
-	0,  // 12: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
-	0,  // 13: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
-	14, // 14: avtgym.internal.state.v1.BirdState.follow_up_state:type_name -> avtgym.v1.FollowUpState
-	15, // 15: avtgym.internal.state.v1.BirdState.variant:type_name -> avtgym.v1.BirdVariant
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	12, // 5: avtgym.internal.state.v1.EpisodeState.protocol:type_name -> avtgym.v1.Protocol
+	13, // 6: avtgym.internal.state.v1.EpisodeState.comparison:type_name -> avtgym.v1.Comparison
+	2,  // 7: avtgym.internal.state.v1.EpisodeState.tags:type_name -> avtgym.internal.state.v1.Tag
+	3,  // 8: avtgym.internal.state.v1.EpisodeState.ambitab:type_name -> avtgym.internal.state.v1.AmbiTabState
+	4,  // 9: avtgym.internal.state.v1.EpisodeState.bird:type_name -> avtgym.internal.state.v1.BirdState
+	5,  // 10: avtgym.internal.state.v1.EpisodeState.tide:type_name -> avtgym.internal.state.v1.TideState
+	0,  // 11: avtgym.internal.state.v1.BirdState.subtask1:type_name -> avtgym.internal.state.v1.SubtaskResult
+	0,  // 12: avtgym.internal.state.v1.BirdState.subtask2:type_name -> avtgym.internal.state.v1.SubtaskResult
+	14, // 13: avtgym.internal.state.v1.BirdState.follow_up_state:type_name -> avtgym.v1.FollowUpState
+	15, // 14: avtgym.internal.state.v1.BirdState.variant:type_name -> avtgym.v1.BirdVariant
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_internal_state_v1_state_proto_init() }
@@ -1054,7 +1092,6 @@ func file_avtgym_internal_state_v1_state_proto_init() {
 		(*EpisodeState_Bird)(nil),
 		(*EpisodeState_Tide)(nil),
 	}
-	file_avtgym_internal_state_v1_state_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
