@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"avtgym/internal/grpcpool"
 	pb "avtgym/proto/avtgym/v1"
@@ -86,6 +88,16 @@ type Options struct {
 	// nil means real time. Tests inject one to check the backoff without
 	// waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// RawResets sends resets as the caller wrote them and returns their
+	// responses as the server sent them. By default the client asks for
+	// the shared form of a group (ResetRequest.share_group_observation, on
+	// every Reset and every ResetBatch item), in which the server sends the
+	// group's observation once instead of once per episode, and rebuilds
+	// each episode's observation and privileged data (ExpandReset) before
+	// the call returns: callers get the default form, whatever the server's
+	// version. With RawResets, a request that sets the flag itself gets the
+	// shared form.
+	RawResets bool
 }
 
 // sleep waits d or until ctx ends.
@@ -248,10 +260,16 @@ func Dial(addr string, opt Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// shareGroups runs outside retry, so that a retried call resends its
+	// copy of the request.
+	chain := []grpc.UnaryClientInterceptor{retry(opt)}
+	if !opt.RawResets {
+		chain = []grpc.UnaryClientInterceptor{shareGroups, retry(opt)}
+	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(RoundRobin),
-		grpc.WithChainUnaryInterceptor(retry(opt)),
+		grpc.WithChainUnaryInterceptor(chain...),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20), grpc.ForceCodecV2(grpcpool.Codec{})),
 		experimental.WithBufferPool(grpcpool.Shared),
 	}
@@ -332,4 +350,71 @@ func retry(opt Options) grpc.UnaryClientInterceptor {
 			backoff = min(2*backoff, time.Second)
 		}
 	}
+}
+
+// shareGroups asks for the shared form of every reset and gives the
+// caller the default form: each episode with its observation and
+// privileged data (see Options.RawResets). The caller's request is never
+// changed (another goroutine may be sending it too): a reset that needs
+// the flag is sent as a copy.
+func shareGroups(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+	err := invoker(ctx, method, withShare(req), reply, cc, callOpts...)
+	if err == nil {
+		switch r := reply.(type) {
+		case *pb.ResetResponse:
+			ExpandReset(r)
+		case *pb.ResetBatchResponse:
+			for _, it := range r.GetResults() {
+				ExpandReset(it.GetResponse())
+			}
+		}
+	}
+	return err
+}
+
+// withShare is req with share_group_observation set on its resets; req
+// itself when it has none to set.
+func withShare(req any) any {
+	switch r := req.(type) {
+	case *pb.ResetRequest:
+		if r != nil && !r.GetShareGroupObservation() {
+			c := proto.Clone(r).(*pb.ResetRequest)
+			c.ShareGroupObservation = true
+			return c
+		}
+	case *pb.ResetBatchRequest:
+		items := r.GetRequests()
+		if !slices.ContainsFunc(items, func(it *pb.ResetRequest) bool { return !it.GetShareGroupObservation() }) {
+			return req
+		}
+		c := &pb.ResetBatchRequest{Requests: make([]*pb.ResetRequest, len(items))}
+		for i, it := range items {
+			c.Requests[i] = withShare(it).(*pb.ResetRequest)
+		}
+		return c
+	}
+	return req
+}
+
+// ExpandReset turns a ResetResponse in the shared form
+// (ResetRequest.share_group_observation) into the default form, in place:
+// every episode without an observation gets the shared observation, every
+// episode without privileged data the shared privileged data, and the
+// shared fields are cleared. The episodes then share one Observation (and
+// one Privileged) message, as an in-process env.Reset's do: treat them as
+// read-only, or clone one before changing it. A response in the default
+// form is left as it is, so it may be called on any response.
+func ExpandReset(r *pb.ResetResponse) {
+	if r == nil || (r.SharedObservation == nil && r.SharedPrivileged == nil) {
+		return
+	}
+	for _, e := range r.GetEpisodes() {
+		if e.Observation == nil {
+			e.Observation = r.SharedObservation
+		}
+		if e.Privileged == nil {
+			e.Privileged = r.SharedPrivileged
+		}
+	}
+	r.SharedObservation, r.SharedPrivileged = nil, nil
 }

@@ -315,7 +315,7 @@ func stripPrivileged(resp any) bool {
 	found := false
 	switch r := resp.(type) {
 	case *pb.ResetResponse:
-		found = stripEpisodes(r.GetEpisodes())
+		found = stripReset(r)
 	case *pb.StepResponse:
 		if r != nil && r.Privileged != nil {
 			r.Privileged, found = nil, true
@@ -336,7 +336,7 @@ func stripPrivileged(resp any) bool {
 		}
 	case *pb.ResetBatchResponse:
 		for _, it := range r.GetResults() {
-			found = stripEpisodes(it.GetResponse().GetEpisodes()) || found
+			found = stripReset(it.GetResponse()) || found
 		}
 	case *pb.StepBatchResponse:
 		for _, it := range r.GetResults() {
@@ -348,9 +348,14 @@ func stripPrivileged(resp any) bool {
 	return found
 }
 
-func stripEpisodes(eps []*pb.Episode) bool {
+// stripReset clears a reset's privileged data: each episode's, and the
+// group's shared one (ResetRequest.share_group_observation).
+func stripReset(r *pb.ResetResponse) bool {
 	found := false
-	for _, e := range eps {
+	if r != nil && r.SharedPrivileged != nil {
+		r.SharedPrivileged, found = nil, true
+	}
+	for _, e := range r.GetEpisodes() {
 		if e.Privileged != nil {
 			e.Privileged, found = nil, true
 		}

@@ -99,6 +99,21 @@ func (b *budget) take(size int) bool {
 // untake undoes take(size).
 func (b *budget) untake(size int) { b.free.Add(int64(size - b.reserve)) }
 
+// resize replaces an item's take(from) by take(to); false, keeping
+// take(from), when to is larger and the difference does not fit.
+func (b *budget) resize(from, to int) bool {
+	d := int64(to - from)
+	for {
+		f := b.free.Load()
+		if d > f {
+			return false
+		}
+		if b.free.CompareAndSwap(f, f-d) {
+			return true
+		}
+	}
+}
+
 // left is the largest entry one more item could take.
 func (b *budget) left() int { return int(b.free.Load()) + b.reserve }
 
@@ -134,55 +149,119 @@ func (s *Server) ResetBatch(ctx context.Context, req *pb.ResetBatchRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
+	// The items' results are allocated together, once per batch, as
+	// StepBatch's are.
+	slots := make([]pb.ResetBatchResult, len(items))
 	out := &pb.ResetBatchResponse{Results: make([]*pb.ResetBatchResult, len(items))}
 	// Items recover their own panics: a panic in a worker goroutine would take
 	// the process down, as no handler's recover reaches it.
 	parallel.Each(len(items), s.opt.BatchWorkers, func(i int) {
-		out.Results[i] = s.resetItem(ctx, items[i], b)
+		out.Results[i] = s.resetItem(ctx, items[i], b, &slots[i])
 	})
 	return out, nil
 }
 
-func (s *Server) resetItem(ctx context.Context, req *pb.ResetRequest, b *budget) (res *pb.ResetBatchResult) {
+// resetItem runs one item of a ResetBatch; its result is slot, filled in,
+// or the overflow status.
+func (s *Server) resetItem(ctx context.Context, req *pb.ResetRequest, b *budget, slot *pb.ResetBatchResult) (res *pb.ResetBatchResult) {
 	defer func() {
 		if r := recover(); r != nil {
-			res = s.resetFailed(s.recovered("/avtgym.v1.EnvService/ResetBatch", r), b)
+			slot.Reset()
+			res = s.resetFailed(s.recovered("/avtgym.v1.EnvService/ResetBatch", r), b, slot)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return s.resetFailed(err, b)
+		return s.resetFailed(err, b, slot)
 	}
 	if err := s.refuseHidden(ctx, req.GetCorpus(), req.GetTaskId()); err != nil {
-		return s.resetFailed(err, b)
+		return s.resetFailed(err, b, slot)
 	}
 	p, err := s.env.PlanReset(req)
 	if err != nil {
-		return s.resetFailed(err, b)
+		return s.resetFailed(err, b, slot)
 	}
-	// The size is known before anything is built.
-	size := entrySize(protowire.SizeTag(2) + protowire.SizeBytes(p.Size))
-	if !b.take(size) {
+	// The size is known before anything is built: exactly in the default
+	// form, as a bound in the shared form (see buildShared).
+	size := resetEntrySize(p.Size)
+	share := req.GetShareGroupObservation()
+	took := b.take(size)
+	if !took && !share {
 		return proto.Clone(s.resetOverflow.result).(*pb.ResetBatchResult)
 	}
 	resp, err := s.env.BuildReset(p)
 	if err != nil {
-		b.untake(size)
-		return s.resetFailed(err, b)
+		if took {
+			b.untake(size)
+		}
+		return s.resetFailed(err, b, slot)
+	}
+	if share {
+		// The bound was taken when it fitted; the exact size replaces it
+		// (the shared form is never larger: the difference goes back).
+		exact := resetEntrySize(shareGroup(resp))
+		if took && !b.resize(size, exact) || !took && !b.take(exact) {
+			if took {
+				b.untake(size)
+			}
+			return proto.Clone(s.resetOverflow.result).(*pb.ResetBatchResult)
+		}
 	}
 	if s.opt.Metrics != nil {
 		s.opt.Metrics.episodesStarted.Add(float64(len(resp.Episodes)))
 	}
-	return &pb.ResetBatchResult{Response: resp}
+	slot.Response = resp
+	return slot
 }
 
-// resetFailed is the result of an item that failed: its status, if that
-// fits.
-func (s *Server) resetFailed(err error, b *budget) *pb.ResetBatchResult {
-	res := &pb.ResetBatchResult{Status: itemStatus(err)}
+// resetEntrySize is the size of an item's result holding a ResetResponse
+// of n bytes, as an entry of the response's results.
+func resetEntrySize(n int) int { return entrySize(protowire.SizeTag(2) + protowire.SizeBytes(n)) }
+
+// resetFailed is the result of an item that failed (in res, an empty
+// result): its status, if that fits.
+func (s *Server) resetFailed(err error, b *budget, res *pb.ResetBatchResult) *pb.ResetBatchResult {
+	res.Status = itemStatus(err)
 	if !b.take(entrySize(res.SizeVT())) {
 		return proto.Clone(s.resetOverflow.result).(*pb.ResetBatchResult)
 	}
 	return res
+}
+
+// shareGroup rewrites a built group into the shared form
+// (ResetRequest.share_group_observation) and returns the response's
+// encoded size. The first episode's observation and privileged data
+// become the response's shared ones, and every episode whose own equal
+// them leaves its own unset. Nothing is copied: the environment builds a
+// group's episodes around one observation and one privileged message,
+// which the pointer comparison sees at once; an episode that differs (a
+// future environment's) keeps its own, so the form stays exact whatever
+// the environment does. A part is shared only when every episode has one
+// (a reader gives the shared part to each episode without its own), so
+// the shared privileged data is set only when the default form carries it
+// in every episode.
+func shareGroup(resp *pb.ResetResponse) int {
+	eps := resp.GetEpisodes()
+	if len(eps) > 0 {
+		obs, priv := eps[0].Observation, eps[0].Privileged
+		for _, e := range eps {
+			if e.Observation == nil {
+				obs = nil
+			}
+			if e.Privileged == nil {
+				priv = nil
+			}
+		}
+		resp.SharedObservation, resp.SharedPrivileged = obs, priv
+		for _, e := range eps {
+			if obs != nil && (e.Observation == obs || proto.Equal(e.Observation, obs)) {
+				e.Observation = nil
+			}
+			if priv != nil && (e.Privileged == priv || proto.Equal(e.Privileged, priv)) {
+				e.Privileged = nil
+			}
+		}
+	}
+	return resp.SizeVT()
 }
 
 // StepBatch implements EnvService.StepBatch: one result per item.
@@ -242,4 +321,31 @@ func (s *Server) stepResult(ctx context.Context, resp *pb.StepResponse, err erro
 		s.stepped(ctx, req, resp)
 	}
 	return res
+}
+
+// shareReset turns a unary Reset's group into the shared form, refusing it
+// when even that does not fit the send limit.
+func (s *Server) shareReset(p *env.ResetPlan, resp *pb.ResetResponse) error {
+	n := shareGroup(resp)
+	if n <= s.batchBytes {
+		return nil
+	}
+	// What the group sends once, and what each episode adds to it.
+	once := 0
+	if o := resp.SharedObservation; o != nil {
+		once += protowire.SizeTag(2) + protowire.SizeBytes(o.SizeVT())
+	}
+	if v := resp.SharedPrivileged; v != nil {
+		once += protowire.SizeTag(3) + protowire.SizeBytes(v.SizeVT())
+	}
+	per := max(1, (n-once+p.Episodes-1)/p.Episodes)
+	fit := max(0, (s.batchBytes-once)/per)
+	msg := fmt.Sprintf("a group of %d episodes would be %d bytes in the shared form, more than this server sends (%d)", p.Episodes, n, s.batchBytes)
+	if fit > 0 {
+		msg += fmt.Sprintf("; ask for at most %d episodes per reset", fit)
+	} else {
+		msg += "; this task's observation is too large for this server's send limit"
+	}
+	return &env.Error{Code: env.ResourceExhausted, Reason: env.ReasonResponseTooLarge, Field: "group_size", Msg: msg,
+		Meta: map[string]string{"size_bytes": strconv.Itoa(n), "limit_bytes": strconv.Itoa(s.batchBytes), "max_group_size": strconv.Itoa(fit)}}
 }

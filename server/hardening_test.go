@@ -59,7 +59,9 @@ func startWith(t *testing.T, opt server.Options, edit ...func(*app.Config)) *cus
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	c, err := client.Dial(lis.Addr().String(), client.Options{CallTimeout: 30 * time.Second, Attempts: 1})
+	// RawResets: these tests measure the responses as the server sends
+	// them (the default form unless a request asks for the shared one).
+	c, err := client.Dial(lis.Addr().String(), client.Options{CallTimeout: 30 * time.Second, Attempts: 1, RawResets: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ var (
 func fillLabels(resp any) {
 	switch r := resp.(type) {
 	case *pb.ResetResponse:
+		fillPrivileged(r.GetSharedPrivileged())
 		for _, e := range r.GetEpisodes() {
 			fillPrivileged(e.GetPrivileged())
 		}

@@ -668,10 +668,17 @@ func (s *Server) Reset(ctx context.Context, req *pb.ResetRequest) (*pb.ResetResp
 	if err != nil {
 		return nil, err
 	}
-	if p.Size > s.batchBytes {
+	// The shared form's size is known once built (p.Size bounds it).
+	share := req.GetShareGroupObservation()
+	if p.Size > s.batchBytes && !share {
 		return nil, s.groupTooLarge(p)
 	}
 	resp, err := s.env.BuildReset(p)
+	if err == nil && share {
+		if err = s.shareReset(p, resp); err != nil {
+			return nil, err
+		}
+	}
 	if err == nil && s.opt.Metrics != nil {
 		s.opt.Metrics.episodesStarted.Add(float64(len(resp.Episodes)))
 	}

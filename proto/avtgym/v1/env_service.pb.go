@@ -57,9 +57,22 @@ type ResetRequest struct {
 	// environment. At most 16 tags; a key is 1 to 64 bytes of ASCII letters,
 	// digits and "._-:/", a value at most 256 bytes of UTF-8 (docs/limits.md);
 	// anything else is rejected with INVALID_OPTION on field "tags".
-	Tags          map[string]string `protobuf:"bytes,9,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tags map[string]string `protobuf:"bytes,9,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Opts in to the shared form of the response: every episode of a group
+	// starts from the same first observation (and, with include_privileged,
+	// the same privileged data), so the ResetResponse carries it once, in
+	// shared_observation and shared_privileged, and each Episode leaves its
+	// own observation and privileged unset where they equal the shared ones
+	// (an episode that differs keeps its own). A group of 1024 then sends
+	// its schema once instead of 1024 times. Unset (the default, and what
+	// every older client sends), each episode carries its own full copy, as
+	// before. A client that sets it reads each episode's observation as the
+	// episode's own when set, else shared_observation (privileged likewise);
+	// that rule reads both forms, so it works against a server that predates
+	// this field too. In a ResetBatch each item opts in for itself.
+	ShareGroupObservation bool `protobuf:"varint,10,opt,name=share_group_observation,json=shareGroupObservation,proto3" json:"share_group_observation,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ResetRequest) Reset() {
@@ -155,12 +168,21 @@ func (x *ResetRequest) GetTags() map[string]string {
 	return nil
 }
 
+func (x *ResetRequest) GetShareGroupObservation() bool {
+	if x != nil {
+		return x.ShareGroupObservation
+	}
+	return false
+}
+
 // Episode is one started episode.
 type Episode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The sealed episode token to send with the next step.
 	Token []byte `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	// The first observation: the public task and the request turn.
+	// The first observation: the public task and the request turn. Unset in
+	// the shared form (ResetRequest.share_group_observation) when it equals
+	// ResetResponse.shared_observation: read that one instead.
 	Observation *Observation `protobuf:"bytes,2,opt,name=observation,proto3" json:"observation,omitempty"`
 	// The episode's seed.
 	Seed uint64 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
@@ -168,7 +190,9 @@ type Episode struct {
 	GroupIndex int32 `protobuf:"varint,4,opt,name=group_index,json=groupIndex,proto3" json:"group_index,omitempty"`
 	// A stable id for logs: corpus, task id, seed.
 	EpisodeId string `protobuf:"bytes,5,opt,name=episode_id,json=episodeId,proto3" json:"episode_id,omitempty"`
-	// Privileged data; set only when the request asked for it.
+	// Privileged data; set only when the request asked for it. Unset in the
+	// shared form when it equals ResetResponse.shared_privileged: read that
+	// one instead.
 	Privileged *Privileged `protobuf:"bytes,6,opt,name=privileged,proto3" json:"privileged,omitempty"`
 	// A random 128-bit id drawn at reset, in 32 lower-case hex digits, sealed
 	// in the token: every step (and fork) of this episode carries it, and no
@@ -263,9 +287,19 @@ func (x *Episode) GetEpisodeUid() string {
 type ResetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// group_size episodes (one for a plain reset), all on the same task.
-	Episodes      []*Episode `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Episodes []*Episode `protobuf:"bytes,1,rep,name=episodes,proto3" json:"episodes,omitempty"`
+	// The first observation of every episode whose own observation is
+	// unset. Filled only when the request set share_group_observation; then
+	// an episode's observation is unset unless it differs from this one.
+	// Unset in the default form.
+	SharedObservation *Observation `protobuf:"bytes,2,opt,name=shared_observation,json=sharedObservation,proto3" json:"shared_observation,omitempty"`
+	// The privileged data of every episode whose own privileged is unset.
+	// Filled only when the request set both share_group_observation and
+	// include_privileged (what the default form would carry in each
+	// episode, never more); unset otherwise.
+	SharedPrivileged *Privileged `protobuf:"bytes,3,opt,name=shared_privileged,json=sharedPrivileged,proto3" json:"shared_privileged,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ResetResponse) Reset() {
@@ -301,6 +335,20 @@ func (*ResetResponse) Descriptor() ([]byte, []int) {
 func (x *ResetResponse) GetEpisodes() []*Episode {
 	if x != nil {
 		return x.Episodes
+	}
+	return nil
+}
+
+func (x *ResetResponse) GetSharedObservation() *Observation {
+	if x != nil {
+		return x.SharedObservation
+	}
+	return nil
+}
+
+func (x *ResetResponse) GetSharedPrivileged() *Privileged {
+	if x != nil {
+		return x.SharedPrivileged
 	}
 	return nil
 }
@@ -1703,7 +1751,7 @@ var File_avtgym_v1_env_service_proto protoreflect.FileDescriptor
 
 const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xa4\x03\n" +
+	"\x1bavtgym/v1/env_service.proto\x12\tavtgym.v1\x1a\x17avtgym/v1/episode.proto\x1a\x17google/rpc/status.proto\"\xdc\x03\n" +
 	"\fResetRequest\x12\x16\n" +
 	"\x06corpus\x18\x01 \x01(\tR\x06corpus\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1714,7 +1762,9 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"\aoptions\x18\x06 \x01(\v2\x19.avtgym.v1.EpisodeOptionsR\aoptions\x12-\n" +
 	"\x12include_privileged\x18\a \x01(\bR\x11includePrivileged\x128\n" +
 	"\fsample_types\x18\b \x03(\x0e2\x15.avtgym.v1.SampleTypeR\vsampleTypes\x125\n" +
-	"\x04tags\x18\t \x03(\v2!.avtgym.v1.ResetRequest.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\t \x03(\v2!.avtgym.v1.ResetRequest.TagsEntryR\x04tags\x126\n" +
+	"\x17share_group_observation\x18\n" +
+	" \x01(\bR\x15shareGroupObservation\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
@@ -1731,9 +1781,11 @@ const file_avtgym_v1_env_service_proto_rawDesc = "" +
 	"privileged\x18\x06 \x01(\v2\x15.avtgym.v1.PrivilegedR\n" +
 	"privileged\x12\x1f\n" +
 	"\vepisode_uid\x18\a \x01(\tR\n" +
-	"episodeUid\"?\n" +
+	"episodeUid\"\xca\x01\n" +
 	"\rResetResponse\x12.\n" +
-	"\bepisodes\x18\x01 \x03(\v2\x12.avtgym.v1.EpisodeR\bepisodes\"}\n" +
+	"\bepisodes\x18\x01 \x03(\v2\x12.avtgym.v1.EpisodeR\bepisodes\x12E\n" +
+	"\x12shared_observation\x18\x02 \x01(\v2\x16.avtgym.v1.ObservationR\x11sharedObservation\x12B\n" +
+	"\x11shared_privileged\x18\x03 \x01(\v2\x15.avtgym.v1.PrivilegedR\x10sharedPrivileged\"}\n" +
 	"\vStepRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\fR\x05token\x12)\n" +
 	"\x06action\x18\x02 \x01(\v2\x11.avtgym.v1.ActionR\x06action\x12-\n" +
@@ -1900,53 +1952,55 @@ var file_avtgym_v1_env_service_proto_depIdxs = []int32{
 	28, // 3: avtgym.v1.Episode.observation:type_name -> avtgym.v1.Observation
 	29, // 4: avtgym.v1.Episode.privileged:type_name -> avtgym.v1.Privileged
 	1,  // 5: avtgym.v1.ResetResponse.episodes:type_name -> avtgym.v1.Episode
-	30, // 6: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
-	28, // 7: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
-	31, // 8: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
-	32, // 9: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
-	29, // 10: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
-	0,  // 11: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
-	33, // 12: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
-	2,  // 13: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
-	6,  // 14: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
-	3,  // 15: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
-	33, // 16: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
-	4,  // 17: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
-	9,  // 18: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
-	34, // 19: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
-	35, // 20: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
-	29, // 21: avtgym.v1.GetTaskResponse.privileged:type_name -> avtgym.v1.Privileged
-	16, // 22: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
-	36, // 23: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
-	36, // 24: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
-	19, // 25: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
-	36, // 26: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
-	37, // 27: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
-	23, // 28: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
-	22, // 29: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
-	0,  // 30: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
-	3,  // 31: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
-	5,  // 32: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
-	8,  // 33: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
-	11, // 34: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
-	13, // 35: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
-	15, // 36: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
-	18, // 37: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
-	21, // 38: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
-	2,  // 39: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
-	4,  // 40: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
-	7,  // 41: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
-	10, // 42: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
-	12, // 43: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
-	14, // 44: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
-	17, // 45: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
-	20, // 46: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
-	24, // 47: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
-	39, // [39:48] is the sub-list for method output_type
-	30, // [30:39] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	28, // 6: avtgym.v1.ResetResponse.shared_observation:type_name -> avtgym.v1.Observation
+	29, // 7: avtgym.v1.ResetResponse.shared_privileged:type_name -> avtgym.v1.Privileged
+	30, // 8: avtgym.v1.StepRequest.action:type_name -> avtgym.v1.Action
+	28, // 9: avtgym.v1.StepResponse.observation:type_name -> avtgym.v1.Observation
+	31, // 10: avtgym.v1.StepResponse.status:type_name -> avtgym.v1.EpisodeStatus
+	32, // 11: avtgym.v1.StepResponse.reward:type_name -> avtgym.v1.Reward
+	29, // 12: avtgym.v1.StepResponse.privileged:type_name -> avtgym.v1.Privileged
+	0,  // 13: avtgym.v1.ResetBatchRequest.requests:type_name -> avtgym.v1.ResetRequest
+	33, // 14: avtgym.v1.ResetBatchResult.status:type_name -> google.rpc.Status
+	2,  // 15: avtgym.v1.ResetBatchResult.response:type_name -> avtgym.v1.ResetResponse
+	6,  // 16: avtgym.v1.ResetBatchResponse.results:type_name -> avtgym.v1.ResetBatchResult
+	3,  // 17: avtgym.v1.StepBatchRequest.steps:type_name -> avtgym.v1.StepRequest
+	33, // 18: avtgym.v1.StepBatchResult.status:type_name -> google.rpc.Status
+	4,  // 19: avtgym.v1.StepBatchResult.response:type_name -> avtgym.v1.StepResponse
+	9,  // 20: avtgym.v1.StepBatchResponse.results:type_name -> avtgym.v1.StepBatchResult
+	34, // 21: avtgym.v1.ListTasksResponse.tasks:type_name -> avtgym.v1.TaskSummary
+	35, // 22: avtgym.v1.GetTaskResponse.task:type_name -> avtgym.v1.TaskView
+	29, // 23: avtgym.v1.GetTaskResponse.privileged:type_name -> avtgym.v1.Privileged
+	16, // 24: avtgym.v1.ListCorporaResponse.corpora:type_name -> avtgym.v1.CorpusInfo
+	36, // 25: avtgym.v1.OracleInfo.type:type_name -> avtgym.v1.OracleType
+	36, // 26: avtgym.v1.OracleInfo.hybrid:type_name -> avtgym.v1.OracleType
+	19, // 27: avtgym.v1.ListOraclesResponse.oracles:type_name -> avtgym.v1.OracleInfo
+	36, // 28: avtgym.v1.ListOraclesResponse.reference:type_name -> avtgym.v1.OracleType
+	37, // 29: avtgym.v1.ProtocolInfo.protocol:type_name -> avtgym.v1.Protocol
+	23, // 30: avtgym.v1.ProtocolInfo.prices:type_name -> avtgym.v1.ActionPrice
+	22, // 31: avtgym.v1.ListProtocolsResponse.protocols:type_name -> avtgym.v1.ProtocolInfo
+	0,  // 32: avtgym.v1.EnvService.Reset:input_type -> avtgym.v1.ResetRequest
+	3,  // 33: avtgym.v1.EnvService.Step:input_type -> avtgym.v1.StepRequest
+	5,  // 34: avtgym.v1.EnvService.ResetBatch:input_type -> avtgym.v1.ResetBatchRequest
+	8,  // 35: avtgym.v1.EnvService.StepBatch:input_type -> avtgym.v1.StepBatchRequest
+	11, // 36: avtgym.v1.EnvService.ListTasks:input_type -> avtgym.v1.ListTasksRequest
+	13, // 37: avtgym.v1.EnvService.GetTask:input_type -> avtgym.v1.GetTaskRequest
+	15, // 38: avtgym.v1.EnvService.ListCorpora:input_type -> avtgym.v1.ListCorporaRequest
+	18, // 39: avtgym.v1.EnvService.ListOracles:input_type -> avtgym.v1.ListOraclesRequest
+	21, // 40: avtgym.v1.EnvService.ListProtocols:input_type -> avtgym.v1.ListProtocolsRequest
+	2,  // 41: avtgym.v1.EnvService.Reset:output_type -> avtgym.v1.ResetResponse
+	4,  // 42: avtgym.v1.EnvService.Step:output_type -> avtgym.v1.StepResponse
+	7,  // 43: avtgym.v1.EnvService.ResetBatch:output_type -> avtgym.v1.ResetBatchResponse
+	10, // 44: avtgym.v1.EnvService.StepBatch:output_type -> avtgym.v1.StepBatchResponse
+	12, // 45: avtgym.v1.EnvService.ListTasks:output_type -> avtgym.v1.ListTasksResponse
+	14, // 46: avtgym.v1.EnvService.GetTask:output_type -> avtgym.v1.GetTaskResponse
+	17, // 47: avtgym.v1.EnvService.ListCorpora:output_type -> avtgym.v1.ListCorporaResponse
+	20, // 48: avtgym.v1.EnvService.ListOracles:output_type -> avtgym.v1.ListOraclesResponse
+	24, // 49: avtgym.v1.EnvService.ListProtocols:output_type -> avtgym.v1.ListProtocolsResponse
+	41, // [41:50] is the sub-list for method output_type
+	32, // [32:41] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_avtgym_v1_env_service_proto_init() }

@@ -233,6 +233,27 @@ def _with_tags(eps: list[Episode], tags: "Mapping[str, str] | None") -> list[Epi
     return [replace(e, tags=t) for e in eps]
 
 
+def _group_episodes(resp: Any) -> list[Episode]:
+    """A reset's episodes with their full first observation: the shared form (share_group_observation)
+    sends the group's observation and privileged data once; an episode without its own takes them."""
+    obs = resp.shared_observation if resp.HasField("shared_observation") else None
+    priv = resp.shared_privileged if resp.HasField("shared_privileged") else None
+    for e in resp.episodes:
+        if obs is not None and not e.HasField("observation"):
+            e.observation.CopyFrom(obs)
+        if priv is not None and not e.HasField("privileged"):
+            e.privileged.CopyFrom(priv)
+    return [Episode.from_proto(e) for e in resp.episodes]
+
+
+def _group_request(n: int, kwargs: "dict[str, Any]") -> pb.ResetRequest:
+    """A group's reset, asking for the shared form (read back by _group_episodes, which also reads the
+    default form of a server that predates it)."""
+    req = _reset_request(group_size=n, **kwargs)
+    req.share_group_observation = True
+    return req
+
+
 def _list_tasks_request(corpus: str | None, split: str | None, token: str,
                         privileged: bool) -> pb.ListTasksRequest:
     return pb.ListTasksRequest(corpus=corpus or "", split=split or "", page_size=1000, page_token=token,
@@ -472,8 +493,8 @@ class Client:
     def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
         """Start a GRPO group: n episodes on the same task and interpretation, seeds seed..seed+n-1;
         kwargs are reset()'s (every option included)."""
-        resp = self._call("Reset", _reset_request(group_size=n, **kwargs))
-        return _with_tags([Episode.from_proto(e) for e in resp.episodes], kwargs.get("tags"))
+        resp = self._call("Reset", _group_request(n, kwargs))
+        return _with_tags(_group_episodes(resp), kwargs.get("tags"))
 
     def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
         """Apply one action (Action.ask / stop / submit_sql / unparsed); res.episode is the updated
@@ -653,8 +674,8 @@ class AsyncClient:
         return eps[0]
 
     async def reset_group(self, n: int, **kwargs: Any) -> list[Episode]:
-        resp = await self._call("Reset", _reset_request(group_size=n, **kwargs))
-        return _with_tags([Episode.from_proto(e) for e in resp.episodes], kwargs.get("tags"))
+        resp = await self._call("Reset", _group_request(n, kwargs))
+        return _with_tags(_group_episodes(resp), kwargs.get("tags"))
 
     async def step(self, ep: EpisodeLike, action: Action, privileged: bool = False) -> StepResult:
         """Apply one action; see Client.step (and coalesce, above)."""

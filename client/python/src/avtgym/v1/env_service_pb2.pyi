@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged", "sample_types", "tags")
+    __slots__ = ("corpus", "task_id", "split", "seed", "group_size", "options", "include_privileged", "sample_types", "tags", "share_group_observation")
     class TagsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class ResetRequest(_message.Message):
     INCLUDE_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_TYPES_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_GROUP_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
     corpus: str
     task_id: str
     split: str
@@ -35,7 +36,8 @@ class ResetRequest(_message.Message):
     include_privileged: bool
     sample_types: _containers.RepeatedScalarFieldContainer[_episode_pb2.SampleType]
     tags: _containers.ScalarMap[str, str]
-    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ..., sample_types: _Optional[_Iterable[_Union[_episode_pb2.SampleType, str]]] = ..., tags: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    share_group_observation: bool
+    def __init__(self, corpus: _Optional[str] = ..., task_id: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., group_size: _Optional[int] = ..., options: _Optional[_Union[_episode_pb2.EpisodeOptions, _Mapping]] = ..., include_privileged: _Optional[bool] = ..., sample_types: _Optional[_Iterable[_Union[_episode_pb2.SampleType, str]]] = ..., tags: _Optional[_Mapping[str, str]] = ..., share_group_observation: _Optional[bool] = ...) -> None: ...
 
 class Episode(_message.Message):
     __slots__ = ("token", "observation", "seed", "group_index", "episode_id", "privileged", "episode_uid")
@@ -56,10 +58,14 @@ class Episode(_message.Message):
     def __init__(self, token: _Optional[bytes] = ..., observation: _Optional[_Union[_episode_pb2.Observation, _Mapping]] = ..., seed: _Optional[int] = ..., group_index: _Optional[int] = ..., episode_id: _Optional[str] = ..., privileged: _Optional[_Union[_episode_pb2.Privileged, _Mapping]] = ..., episode_uid: _Optional[str] = ...) -> None: ...
 
 class ResetResponse(_message.Message):
-    __slots__ = ("episodes",)
+    __slots__ = ("episodes", "shared_observation", "shared_privileged")
     EPISODES_FIELD_NUMBER: _ClassVar[int]
+    SHARED_OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    SHARED_PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     episodes: _containers.RepeatedCompositeFieldContainer[Episode]
-    def __init__(self, episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ...) -> None: ...
+    shared_observation: _episode_pb2.Observation
+    shared_privileged: _episode_pb2.Privileged
+    def __init__(self, episodes: _Optional[_Iterable[_Union[Episode, _Mapping]]] = ..., shared_observation: _Optional[_Union[_episode_pb2.Observation, _Mapping]] = ..., shared_privileged: _Optional[_Union[_episode_pb2.Privileged, _Mapping]] = ...) -> None: ...
 
 class StepRequest(_message.Message):
     __slots__ = ("token", "action", "include_privileged")
